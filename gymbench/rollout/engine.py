@@ -68,15 +68,18 @@ class Collector:
         verifier: Verifier,
         strategy: ConcurrencyStrategy,
         on_progress: Progress | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.settings = settings
+        self.clock = clock
+        """Seconds, monotonic; a simulated-time test passes its event loop's ``time``."""
         self.backend = backend
         self.verification = VerificationRunner(verifier, settings.verify)
         self.strategy = strategy
         self.on_progress = on_progress or (lambda done, stats: None)
         self.on_rollout: Callable[[Mapping[str, float]], None] | None = None
         """Called with each rollout's stage timings (the tuner measures occupancy with it)."""
-        self.stats = CollectStats()
+        self.stats = CollectStats(clock=clock)
         self.stopped_early = False
         self._writer: RolloutWriter | None = None
 
@@ -95,7 +98,7 @@ class Collector:
         try:
             self.verification.start()
             async with self.backend:
-                self.stats = CollectStats()
+                self.stats = CollectStats(clock=self.clock)
                 try:
                     await self._dispatch(_chain(first, tasks), state, pending)
                 except StopDispatch:
@@ -110,7 +113,7 @@ class Collector:
                 job.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-            self.stats.finished = time.perf_counter()
+            self.stats.finished = self.clock()
             self._writer.close()
             self.verification.close()
             self._count_cache()
@@ -123,10 +126,10 @@ class Collector:
                 self.stats.skipped += 1
                 continue
             attempt = (state.attempts.get(key, 0) if state is not None else 0) + 1
-            ready = time.perf_counter()
+            ready = self.clock()
             slot = self.strategy.slot()
             await slot.__aenter__()
-            job = asyncio.ensure_future(self._one(task, attempt, slot, time.perf_counter() - ready))
+            job = asyncio.ensure_future(self._one(task, attempt, slot, self.clock() - ready))
             pending.add(job)
             job.add_done_callback(pending.discard)
 
@@ -134,7 +137,7 @@ class Collector:
         try:
             params = {**task.row["responses_create_params"], **self.settings.overrides}
             request = GenerationRequest(task.task_index, task.rollout_index, params, task.row)
-            started = time.perf_counter()
+            started = self.clock()
             generation: Generation | None = None
             failure: GenerationFailed | None = None
             try:
@@ -143,10 +146,10 @@ class Collector:
                 failure = exc
             except Exception as exc:  # a backend bug must not kill the whole run
                 failure = GenerationFailed("backend_error", f"{type(exc).__name__}: {exc}")
-            generated = time.perf_counter()
+            generated = self.clock()
             self.strategy.observe(RequestOutcome(generated - started, failure is None, failure and failure.status))
             judgement = await self._judge(task, generation) if generation is not None else None
-            finished = time.perf_counter()
+            finished = self.clock()
             timings = {
                 "slot_wait": slot_wait,
                 **(generation.timings if generation is not None else {}),

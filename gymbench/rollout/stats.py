@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +43,8 @@ class Reservoir:
 
 @dataclass
 class CollectStats:
-    started: float = field(default_factory=time.perf_counter)
+    clock: Callable[[], float] = time.perf_counter
+    started: float = -1.0
     finished: float | None = None
     completed: int = 0
     failed: int = 0
@@ -63,6 +65,10 @@ class CollectStats:
     request_latency: Reservoir = field(default_factory=Reservoir)
     """The backend call alone (``generation`` plus ``connection_wait``), without slot waits."""
 
+    def __post_init__(self) -> None:
+        if self.started < 0:
+            self.started = self.clock()
+
     def add_timings(self, timings: dict[str, float]) -> None:
         for stage, value in timings.items():
             if stage in self.stage_sums:
@@ -71,7 +77,7 @@ class CollectStats:
 
     @property
     def elapsed_s(self) -> float:
-        return (self.finished or time.perf_counter()) - self.started
+        return (self.finished or self.clock()) - self.started
 
     @property
     def mean_reward(self) -> float | None:

@@ -120,7 +120,7 @@ class Prober:
         collector = Collector(settings, self.backend, self.verifier_factory(), strategy)
 
         def on_rollout(timings: Mapping[str, float]) -> None:
-            now = time.perf_counter()
+            now = collector.clock()
             spans.append((now - timings["total"] + timings.get("slot_wait", 0.0), now))
 
         collector.on_rollout = on_rollout

@@ -1,0 +1,129 @@
+"""JSON in and out, one way for all of gymbench: exact reading, safe writing, clear errors.
+
+Real datasets carry things a fast JSON library mishandles: 20-digit ids (orjson reads them as
+floats, silently changing the value, and refuses to write them), lone surrogate escapes (orjson
+refuses both ways), nesting deep enough to exhaust Python's recursion limit, integers past
+Python's 4300-digit conversion limit. Rows are therefore *read* with the standard library (exact
+integers) and *written* with orjson, falling back to the standard library for the rows orjson
+cannot encode, so nothing is lost and nothing crashes. Every failure to read becomes a
+:class:`JSONReadError` whose message says what is wrong; callers prefix the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gymbench.errors import GymbenchError
+
+
+class JSONReadError(GymbenchError):
+    """A JSON text that cannot be read; the message says why, without the file's name."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise JSONReadError(f"{name} is not valid JSON; write null (or a number) instead")
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse exactly (big integers stay integers); every failure is a :class:`JSONReadError`."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno} column {exc.colno}" if exc.lineno > 1 else f"column {exc.colno}"
+        raise JSONReadError(f"malformed JSON ({exc.msg} at {where})") from None
+    except RecursionError:
+        raise JSONReadError("JSON nested too deeply to read (more levels than Python's reader allows)") from None
+    except UnicodeDecodeError as exc:
+        raise JSONReadError(f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
+    except ValueError as exc:  # e.g. an integer longer than Python's int_max_str_digits
+        raise JSONReadError(f"cannot read a value: {exc}") from None
+
+
+def decode_line(raw: bytes, first: bool = False) -> str:
+    """One line of a UTF-8 file as text; a byte-order mark on the first line is dropped."""
+    try:
+        return raw.decode("utf-8-sig" if first else "utf-8")
+    except UnicodeDecodeError as exc:
+        raise JSONReadError(
+            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+            "re-encode the file as UTF-8"
+        ) from None
+
+
+def dumps(obj: Any, *, newline: bool = False) -> bytes:
+    """Compact JSON bytes: orjson when it can, the standard library for what orjson refuses.
+
+    orjson refuses integers beyond 64 bits and strings with lone surrogates; the fallback writes
+    both exactly (surrogates as ``\\udXXX`` escapes, so the output stays valid UTF-8).
+    """
+    option = orjson.OPT_APPEND_NEWLINE if newline else 0
+    try:
+        return orjson.dumps(obj, default=str, option=option)
+    except TypeError:
+        text = json.dumps(obj, default=str, ensure_ascii=True, separators=(",", ":"))
+        return (text + "\n" if newline else text).encode("ascii")
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any, *, indent: int | None = 1) -> Path:
+    """Write JSON so that a reader (or a crash) never sees half a file: temp file, fsync, rename.
+
+    Non-finite floats are refused (they are not JSON); raise :class:`GymbenchError` naming the
+    path when the directory cannot be created or written.
+    """
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise GymbenchError(f"{target}: cannot write here ({exc.strerror or exc}); choose another path") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=indent, allow_nan=False, ensure_ascii=False)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, target)
+    except OSError as exc:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise GymbenchError(f"{target}: cannot write ({exc.strerror or exc}); choose another path") from None
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def read_json_file(path: str | os.PathLike[str], what: str) -> Any:
+    """Read a whole JSON file; any problem is a :class:`GymbenchError` naming the file and ``what`` it is."""
+    source = Path(path)
+    try:
+        raw = source.read_bytes()
+    except FileNotFoundError:
+        raise GymbenchError(f"{source}: no such {what} file") from None
+    except IsADirectoryError:
+        raise GymbenchError(f"{source}: is a directory, not a {what} file") from None
+    except OSError as exc:
+        raise GymbenchError(f"{source}: cannot read {what} file ({exc.strerror or exc})") from None
+    try:
+        return loads(raw.removeprefix(b"\xef\xbb\xbf"))
+    except JSONReadError as exc:
+        raise GymbenchError(f"{source}: cannot read {what} file: {exc}") from None
+
+
+def check_writable_dir(path: str | os.PathLike[str], what: str) -> Path:
+    """Create ``path`` if needed and prove a file can be written there, before a long run starts."""
+    target = Path(path)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target, prefix=".gymbench-write-check-"):
+            pass
+    except OSError as exc:
+        raise GymbenchError(
+            f"{target}: cannot write the {what} there ({exc.strerror or exc}); choose another directory"
+        ) from None
+    return target
