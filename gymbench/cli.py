@@ -1,17 +1,25 @@
-"""The ``gymbench`` command. Every subcommand, the built-in ones included, comes from a plugin."""
+"""The ``gymbench`` command. Every subcommand, the built-in ones included, comes from a plugin.
+
+Only the chosen subcommand's parser is built (its ``configure`` may import the settings schema it
+needs); the others are listed by name and help alone, so ``gymbench --version`` and ``gymbench
+plugins`` import nothing they do not use.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from gymbench.errors import GymbenchError
-from gymbench.fingerprint import package_version
 from gymbench.plugins import Plugins
+from gymbench.secrets import redact
 
 
-def build_parser(plugins: Plugins) -> argparse.ArgumentParser:
+def build_parser(plugins: Plugins, chosen: str | None = None) -> argparse.ArgumentParser:
+    from gymbench.fingerprint import package_version
+
     parser = argparse.ArgumentParser(
         prog="gymbench",
         description="Benchmark and regression harness for RL post-training of language models.",
@@ -21,26 +29,52 @@ def build_parser(plugins: Plugins) -> argparse.ArgumentParser:
     for name in sorted(plugins.commands):
         command = plugins.commands[name].item
         sub = subparsers.add_parser(name, help=command.help, description=command.help)
-        command.configure(sub)
-        plugins.hook.gymbench_add_options(parser=sub, command=name)
+        if name == chosen:
+            command.configure(sub)
+            plugins.hook.gymbench_add_options(parser=sub, command=name)
     return parser
 
 
+def chosen_command(argv: Sequence[str], plugins: Plugins) -> str | None:
+    """The subcommand named on the command line: the first word that is not an option."""
+    for token in argv:
+        if not token.startswith("-"):
+            return token if token in plugins.commands else None
+    return None
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """Options and ``+key=value`` settings in any order (``--results-dir D +input=...`` works)."""
+    from gymbench.settings import split_overrides
+
+    args, extras = parser.parse_known_args(argv)
+    overrides, unknown = split_overrides(extras)
+    if unknown or (overrides and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(unknown or overrides)}")
+    args.extra_overrides = overrides
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
     try:
         plugins = Plugins()
-        parser = build_parser(plugins)
-        args = parser.parse_args(argv)
+        parser = build_parser(plugins, chosen_command(words, plugins))
+        args = parse(parser, words)
         if args.command is None:
             parser.print_help()
             return 2
         return plugins.commands[args.command].item.run(args, plugins)
     except GymbenchError as exc:
-        print(f"gymbench: error: {exc}", file=sys.stderr)
+        print(f"gymbench: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gymbench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``gymbench show ... | head``): stop quietly, as other tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

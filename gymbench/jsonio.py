@@ -25,6 +25,11 @@ from gymbench.errors import GymbenchError
 class JSONReadError(GymbenchError):
     """A JSON text that cannot be read; the message says why, without the file's name."""
 
+    def __init__(self, message: str, line: int | None = None, column: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+        self.column = column
+
 
 def _reject_constant(name: str) -> Any:
     raise JSONReadError(f"{name} is not valid JSON; write null (or a number) instead")
@@ -36,7 +41,7 @@ def loads(text: str | bytes) -> Any:
         return json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}" if exc.lineno > 1 else f"column {exc.colno}"
-        raise JSONReadError(f"malformed JSON ({exc.msg} at {where})") from None
+        raise JSONReadError(f"malformed JSON ({exc.msg} at {where})", exc.lineno, exc.colno) from None
     except RecursionError:
         raise JSONReadError("JSON nested too deeply to read (more levels than Python's reader allows)") from None
     except UnicodeDecodeError as exc:

@@ -2,14 +2,16 @@
 
 Built-in plugins are imported by module name and registered exactly as a third-party plugin is;
 then the ``gymbench`` entry-point group is loaded, and ``check_pending()`` catches misspelt hook
-names. Plugins named in ``GYMBENCH_BLOCK_PLUGINS`` (comma-separated) are never registered.
+names. Plugins named in ``GYMBENCH_BLOCK_PLUGINS`` (comma-separated) are never registered; an
+entry of the form ``kind:name`` (``verifier:exact-match``) blocks that one component, so a
+third-party plugin can replace a built-in without blocking the built-ins registered beside it.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,29 +19,26 @@ import pluggy
 
 from gymbench import hookspecs
 from gymbench.errors import PluginError, UnknownComponentError
-from gymbench.types import Command, Component
+from gymbench.types import Backend, Command, Component, ConcurrencyStrategy, Verifier
 
 ENTRY_POINT_GROUP = "gymbench"
 BLOCK_ENV = "GYMBENCH_BLOCK_PLUGINS"
 
 BUILTIN_PLUGINS: tuple[str, ...] = (
-    "gymbench.builtin.exact_match",
-    "gymbench.builtin.semaphore",
-    "gymbench.builtin.adaptive",
-    "gymbench.builtin.openai_backend",
-    "gymbench.builtin.nemo_gym_backend",
+    "gymbench.builtin.backends",
+    "gymbench.builtin.verifiers",
+    "gymbench.builtin.strategies",
     "gymbench.builtin.commands",
-    "gymbench.sim.plugin",
     "gymbench.harness.commands",
-    "gymbench.builtin.none_verifier",
-    "gymbench.builtin.regex_verifier",
-    "gymbench.builtin.math_verifier",
-    "gymbench.builtin.code_verifier",
+    "gymbench.sim.plugin",
     "gymbench.trainstep.plugin",
     "gymbench.report.commands",
 )
+"""Built-in plugins, imported by module name exactly as entry points are. Each is registration
+only: what it registers imports its implementation when used (``gymbench --version`` stays fast)."""
 
 PLURALS = {"strategy": "strategies"}
+PROTOCOLS: dict[str, type] = {"backend": Backend, "verifier": Verifier, "strategy": ConcurrencyStrategy}
 
 COMPONENT_KINDS = {
     "backend": "gymbench_register_backends",
@@ -58,8 +57,11 @@ def get_plugin_manager(
     """A fresh plugin manager: built-ins, then ``extra_plugins``, then entry points."""
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
-    for name in _blocked_names(blocked):
-        pm.set_blocked(name)
+    names = _blocked_names(blocked)
+    for name in names:
+        if ":" not in name:
+            pm.set_blocked(name)
+    pm.gymbench_blocked_components = frozenset(name for name in names if ":" in name)  # type: ignore[attr-defined]
     for module_name in BUILTIN_PLUGINS:
         if not pm.is_blocked(module_name):
             pm.register(importlib.import_module(module_name), name=module_name)
@@ -107,6 +109,7 @@ class Plugins:
 
     def __init__(self, pm: pluggy.PluginManager | None = None) -> None:
         self.pm = pm if pm is not None else get_plugin_manager()
+        self.blocked_components: frozenset[str] = getattr(self.pm, "gymbench_blocked_components", frozenset())
         self.components: dict[str, dict[str, Registered]] = {
             kind: self._collect(hook_name, Component, kind) for kind, hook_name in COMPONENT_KINDS.items()
         }
@@ -122,6 +125,8 @@ class Plugins:
         for impl in caller.get_hookimpls():  # registration order: built-ins first
             plugin_name = self.pm.get_name(impl.plugin) or repr(impl.plugin)
             for item in impl.function() or []:
+                if f"{kind}:{getattr(item, 'name', '')}" in self.blocked_components:
+                    continue
                 if not isinstance(item, expected):
                     raise PluginError(
                         f"plugin {plugin_name!r}: {hook_name} returned {item!r}; expected "
@@ -139,8 +144,8 @@ class Plugins:
     def names(self, kind: str) -> list[str]:
         return sorted(self.components[kind])
 
-    def create(self, kind: str, name: str, config: Mapping[str, Any] | None = None) -> Any:
-        """Build the named component from its factory, or say which names exist."""
+    def component(self, kind: str, name: str) -> Component:
+        """The registered component, or an error listing the names that exist."""
         registered = self.components[kind].get(name)
         if registered is None:
             known = ", ".join(self.names(kind)) or "(none registered)"
@@ -148,13 +153,58 @@ class Plugins:
                 f"unknown {kind} {name!r}; known {PLURALS.get(kind, kind + 's')}: {known}. "
                 "Run `gymbench plugins` to see every plugin and what it registers."
             )
-        return registered.item.factory(dict(config or {}))
+        component: Component = registered.item
+        return component
 
-    def backend(self, name: str, config: Mapping[str, Any] | None = None) -> Any:
-        return self.create("backend", name, config)
+    def options(self, kind: str, name: str) -> set[str] | None:
+        """The option names a component declares, or ``None`` when it takes any mapping."""
+        from gymbench.settings import known_fields
 
-    def verifier(self, name: str, config: Mapping[str, Any] | None = None) -> Any:
-        return self.create("verifier", name, config)
+        schema = self.component(kind, name).settings
+        return known_fields(schema) if schema is not None else None
 
-    def strategy(self, name: str, config: Mapping[str, Any] | None = None) -> Any:
-        return self.create("strategy", name, config)
+    def create(self, kind: str, name: str, config: Mapping[str, Any] | None = None) -> Any:
+        """Build the named component, its options checked against its settings schema."""
+        component = self.component(kind, name)
+        options: Any = dict(config or {})
+        if component.settings is not None:
+            from gymbench.settings import build_settings
+
+            options = build_settings(component.settings, (), options, where=f"{kind} {name!r}")
+        made = component.factory(options)
+        expected = PROTOCOLS.get(kind)
+        if expected is not None and not isinstance(made, expected):
+            plugin = self.components[kind][name].plugin
+            raise PluginError(
+                f"{kind} {name!r} from plugin {plugin!r} built a {type(made).__name__}, which is not a "
+                f"gymbench.types.{expected.__name__} (see its methods there)"
+            )
+        return made
+
+    def backend(self, name: str, config: Mapping[str, Any] | None = None) -> Backend:
+        backend: Backend = self.create("backend", name, config)
+        return backend
+
+    def verifier(self, name: str, config: Mapping[str, Any] | None = None) -> Verifier:
+        verifier: Verifier = self.create("verifier", name, config)
+        return verifier
+
+    def strategy(self, name: str, config: Mapping[str, Any] | None = None) -> ConcurrencyStrategy:
+        strategy: ConcurrencyStrategy = self.create("strategy", name, config)
+        return strategy
+
+
+def lazy(target: str) -> Callable[[Any], Any]:
+    """A factory that imports ``"package.module:attribute"`` when first called.
+
+    Plugins register on every ``gymbench`` call, so a registration that imported aiohttp, scipy or
+    sympy would make ``gymbench --version`` take seconds; with ``lazy`` the import happens only
+    when the component is used.
+    """
+    module_name, _, attribute = target.partition(":")
+
+    def factory(options: Any) -> Any:
+        return getattr(importlib.import_module(module_name), attribute)(options)
+
+    factory.__qualname__ = factory.__name__ = f"lazy({target!r})"
+    return factory

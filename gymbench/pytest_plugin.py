@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 from gymbench.measure import MeasureSettings, Recorder
-from gymbench.record import BenchmarkResult, ResultsRecord, save_to_store, utc_now
-from gymbench.types import RunInfo
+from gymbench.record import BenchmarkResult, ResultsRecord
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -29,9 +28,10 @@ class BenchSession:
     settings: MeasureSettings
     results_dir: Path
     save_name: str | None
+    rootpath: Path | None = None
     results: list[BenchmarkResult] = field(default_factory=list)
-    run: RunInfo | None = None
-    plugins: Any = None
+    run: Any = None
+    """The :class:`gymbench.run.Run`, made when the first benchmark records."""
     saved_path: Path | None = None
     compare: str | None = None
     gate: Any = None
@@ -43,10 +43,12 @@ class BenchSession:
         if self.run is not None:
             return
         from gymbench.plugins import Plugins
+        from gymbench.run import Run
 
-        self.plugins = Plugins()
-        self.run = RunInfo(kind="pytest", name=self.save_name or "pytest", started_at=utc_now())
-        self.plugins.hook.gymbench_run_start(run=self.run)
+        self.run = Run(
+            Plugins(), "pytest", self.save_name or "pytest", results_dir=self.results_dir,
+            save=self.save_name is not None, cwd=self.rootpath,
+        ).start()  # fmt: skip
 
 
 session_key = pytest.StashKey[BenchSession]()
@@ -115,6 +117,7 @@ def pytest_configure(config: pytest.Config) -> None:
         settings=settings,
         results_dir=Path(results_dir) if results_dir else config.rootpath / "results",
         save_name=save_name,
+        rootpath=config.rootpath,
         compare=config.getoption("--gymbench-compare"),
     )
 
@@ -160,16 +163,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     bench = session.config.stash.get(session_key, None)
     if bench is None or bench.run is None:
         return
-    from gymbench.fingerprint import collect_fingerprint
-
-    fingerprint = collect_fingerprint(session.config.rootpath)
-    bench.plugins.hook.gymbench_update_fingerprint(fingerprint=fingerprint)
-    record = ResultsRecord(name=bench.save_name or "pytest", benchmarks=bench.results, fingerprint=fingerprint)
+    record = bench.run.make_record(bench.results)
     if bench.compare:
         _compare(session, bench, record)
-    if bench.save_name:
-        bench.saved_path = save_to_store(record, bench.results_dir, bench.save_name)
-    bench.plugins.hook.gymbench_run_finish(run=bench.run, record=record)
+    bench.run.finish(record)
+    bench.saved_path = bench.run.saved_path
 
 
 def _compare(session: pytest.Session, bench: BenchSession, record: ResultsRecord) -> None:

@@ -11,7 +11,6 @@ import json
 import math
 import os
 import statistics
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.errors import ResultsFileError
+from gymbench.jsonio import JSONReadError, loads, write_json_atomic
 from gymbench.types import Direction
 
 SCHEMA_ID = "gymbench.results"
@@ -179,7 +179,10 @@ def validate_record_dict(data: Any, source: str = "<record>") -> None:
         )
     from jsonschema.exceptions import best_match
 
-    error = best_match(_validator().iter_errors(data))
+    try:
+        error = best_match(_validator().iter_errors(data))
+    except RecursionError:
+        raise ResultsFileError(f"{source}: results file nested too deeply to be a gymbench record") from None
     if error is not None:
         where = "/".join(str(part) for part in error.absolute_path) or "(top level)"
         raise ResultsFileError(
@@ -189,21 +192,10 @@ def validate_record_dict(data: Any, source: str = "<record>") -> None:
 
 
 def save_record(record: ResultsRecord, path: str | os.PathLike[str]) -> Path:
-    """Write atomically (temp file + rename): a run killed mid-save never leaves half a file."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    """Validate, then write atomically: a run killed mid-save never leaves half a file."""
     data = record.to_dict()
-    validate_record_dict(data, str(target))
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1, allow_nan=False)
-            handle.write("\n")
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return target
+    validate_record_dict(data, str(path))
+    return write_json_atomic(path, data)
 
 
 def file_stamp(created_at: str) -> str:
@@ -224,20 +216,24 @@ def save_to_store(record: ResultsRecord, results_dir: str | os.PathLike[str], na
 def load_record(path: str | os.PathLike[str]) -> ResultsRecord:
     source = Path(path)
     try:
-        text = source.read_text(encoding="utf-8")
+        raw = source.read_bytes()
     except FileNotFoundError:
         raise ResultsFileError(f"{source}: no such results file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResultsFileError(f"{source}: cannot read results file: {exc}") from None
+    except OSError as exc:
+        raise ResultsFileError(f"{source}: cannot read results file: {exc.strerror or exc}") from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
+        data = loads(raw)
+    except JSONReadError as exc:
+        where = f"{source}:{exc.line}:{exc.column}" if exc.line is not None else str(source)
         raise ResultsFileError(
-            f"{source}:{exc.lineno}:{exc.colno}: corrupt results file ({exc.msg}). It may have "
-            "been truncated by a crash or edited by hand; re-run the benchmark to replace it."
+            f"{where}: corrupt results file ({exc}). It may have been truncated by a crash or "
+            "edited by hand; re-run the benchmark to replace it."
         ) from None
     validate_record_dict(data, str(source))
-    return ResultsRecord.from_dict(data)
+    try:
+        return ResultsRecord.from_dict(data)
+    except (KeyError, TypeError, ValueError, RecursionError) as exc:
+        raise ResultsFileError(f"{source}: invalid results file ({type(exc).__name__}: {exc})") from None
 
 
 def _finite_or_none(value: float) -> float | None:

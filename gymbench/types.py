@@ -149,15 +149,22 @@ class ConcurrencyStrategy(Protocol):
 
 @dataclass(frozen=True)
 class Component:
-    """A named factory a plugin registers: a backend, verifier or concurrency strategy.
+    """A named factory a plugin registers: a backend, verifier, concurrency strategy or model.
 
-    ``factory`` takes the component's configuration mapping and returns the object (a
-    :class:`Backend`, :class:`Verifier` or :class:`ConcurrencyStrategy`).
+    ``factory`` returns the object (a :class:`Backend`, :class:`Verifier` or
+    :class:`ConcurrencyStrategy`). When ``settings`` names a dataclass of the component's options,
+    gymbench checks the options a user gave against it (unknown keys, wrong types and the
+    dataclass's own ``__post_init__`` checks are errors that name the component) and calls
+    ``factory`` with the dataclass instance; without ``settings`` the factory gets the raw mapping.
+
+    Registration must be cheap (it happens on every ``gymbench`` call): keep heavy imports inside
+    the factory, for example with :func:`gymbench.plugins.lazy`.
     """
 
     name: str
-    factory: Callable[[Mapping[str, Any]], Any]
+    factory: Callable[[Any], Any]
     description: str = ""
+    settings: type | None = None
 
 
 @dataclass(frozen=True)

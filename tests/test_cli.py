@@ -23,8 +23,8 @@ def test_console_script_lists_builtins_with_their_plugins() -> None:
     exe = shutil.which("gymbench")
     assert exe, "the gymbench console script is not installed"
     out = subprocess.run([exe, "plugins"], capture_output=True, text=True, check=True).stdout
-    assert re.search(r"exact-match\s+\[gymbench\.builtin\.exact_match\]", out)
-    assert re.search(r"semaphore\s+\[gymbench\.builtin\.semaphore\]", out)
+    assert re.search(r"exact-match\s+\[gymbench\.builtin\.verifiers\]", out)
+    assert re.search(r"semaphore\s+\[gymbench\.builtin\.strategies\]", out)
     assert re.search(r"plugins\s+\[gymbench\.builtin\.commands\]", out)
 
 
@@ -61,9 +61,9 @@ def test_plugin_adds_a_command_and_an_option_to_another_command() -> None:
             if command == "plugins":
                 parser.add_argument("--extra-flag", action="store_true")
 
-    parser = build_parser(make_plugins(Extra()))
-    assert parser.parse_args(["hello", "--who", "me"]).who == "me"
-    assert parser.parse_args(["plugins", "--extra-flag"]).extra_flag is True
+    plugins = make_plugins(Extra())
+    assert build_parser(plugins, "hello").parse_args(["hello", "--who", "me"]).who == "me"
+    assert build_parser(plugins, "plugins").parse_args(["plugins", "--extra-flag"]).extra_flag is True
 
 
 def test_module_entry_runs() -> None:

@@ -1,28 +1,36 @@
 """Baselines, statistics, calibration and the CI gate.
 
 This room reads results records and turns them into verdicts. It depends only on gymbench's core
-(types, records, fingerprint, errors), never on the plugin manager or the other rooms.
+(types, records, fingerprint, errors), never on the plugin manager or the other rooms. The names
+below are imported on first use: the statistics pull in scipy, which ``gymbench --version`` must
+not pay for.
 """
 
 from __future__ import annotations
 
-from gymbench.baseline.compare import MetricComparison, Shift, SuiteComparison, compare_runs
-from gymbench.baseline.gate import GateResult, Outcome, run_gate
-from gymbench.baseline.noise import MetricNoise, NoiseTable
-from gymbench.baseline.settings import CompareSettings
-from gymbench.baseline.store import BaselineStore, Selection
+import importlib
+from typing import Any
 
-__all__ = [
-    "BaselineStore",
-    "CompareSettings",
-    "GateResult",
-    "MetricComparison",
-    "MetricNoise",
-    "NoiseTable",
-    "Outcome",
-    "Selection",
-    "Shift",
-    "SuiteComparison",
-    "compare_runs",
-    "run_gate",
-]
+_EXPORTS = {
+    "BaselineStore": "gymbench.baseline.store",
+    "Selection": "gymbench.baseline.store",
+    "CompareSettings": "gymbench.baseline.settings",
+    "GateResult": "gymbench.baseline.gate",
+    "Outcome": "gymbench.baseline.gate",
+    "run_gate": "gymbench.baseline.gate",
+    "MetricComparison": "gymbench.baseline.compare",
+    "Shift": "gymbench.baseline.compare",
+    "SuiteComparison": "gymbench.baseline.compare",
+    "compare_runs": "gymbench.baseline.compare",
+    "MetricNoise": "gymbench.baseline.noise",
+    "NoiseTable": "gymbench.baseline.noise",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gymbench.baseline' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

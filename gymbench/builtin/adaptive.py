@@ -16,16 +16,13 @@ import asyncio
 import collections
 import math
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from gymbench.curves import KNEE_FRACTION, Knee, find_knee
 from gymbench.errors import GymbenchError
-from gymbench.hookspecs import hookimpl
-from gymbench.types import Component, RequestOutcome, StopDispatch
+from gymbench.types import RequestOutcome, StopDispatch
 
 
 class DynamicLimiter:
@@ -212,20 +209,3 @@ class AdaptiveStrategy:
         # are the ones completing, or their shorter old latencies inflate the measurement.
         self._settle_until = time.monotonic() + self._latency * growth
         self._window = None
-
-
-def _make(config: Mapping[str, Any]) -> AdaptiveStrategy:
-    known = {"start", "max_limit", "plateau_gain", "resolution", "error_rate", "min_window", "stop_when_converged"}
-    options = {key: value for key, value in config.items() if key in known and value is not None}
-    return AdaptiveStrategy(**options)
-
-
-@hookimpl
-def gymbench_register_strategies() -> list[Component]:
-    return [
-        Component(
-            "adaptive",
-            _make,
-            "finds the knee of the throughput curve during the run and settles there (gymbench tune --method adaptive)",
-        )
-    ]

@@ -42,7 +42,6 @@ program. For that, run the verifier inside a container or VM without credentials
 
 from __future__ import annotations
 
-import math
 import re
 import sys
 from collections.abc import Mapping
@@ -50,18 +49,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gymbench.builtin.code_sandbox import Limits, RunResult, run_confined
-from gymbench.builtin.verifying import check_keys, read_option, unjudged
-from gymbench.hookspecs import hookimpl
-from gymbench.types import Component, Verdict
+from gymbench.builtin.verifying import unjudged
+from gymbench.types import Verdict
 
 NAME = "code"
 FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 PYTHON_LABELS = {"python", "py", "python3"}
 NOT_BROKEN = {"passed", "wrong_output", "failed_assertion", "skipped"}
-CONFIG_KEYS = (
-    "tests_field", "timeout_s", "cpu_s", "memory_mb", "file_mb", "scoring", "compare",
-    "stop_after_timeout", "python", "tmp_dir",
-)  # fmt: skip
 SHOWN_OUTPUT_CHARS = 200
 
 
@@ -198,34 +192,3 @@ class CodeVerifier:
         if reward == 0.0 and broken:
             return Verdict(reward=0.0, details=details, failure_kind=broken[0])
         return Verdict(reward=reward, details=details)
-
-
-def _make(config: Mapping[str, Any]) -> CodeVerifier:
-    check_keys(NAME, config, CONFIG_KEYS)
-    wall_s = float(read_option(NAME, config, "timeout_s", 10.0, (int, float), minimum=0.1))
-    limits = Limits(
-        wall_s=wall_s,
-        cpu_s=read_option(NAME, config, "cpu_s", max(1, math.ceil(wall_s)), int, minimum=1),
-        memory_mb=read_option(NAME, config, "memory_mb", 1024, int, minimum=64),
-        file_mb=read_option(NAME, config, "file_mb", 16, int, minimum=1),
-    )
-    return CodeVerifier(
-        tests_field=read_option(NAME, config, "tests_field", "tests", str),
-        limits=limits,
-        scoring=read_option(NAME, config, "scoring", "fraction", str, choices=("fraction", "all_or_nothing")),
-        compare=read_option(NAME, config, "compare", "lines", str, choices=("lines", "tokens", "exact")),
-        stop_after_timeout=read_option(NAME, config, "stop_after_timeout", True, bool),
-        python=read_option(NAME, config, "python", sys.executable, str),
-        tmp_dir=read_option(NAME, config, "tmp_dir", None, str),
-    )
-
-
-@hookimpl
-def gymbench_register_verifiers() -> list[Component]:
-    return [
-        Component(
-            NAME,
-            _make,
-            "run the response's Python program against the task's tests in a confined subprocess",
-        )
-    ]

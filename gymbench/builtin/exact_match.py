@@ -12,8 +12,7 @@ import string
 from collections.abc import Mapping
 from typing import Any
 
-from gymbench.hookspecs import hookimpl
-from gymbench.types import Component, Verdict
+from gymbench.types import Verdict
 
 _SPACES = re.compile(r"\s+")
 _EDGE_PUNCTUATION = string.punctuation.replace("-", "").replace("+", "")
@@ -46,18 +45,3 @@ class ExactMatchVerifier:
             reward=1.0 if matched else 0.0,
             details={"expected": expected, "got": last_line if lines else whole},
         )
-
-
-def _make(config: Mapping[str, Any]) -> ExactMatchVerifier:
-    return ExactMatchVerifier(field=str(config.get("field", "expected_answer")))
-
-
-@hookimpl
-def gymbench_register_verifiers() -> list[Component]:
-    return [
-        Component(
-            "exact-match",
-            _make,
-            "reward 1 if the normalised answer equals the task's expected_answer",
-        )
-    ]

@@ -23,12 +23,10 @@ from typing import Any
 from math_verify import parse, verify
 from math_verify.errors import TimeoutException
 
-from gymbench.builtin.verifying import check_keys, missing_field, read_option, unjudged
-from gymbench.hookspecs import hookimpl
-from gymbench.types import Component, Verdict
+from gymbench.builtin.verifying import missing_field, unjudged
+from gymbench.types import Verdict
 
 NAME = "math"
-CONFIG_KEYS = ("field", "timeout_s", "float_rounding", "numeric_precision", "strict")
 
 
 def signal_timeout(seconds: int) -> int | None:
@@ -102,25 +100,3 @@ class MathVerifier:
             timeout_seconds=timeout,
             raise_on_error=True,
         )
-
-
-def _make(config: Mapping[str, Any]) -> MathVerifier:
-    check_keys(NAME, config, CONFIG_KEYS)
-    return MathVerifier(
-        field=read_option(NAME, config, "field", "expected_answer", str),
-        timeout_s=read_option(NAME, config, "timeout_s", 5, int, minimum=1),
-        float_rounding=read_option(NAME, config, "float_rounding", 6, int, minimum=0),
-        numeric_precision=read_option(NAME, config, "numeric_precision", 15, int, minimum=1),
-        strict=read_option(NAME, config, "strict", True, bool),
-    )
-
-
-@hookimpl
-def gymbench_register_verifiers() -> list[Component]:
-    return [
-        Component(
-            NAME,
-            _make,
-            "reward 1 if the final answer (\\boxed{} or last expression) equals expected_answer (math-verify)",
-        )
-    ]

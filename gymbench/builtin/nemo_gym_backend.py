@@ -20,8 +20,7 @@ import orjson
 from gymbench.builtin.http_client import RetryingClient
 from gymbench.builtin.openai_shapes import read_responses
 from gymbench.errors import GymbenchError
-from gymbench.hookspecs import hookimpl
-from gymbench.types import Component, Generation, GenerationFailed, GenerationRequest
+from gymbench.types import Generation, GenerationFailed, GenerationRequest
 
 AGENT_FIELDS = ("responses_create_params", "response", "reward")
 
@@ -73,8 +72,3 @@ async def _read_run(answer: aiohttp.ClientResponse, started: float) -> Generatio
     text, usage = read_responses(response)
     extra = {key: value for key, value in data.items() if key not in AGENT_FIELDS}
     return Generation(text, response, usage, {"generation": time.perf_counter() - started}, reward=reward, extra=extra)
-
-
-@hookimpl
-def gymbench_register_backends() -> list[Component]:
-    return [Component("nemo-gym", NemoGymBackend, "a NeMo Gym agent server's /run (agent_url); the agent verifies")]

@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gymbench.builtin.verifying import check_keys, read_option
-from gymbench.hookspecs import hookimpl
-from gymbench.types import Component, Verdict
+from gymbench.types import Verdict
 
 NAME = "none"
 
@@ -28,13 +26,3 @@ class NoneVerifier:
         return Verdict(
             reward=self.reward, details={"skipped": True, "reason": "verification skipped (verifier 'none')"}
         )
-
-
-def _make(config: Mapping[str, Any]) -> NoneVerifier:
-    check_keys(NAME, config, ["reward"])
-    return NoneVerifier(reward=float(read_option(NAME, config, "reward", 0.0, (int, float))))
-
-
-@hookimpl
-def gymbench_register_verifiers() -> list[Component]:
-    return [Component(NAME, _make, "skip verification: a constant reward (0.0 unless configured)")]

@@ -18,8 +18,7 @@ import orjson
 from gymbench.builtin.http_client import RetryingClient
 from gymbench.builtin.openai_shapes import chat_body, read_chat, read_responses
 from gymbench.errors import GymbenchError
-from gymbench.hookspecs import hookimpl
-from gymbench.types import Component, Generation, GenerationFailed, GenerationRequest, TokenUsage
+from gymbench.types import Generation, GenerationFailed, GenerationRequest, TokenUsage
 
 APIS = {"responses": "/responses", "chat": "/chat/completions"}
 
@@ -128,14 +127,3 @@ def _stream_event(event: Mapping[str, Any], api: str) -> tuple[str, TokenUsage |
         counted = TokenUsage(usage.get("input_tokens", 0), usage.get("output_tokens", 0))
         return "", counted, dict(response)
     return "", None, {}
-
-
-@hookimpl
-def gymbench_register_backends() -> list[Component]:
-    return [
-        Component(
-            "openai",
-            OpenAIBackend,
-            "OpenAI-compatible HTTP server (vLLM, SGLang, OpenAI): Responses API or chat completions",
-        )
-    ]

@@ -21,14 +21,12 @@ from functools import lru_cache
 from typing import Any
 
 from gymbench.builtin.exact_match import normalise
-from gymbench.builtin.verifying import check_keys, missing_field, read_option, unjudged
+from gymbench.builtin.verifying import missing_field, unjudged
 from gymbench.errors import GymbenchError
-from gymbench.hookspecs import hookimpl
-from gymbench.types import Component, Verdict
+from gymbench.types import Verdict
 
 NAME = "regex"
 FLAG_LETTERS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE, "a": re.ASCII}
-CONFIG_KEYS = ("pattern", "pattern_field", "mode", "flags", "group", "answer_field")
 
 
 @lru_cache(maxsize=4096)
@@ -99,33 +97,3 @@ class RegexVerifier:
             reward=float(got == expected),
             details={"pattern": match.re.pattern, "matched": True, "expected": expected, "got": got},
         )
-
-
-def _make(config: Mapping[str, Any]) -> RegexVerifier:
-    check_keys(NAME, config, CONFIG_KEYS)
-    pattern = read_option(NAME, config, "pattern", None, str)
-    flags = parse_flags(read_option(NAME, config, "flags", "", str))
-    if pattern is not None:
-        try:
-            compile_pattern(pattern, flags)
-        except re.error as error:
-            raise GymbenchError(f"verifier {NAME!r}: config 'pattern' does not compile: {error}") from error
-    return RegexVerifier(
-        pattern=pattern,
-        pattern_field=read_option(NAME, config, "pattern_field", "expected_pattern", str),
-        mode=read_option(NAME, config, "mode", "search", str, choices=("search", "fullmatch")),
-        flags=flags,
-        group=read_option(NAME, config, "group", None, (int, str)),
-        answer_field=read_option(NAME, config, "answer_field", "expected_answer", str),
-    )
-
-
-@hookimpl
-def gymbench_register_verifiers() -> list[Component]:
-    return [
-        Component(
-            NAME,
-            _make,
-            "reward 1 if the task's (or config's) regular expression matches; optionally grade a captured group",
-        )
-    ]

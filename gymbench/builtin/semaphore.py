@@ -7,13 +7,11 @@ NeMo Gym's default and can overwhelm servers, exceed rate limits or run out of m
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from gymbench.errors import GymbenchError
-from gymbench.hookspecs import hookimpl
-from gymbench.types import Component, RequestOutcome
+from gymbench.types import RequestOutcome
 
 UNBOUNDED_WARNING = (
     "num_samples_in_parallel is not set: every task may run at once, which can overwhelm the "
@@ -51,25 +49,3 @@ class SemaphoreStrategy:
 
     def observe(self, outcome: RequestOutcome) -> None:
         """A fixed limit ignores feedback."""
-
-
-def _make(config: Mapping[str, Any]) -> SemaphoreStrategy:
-    raw = config.get("num_samples_in_parallel", config.get("limit"))
-    if raw is None:
-        return SemaphoreStrategy(None)
-    try:
-        limit = int(raw)
-    except (TypeError, ValueError):
-        raise GymbenchError(f"num_samples_in_parallel must be a whole number, got {raw!r}") from None
-    return SemaphoreStrategy(limit)
-
-
-@hookimpl
-def gymbench_register_strategies() -> list[Component]:
-    return [
-        Component(
-            "semaphore",
-            _make,
-            "at most num_samples_in_parallel rollouts at once (unset: unbounded, as NeMo Gym)",
-        )
-    ]

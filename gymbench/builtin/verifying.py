@@ -1,4 +1,4 @@
-"""What the built-in verifiers share: the rule for failure kinds, and reading their configuration.
+"""What the built-in verifiers share: the rule for failure kinds.
 
 The rule every built-in verifier follows, so that rows can be counted by ``failure_kind``:
 
@@ -17,10 +17,9 @@ The rule every built-in verifier follows, so that rows can be counted by ``failu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from gymbench.errors import GymbenchError
 from gymbench.types import Verdict
 
 FAILURE_SOURCES: dict[str, str] = {
@@ -54,41 +53,3 @@ def unjudged(kind: str, reason: str, **details: Any) -> Verdict:
 
 def missing_field(row: Mapping[str, Any], field: str) -> bool:
     return row.get(field) is None
-
-
-def check_keys(verifier: str, config: Mapping[str, Any], allowed: Iterable[str]) -> None:
-    """Reject unknown configuration keys, so a misspelt option is not silently ignored."""
-    known = sorted(allowed)
-    unknown = sorted(str(key) for key in config if key not in known)
-    if unknown:
-        raise GymbenchError(
-            f"verifier {verifier!r}: unknown config key(s) {', '.join(unknown)}; known keys: {', '.join(known)}"
-        )
-
-
-def read_option(
-    verifier: str,
-    config: Mapping[str, Any],
-    key: str,
-    default: Any,
-    kind: type | tuple[type, ...],
-    *,
-    choices: Iterable[Any] | None = None,
-    minimum: float | None = None,
-) -> Any:
-    """One configuration value, checked for type, choice and lower bound; errors name the key."""
-    value = config.get(key, default)
-    if value is None and default is None:
-        return None
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-        names = " or ".join(k.__name__ for k in kinds)
-        raise GymbenchError(f"verifier {verifier!r}: config {key!r} must be {names}, got {value!r}")
-    allowed = None if choices is None else list(choices)
-    if allowed is not None and value not in allowed:
-        raise GymbenchError(
-            f"verifier {verifier!r}: config {key!r} must be one of {', '.join(map(repr, allowed))}, got {value!r}"
-        )
-    if minimum is not None and value < minimum:
-        raise GymbenchError(f"verifier {verifier!r}: config {key!r} must be at least {minimum}, got {value!r}")
-    return value

@@ -8,58 +8,72 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 import sys
-import time
 from collections.abc import Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
-from gymbench.builtin.semaphore import UNBOUNDED_WARNING
 from gymbench.errors import GymbenchError
-from gymbench.fingerprint import collect_fingerprint
-from gymbench.harness.collect_config import CollectConfig
-from gymbench.record import BenchmarkResult, Metric, ResultsRecord, save_to_store, utc_now
+from gymbench.harness.collect_config import CollectConfig, ServerConfig
+from gymbench.harness.progress import collect_progress, warn
+from gymbench.jsonio import write_json_atomic
+from gymbench.plugins import Plugins
+from gymbench.record import BenchmarkResult, Metric
 from gymbench.rollout.dataset import TaskSlice
 from gymbench.rollout.engine import Collector, CollectSettings, preflight
 from gymbench.rollout.stats import CollectStats
-from gymbench.types import RunInfo
+from gymbench.run import Run
+from gymbench.settings import settings_dict
+from gymbench.types import ConcurrencyStrategy, GenerationFailed
 
 SIM_MODEL = "gymbench-sim"
 STORED_LATENCY_SAMPLES = 2000
-
-
-def warn(message: str) -> None:
-    print(f"gymbench: warning: {message}", file=sys.stderr)
+UNBOUNDED_WARNING = (
+    "num_samples_in_parallel is unset: every task is dispatched at once (NeMo Gym's default). "
+    "Set +num_samples_in_parallel=N, or find N with `gymbench tune`"
+)
 
 
 @contextlib.contextmanager
-def backend_settings(config: CollectConfig) -> Iterator[tuple[str, dict[str, Any]]]:
+def backend_settings(config: ServerConfig, plugins: Plugins) -> Iterator[tuple[str, dict[str, Any]]]:
     """The backend's name and settings; starts (and stops) the simulator when there is no server.
 
-    No backend: the simulator behind the ``openai`` backend. ``nemo-gym`` without ``agent_url``:
-    the simulator's agent mode (its ``/run``) behind the ``nemo-gym`` backend.
+    A backend gets the server settings its schema declares, plus ``backend_options`` (checked
+    against the schema: a misspelt option is an error). No backend: the simulator behind the
+    ``openai`` backend. ``nemo-gym`` without ``agent_url``: the simulator's agent mode (``/run``).
     """
+    name = config.backend or "openai"
+    declared = plugins.options("backend", name)
+    values = config.backend_values()
+    settings = {key: value for key, value in values.items() if declared is None or key in declared}
+    settings.update(config.backend_options)
     needs_sim = config.backend is None or (config.backend == "nemo-gym" and not config.agent_url)
     if not needs_sim:
-        yield str(config.backend), config.backend_settings()
+        yield name, settings
         return
     from gymbench.sim import running_sim_server
 
-    name = config.backend or "openai"
     with running_sim_server(preset=config.sim_preset, **config.sim) as server:
         warn(
             f"no server set: using the simulated server (preset {config.sim_preset}) at {server.url} "
             f"through the {name} backend; set +backend=openai +base_url=... +model=... "
             "(or +backend=nemo-gym +agent_url=...) for a real one"
         )
-        settings = config.backend_settings()
-        settings.update(base_url=server.base_url, agent_url=server.url, model=config.model or SIM_MODEL)
+        sim_values = {"base_url": server.base_url, "agent_url": server.url, "model": config.model or SIM_MODEL}
+        settings.update({k: v for k, v in sim_values.items() if declared is None or k in declared})
         yield name, settings
+
+
+def make_strategy(plugins: Plugins, name: str, options: dict[str, Any], parallelism: int | None) -> ConcurrencyStrategy:
+    """A strategy from the registry; ``num_samples_in_parallel`` goes to those that take it."""
+    declared = plugins.options("strategy", name)
+    config = dict(options)
+    if declared is None or "num_samples_in_parallel" in declared:
+        config.setdefault("num_samples_in_parallel", parallelism)
+    elif parallelism is not None:
+        warn(f"num_samples_in_parallel does not apply to strategy {name!r}, which sets its own limit")
+    return plugins.strategy(name, config)
 
 
 def collect_settings(config: CollectConfig) -> CollectSettings:
@@ -67,8 +81,6 @@ def collect_settings(config: CollectConfig) -> CollectSettings:
         raise GymbenchError("collect needs +input_jsonl_fpath=TASKS.jsonl")
     if not config.output_jsonl_fpath:
         raise GymbenchError("collect needs +output_jsonl_fpath=ROLLOUTS.jsonl")
-    if config.max_attempts < 1:
-        raise GymbenchError(f"max_attempts must be at least 1, got {config.max_attempts}")
     selection = TaskSlice(config.start_idx, config.end_idx, config.limit, config.num_repeats)
     return CollectSettings(
         input_path=Path(config.input_jsonl_fpath),
@@ -79,80 +91,97 @@ def collect_settings(config: CollectConfig) -> CollectSettings:
         overwrite=config.overwrite,
         max_attempts=config.max_attempts,
         verify=config.verify_settings(),
+        stop_after_failures=config.stop_after_failures,
     )
 
 
-def run_collect(config: CollectConfig, plugins: Any) -> int:
+def metrics_path(output: Path) -> Path:
+    return output.with_name(output.name + ".metrics.json")
+
+
+def check_metrics_path(path: Path) -> None:
+    if path.is_dir():
+        raise GymbenchError(f"{path}: is a directory, but the run writes its metrics file there; move it away")
+
+
+def run_collect(config: CollectConfig, plugins: Plugins) -> int:
     settings = collect_settings(config)
-    strategy_config = {"num_samples_in_parallel": config.num_samples_in_parallel, **config.strategy_options}
     verifier = plugins.verifier(config.verifier, config.verifier_options)
-    strategy = plugins.strategy(config.strategy, strategy_config)
+    strategy = make_strategy(plugins, config.strategy, config.strategy_options, config.num_samples_in_parallel)
     if config.num_samples_in_parallel is None and config.strategy == "semaphore":
         warn(UNBOUNDED_WARNING)
-    run = RunInfo(kind="collect", name=config.run_name, started_at=utc_now(), options=_public(config))
+    run = Run(plugins, "collect", config.run_name, settings_dict(config), results_dir=config.results_dir,
+              save=config.save_results)  # fmt: skip
     preflight(settings)
-    with backend_settings(config) as (backend_name, backend_config):
+    check_metrics_path(metrics_path(settings.output_path))
+    run.start()
+    with backend_settings(config, plugins) as (backend_name, backend_config):
         collector = Collector(settings, plugins.backend(backend_name, backend_config), verifier, strategy)
-        plugins.hook.gymbench_run_start(run=run)
         stats, interrupted = _collect(collector, config.progress)
     summary = stats.summary()
     print(format_summary(summary, settings.output_path), file=sys.stderr)
-    metrics_path = settings.output_path.with_name(settings.output_path.name + ".metrics.json")
-    metrics_path.write_text(json.dumps({"summary": summary, "settings": _public(config)}, indent=1))
-    record = results_record(config, backend_name, stats)
-    if config.save_results and not interrupted:
-        print(f"results record: {save_to_store(record, config.results_dir)}", file=sys.stderr)
-    plugins.hook.gymbench_run_finish(run=run, record=record)
+    run.finish([collect_result(config, backend_name, stats)], save=config.save_results and not interrupted)
+    write_json_atomic(metrics_path(settings.output_path), {"summary": summary, "settings": settings_dict(config)})
+    if run.saved_path is not None:
+        print(f"results record: {run.saved_path}", file=sys.stderr)
+    return _exit_status(collector, stats, settings.output_path, interrupted)
+
+
+def _exit_status(collector: Collector, stats: CollectStats, output: Path, interrupted: bool) -> int:
+    """Say how the run ended; every rollout is either in ``output`` or will be redone by a resume."""
+    problems = collector.problems
+    resume = "Run the same command with +resume=true to continue."
     if interrupted:
+        print(f"gymbench: interrupted; {stats.completed + stats.failed} rollouts are in {output}. {resume}",
+              file=sys.stderr)  # fmt: skip
+        return 130
+    for error in problems.errors:
+        print(f"gymbench: error: {error}", file=sys.stderr)
+    if problems.errors:
+        missing = ", ".join(f"{t}/{r}" for t, r in problems.unwritten[:10]) or "none"
         print(
-            f"gymbench: interrupted; {stats.completed + stats.failed} rollouts are in {settings.output_path}. "
-            "Run the same command with +resume=true to continue.",
+            f"gymbench: error: the run stopped after an internal error; rollouts without a row (task/rollout): "
+            f"{missing}{' ...' if len(problems.unwritten) > 10 else ''}. Fix the cause, then: {resume}",
             file=sys.stderr,
         )
-        return 130
+        return 1
+    if problems.stop_reason is not None:
+        print(
+            f"gymbench: error: stopped early: {problems.stop_reason}. {stats.completed + stats.failed} rollouts "
+            f"are in {output}; the rest were not attempted. Check the server, then: {resume}",
+            file=sys.stderr,
+        )
+        return 1
     return 0 if stats.failed == 0 else 1
 
 
 def _collect(collector: Collector, show_progress: bool) -> tuple[CollectStats, bool]:
     """Run the engine on a fresh event loop (uvloop when installed) with a progress bar."""
+    seen: set[tuple[str, int | None]] = set()
+
+    def on_failure(failure: GenerationFailed) -> None:
+        if (failure.kind, failure.status) not in seen:
+            seen.add((failure.kind, failure.status))
+            warn(f"a rollout failed ({failure.kind}): {failure.reason}; further failures of this kind are counted")
 
     async def main() -> CollectStats:
-        with progress_bar(collector, enabled=show_progress) as on_progress:
+        collector.on_failure = on_failure
+        with collect_progress(collector, enabled=show_progress) as on_progress:
             collector.on_progress = on_progress
             return await collector.run()
 
     try:
-        return _run_loop(main()), False
+        return run_loop(main()), False
     except KeyboardInterrupt:
         return collector.stats, True
 
 
-def _run_loop(coroutine: Any) -> CollectStats:
+def run_loop(coroutine: Any) -> Any:
     with contextlib.suppress(ImportError):
         import uvloop
 
         return uvloop.run(coroutine)
     return asyncio.run(coroutine)
-
-
-@contextlib.contextmanager
-def progress_bar(collector: Collector, enabled: bool) -> Iterator[Any]:
-    """tqdm with rollouts/s (its rate) and the running mean reward, refreshed twice a second."""
-    total = collector.planned() if enabled else None
-    bar = tqdm(total=total, unit="rollout", desc="Collecting rollouts", disable=not enabled, mininterval=0.5)
-    last = [0.0]
-
-    def on_progress(done: int, stats: CollectStats) -> None:
-        bar.update(done)
-        now = time.monotonic()
-        if now - last[0] > 0.5 and stats.mean_reward is not None:
-            last[0] = now
-            bar.set_postfix_str(f"reward={stats.mean_reward:.3f} failed={stats.failed}", refresh=False)
-
-    try:
-        yield on_progress
-    finally:
-        bar.close()
 
 
 def format_summary(summary: dict[str, Any], output: Path) -> str:
@@ -179,7 +208,7 @@ def format_summary(summary: dict[str, Any], output: Path) -> str:
     return "\n".join(lines)
 
 
-def results_record(config: CollectConfig, backend_name: str, stats: CollectStats) -> ResultsRecord:
+def collect_result(config: CollectConfig, backend_name: str, stats: CollectStats) -> BenchmarkResult:
     summary = stats.summary()
     latencies = stats.latency.values
     if len(latencies) > STORED_LATENCY_SAMPLES:
@@ -196,7 +225,7 @@ def results_record(config: CollectConfig, backend_name: str, stats: CollectStats
             metrics[f"stage_{stage}"] = Metric(value, "s", "lower")
     if stats.mean_reward is not None:
         metrics["mean_reward"] = Metric(stats.mean_reward, "reward", "higher")
-    bench = BenchmarkResult(
+    return BenchmarkResult(
         name="collect",
         params={
             "input": Path(config.input_jsonl_fpath or "").name,
@@ -207,9 +236,3 @@ def results_record(config: CollectConfig, backend_name: str, stats: CollectStats
         metrics=metrics,
         extra={"summary": summary},
     )
-    return ResultsRecord(name=config.run_name, kind="collect", benchmarks=[bench], fingerprint=collect_fingerprint())
-
-
-def _public(config: CollectConfig) -> dict[str, Any]:
-    """Settings as recorded: names of secrets' variables are kept, never their values."""
-    return asdict(config)

@@ -1,4 +1,10 @@
-"""Every setting of ``gymbench collect``, with NeMo Gym's names where NeMo Gym has one."""
+"""Settings of ``collect``, ``tune`` and ``diagnose``, with NeMo Gym's names where it has one.
+
+:class:`ServerConfig` holds what the three commands share (where requests go, how they are
+verified, where the record goes); each command's class adds its own, so ``--help`` lists only
+settings that apply. Range checks run when the settings are built (``__post_init__``), before
+any server is started or file touched.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymbench.rollout.verification import VerifySettings
+from gymbench.settings import at_least, positive_finite, require, safe_name
+
+MAX_REPEATS = (1 << 24) - 1
+"""Rollout indices are packed into 24 bits by the resume bookkeeping."""
 
 
 def _help(text: str) -> dict[str, str]:
@@ -13,16 +23,8 @@ def _help(text: str) -> dict[str, str]:
 
 
 @dataclass
-class CollectConfig:
+class ServerConfig:
     input_jsonl_fpath: str | None = field(default=None, metadata=_help("JSONL file of tasks (required)"))
-    output_jsonl_fpath: str | None = field(default=None, metadata=_help("where rollouts go (required)"))
-    limit: int | None = field(default=None, metadata=_help("take at most this many rows (after start_idx)"))
-    start_idx: int = field(default=0, metadata=_help("first row index taken (0-based)"))
-    end_idx: int | None = field(default=None, metadata=_help("row index to stop before: the range is [start, end)"))
-    num_repeats: int = field(default=1, metadata=_help("rollouts per task"))
-    num_samples_in_parallel: int | None = field(default=None, metadata=_help("rollouts at once (unset: unbounded)"))
-    strategy: str = field(default="semaphore", metadata=_help("concurrency strategy plugin"))
-    strategy_options: dict[str, Any] = field(default_factory=dict, metadata=_help("extra strategy settings"))
     backend: str | None = field(
         default=None, metadata=_help("backend plugin (unset: start the simulated server and use it)")
     )
@@ -35,14 +37,16 @@ class CollectConfig:
     api_key_env: str | None = field(default=None, metadata=_help("environment variable holding the API key"))
     extra_body: dict[str, Any] = field(default_factory=dict, metadata=_help("fields added to every request body"))
     backend_options: dict[str, Any] = field(default_factory=dict, metadata=_help("extra backend settings"))
-    request_timeout_s: float = field(default=300.0, metadata=_help("per-request timeout"))
+    request_timeout_s: float = field(default=300.0, metadata=_help("per-request timeout in seconds (> 0)"))
     max_retries: int = field(default=5, metadata=_help("retries on 429, 5xx and connection errors"))
-    global_aiohttp_connector_limit: int = field(default=65536, metadata=_help("connection pool size"))
-    global_aiohttp_connector_limit_per_host: int = field(default=16384, metadata=_help("pool size per host"))
+    global_aiohttp_connector_limit: int = field(default=65536, metadata=_help("connection pool size (0: no limit)"))
+    global_aiohttp_connector_limit_per_host: int = field(
+        default=16384, metadata=_help("pool size per host (0: no limit)")
+    )
     sim_preset: str = field(default="vllm-like", metadata=_help("simulator preset when no backend is set"))
     sim: dict[str, Any] = field(default_factory=dict, metadata=_help("simulator settings, e.g. +sim.max_num_seqs=8"))
     verifier: str = field(default="exact-match", metadata=_help("verifier plugin"))
-    verifier_options: dict[str, Any] = field(default_factory=dict, metadata=_help("extra verifier settings"))
+    verifier_options: dict[str, Any] = field(default_factory=dict, metadata=_help("the verifier's own settings"))
     verifier_pool: str = field(
         default="auto",
         metadata=_help("auto, inline, thread or process (auto: cheap verifiers inline, others in threads)"),
@@ -61,13 +65,19 @@ class CollectConfig:
         default_factory=dict,
         metadata=_help("merged into every row's request, e.g. +responses_create_params.temperature=0.7"),
     )
-    resume: bool = field(default=False, metadata=_help("skip rollouts already in the output file"))
-    overwrite: bool = field(default=False, metadata=_help("replace an existing output file"))
-    max_attempts: int = field(default=3, metadata=_help("attempts per failed rollout across resumes"))
     save_results: bool = field(default=True, metadata=_help("save a results record under results_dir"))
     results_dir: str = field(default="results", metadata=_help("where results records go"))
     run_name: str = field(default="collect", metadata=_help("name of the results record"))
-    progress: bool = field(default=True, metadata=_help("show a progress bar"))
+    progress: bool = field(default=True, metadata=_help("show progress"))
+
+    def __post_init__(self) -> None:
+        positive_finite("request_timeout_s", self.request_timeout_s)
+        at_least("max_retries", self.max_retries, 0, 100)
+        at_least("global_aiohttp_connector_limit", self.global_aiohttp_connector_limit, 0)
+        at_least("global_aiohttp_connector_limit_per_host", self.global_aiohttp_connector_limit_per_host, 0)
+        safe_name("run_name", self.run_name)
+        at_least("verify_cache_size", self.verify_cache_size, 0)
+        self.verify_settings()  # its own checks: pool, workers, fraction, first_n
 
     def verify_settings(self) -> VerifySettings:
         return VerifySettings(
@@ -82,19 +92,44 @@ class CollectConfig:
             only_cheap=self.verify_only_cheap,
         )
 
-    def backend_settings(self) -> dict[str, Any]:
+    def backend_values(self) -> dict[str, Any]:
+        """Every server setting by name; the harness passes a backend those its schema declares."""
         keys = (
-            "agent_url",
-            "agent_name",
-            "base_url",
-            "model",
-            "api",
-            "stream",
-            "api_key_env",
-            "extra_body",
-            "request_timeout_s",
-            "max_retries",
-            "global_aiohttp_connector_limit",
+            "base_url", "model", "api", "stream", "api_key_env", "extra_body", "agent_url", "agent_name",
+            "request_timeout_s", "max_retries", "global_aiohttp_connector_limit",
             "global_aiohttp_connector_limit_per_host",
-        )
-        return {**{key: getattr(self, key) for key in keys}, **self.backend_options}
+        )  # fmt: skip
+        return {key: getattr(self, key) for key in keys}
+
+
+@dataclass
+class CollectConfig(ServerConfig):
+    output_jsonl_fpath: str | None = field(default=None, metadata=_help("where rollouts go (required)"))
+    limit: int | None = field(default=None, metadata=_help("take at most this many rows (after start_idx)"))
+    start_idx: int = field(default=0, metadata=_help("first row index taken (0-based)"))
+    end_idx: int | None = field(default=None, metadata=_help("row index to stop before: the range is [start, end)"))
+    num_repeats: int = field(default=1, metadata=_help("rollouts per task"))
+    num_samples_in_parallel: int | None = field(default=None, metadata=_help("rollouts at once (unset: unbounded)"))
+    strategy: str = field(default="semaphore", metadata=_help("concurrency strategy plugin"))
+    strategy_options: dict[str, Any] = field(default_factory=dict, metadata=_help("the strategy's own settings"))
+    resume: bool = field(default=False, metadata=_help("skip rollouts already in the output file"))
+    resume_force: bool = field(
+        default=False, metadata=_help("resume even when the settings or input differ from the first run's")
+    )
+    overwrite: bool = field(default=False, metadata=_help("replace an existing output file"))
+    max_attempts: int = field(default=3, metadata=_help("attempts per failed rollout across resumes"))
+    stop_after_failures: int = field(
+        default=20,
+        metadata=_help("stop early after this many rollouts in a row fail to reach the server (0: never)"),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least("limit", self.limit, 0)
+        at_least("start_idx", self.start_idx, 0)
+        if self.end_idx is not None:
+            require(self.end_idx >= self.start_idx, "end_idx", self.end_idx, f"at least start_idx ({self.start_idx})")
+        at_least("num_repeats", self.num_repeats, 1, MAX_REPEATS)
+        at_least("num_samples_in_parallel", self.num_samples_in_parallel, 1)
+        at_least("max_attempts", self.max_attempts, 1)
+        at_least("stop_after_failures", self.stop_after_failures, 0)

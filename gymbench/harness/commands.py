@@ -1,18 +1,25 @@
-"""Harness-level commands: ``collect`` (and later the tuning commands)."""
+"""The ``collect``, ``tune`` and ``diagnose`` commands' plugin.
+
+Registration only: each command's settings and code are imported when that command runs (the
+``--help`` of one command builds only its own parser).
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
-from gymbench.harness.collect_config import CollectConfig
-from gymbench.harness.settings import add_settings_arguments, parse_settings
-from gymbench.harness.tune_config import TuneConfig
 from gymbench.hookspecs import hookimpl
 from gymbench.types import Command
 
+if TYPE_CHECKING:
+    from gymbench.plugins import Plugins
+
 
 def _configure_collect(parser: argparse.ArgumentParser) -> None:
+    from gymbench.harness.collect_config import CollectConfig
+    from gymbench.settings import add_settings_arguments
+
     parser.epilog = (
         "example: gymbench collect +input_jsonl_fpath=tasks.jsonl +output_jsonl_fpath=out.jsonl "
         "+num_samples_in_parallel=32 +limit=200"
@@ -20,27 +27,44 @@ def _configure_collect(parser: argparse.ArgumentParser) -> None:
     add_settings_arguments(parser, CollectConfig)
 
 
-def _run_collect(args: argparse.Namespace, plugins: Any) -> int:
+def _run_collect(args: argparse.Namespace, plugins: Plugins) -> int:
     from gymbench.harness.collect import run_collect
+    from gymbench.harness.collect_config import CollectConfig
+    from gymbench.settings import settings_from_args
 
-    return run_collect(parse_settings(CollectConfig, args), plugins)
+    return run_collect(settings_from_args(CollectConfig, args), plugins)
 
 
 def _configure_tune(parser: argparse.ArgumentParser) -> None:
+    from gymbench.harness.tune_config import TuneConfig
+    from gymbench.settings import add_settings_arguments
+
     parser.epilog = "example: gymbench tune +input_jsonl_fpath=tasks.jsonl +start=8 +stability_rollouts=1000"
     add_settings_arguments(parser, TuneConfig)
 
 
-def _run_tune(args: argparse.Namespace, plugins: Any) -> int:
+def _run_tune(args: argparse.Namespace, plugins: Plugins) -> int:
     from gymbench.harness.tune import run_tune
+    from gymbench.harness.tune_config import TuneConfig
+    from gymbench.settings import settings_from_args
 
-    return run_tune(parse_settings(TuneConfig, args), plugins)
+    return run_tune(settings_from_args(TuneConfig, args), plugins)
 
 
-def _run_diagnose(args: argparse.Namespace, plugins: Any) -> int:
+def _configure_diagnose(parser: argparse.ArgumentParser) -> None:
+    from gymbench.harness.tune_config import DiagnoseConfig
+    from gymbench.settings import add_settings_arguments
+
+    parser.epilog = "example: gymbench diagnose +input_jsonl_fpath=tasks.jsonl +low=5 +high=20"
+    add_settings_arguments(parser, DiagnoseConfig)
+
+
+def _run_diagnose(args: argparse.Namespace, plugins: Plugins) -> int:
     from gymbench.harness.tune import run_diagnose
+    from gymbench.harness.tune_config import DiagnoseConfig
+    from gymbench.settings import settings_from_args
 
-    return run_diagnose(parse_settings(TuneConfig, args), plugins)
+    return run_diagnose(settings_from_args(DiagnoseConfig, args), plugins)
 
 
 @hookimpl
@@ -55,7 +79,7 @@ def gymbench_register_commands() -> list[Command]:
         Command(
             "diagnose",
             "what limits throughput: parallelism, model server, verification, connection pool or client",
-            _configure_tune,
+            _configure_diagnose,
             _run_diagnose,
         ),
         Command(

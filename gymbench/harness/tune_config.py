@@ -1,15 +1,37 @@
-"""Settings of ``gymbench tune`` and ``gymbench diagnose``: collection settings plus the search's."""
+"""Settings of ``gymbench tune`` and ``gymbench diagnose``: the server settings plus the search's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from gymbench.harness.collect_config import CollectConfig, _help
+from gymbench.harness.collect_config import ServerConfig, _help
+from gymbench.settings import at_least, one_of, require
+
+METHODS = ("sweep", "adaptive")
 
 
 @dataclass
-class TuneConfig(CollectConfig):
-    method: str = field(default="sweep", metadata=_help("sweep (the seeds' doubling sweep) or adaptive"))
+class ProbeConfig(ServerConfig):
+    """What every probe of the task sample needs."""
+
+    strategy: str = field(
+        default="semaphore",
+        metadata=_help("concurrency strategy probed at each parallelism (it must take num_samples_in_parallel)"),
+    )
+    strategy_options: dict[str, Any] = field(default_factory=dict, metadata=_help("the strategy's own settings"))
+    sample_size: int = field(default=200, metadata=_help("tasks in the sample every probe uses"))
+    min_rollouts: int = field(default=64, metadata=_help("rollouts per probe, at least (3p + 32 otherwise)"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least("sample_size", self.sample_size, 1)
+        at_least("min_rollouts", self.min_rollouts, 1)
+
+
+@dataclass
+class TuneConfig(ProbeConfig):
+    method: str = field(default="sweep", metadata=_help("sweep (NeMo Gym's doubling sweep) or adaptive"))
     start: int = field(default=5, metadata=_help("first parallelism of the sweep"))
     factor: float = field(default=2.0, metadata=_help("sweep multiplier"))
     max_parallelism: int = field(default=1024, metadata=_help("stop the sweep here"))
@@ -18,10 +40,27 @@ class TuneConfig(CollectConfig):
     error_rate: float = field(default=0.01, metadata=_help("an error rate above this stops the sweep"))
     fraction: float = field(default=0.8, metadata=_help("recommend this fraction of the knee's parallelism"))
     refine: bool = field(default=True, metadata=_help("probe between the sweep points around the knee"))
-    sample_size: int = field(default=200, metadata=_help("tasks in the sample every probe uses"))
-    min_rollouts: int = field(default=64, metadata=_help("rollouts per probe, at least (3p + 32 otherwise)"))
     stability_rollouts: int = field(default=0, metadata=_help("after tuning, a run this long at the recommendation"))
     plot: str | None = field(default="tune.png", metadata=_help("PNG plot path (empty: no plot)"))
-    low: int = field(default=5, metadata=_help("diagnose: the low parallelism"))
-    high: int = field(default=20, metadata=_help("diagnose: the high parallelism"))
     run_name: str = field(default="tune", metadata=_help("name of the results record"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of("method", self.method, METHODS)
+        at_least("start", self.start, 1)
+        require(self.factor > 1, "factor", self.factor, "a multiplier above 1")
+        require(self.max_parallelism >= self.start, "max_parallelism", self.max_parallelism, "at least start")
+        require(0 < self.fraction <= 1, "fraction", self.fraction, "a share in (0, 1]")
+        at_least("stability_rollouts", self.stability_rollouts, 0)
+
+
+@dataclass
+class DiagnoseConfig(ProbeConfig):
+    low: int = field(default=5, metadata=_help("the low parallelism"))
+    high: int = field(default=20, metadata=_help("the high parallelism"))
+    run_name: str = field(default="diagnose", metadata=_help("name of the results record"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least("low", self.low, 1)
+        require(self.high > self.low, "high", self.high, f"above low ({self.low})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from gymbench.baseline.gate import GateResult
@@ -55,6 +56,10 @@ def write_step_summary(markdown: str) -> Path | None:
     if not target:
         return None
     path = Path(target)
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(markdown)
+    try:
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(markdown if markdown.endswith("\n") else markdown + "\n")
+    except OSError as exc:
+        print(f"gymbench: warning: cannot write {STEP_SUMMARY_ENV} ({target}): {exc.strerror or exc}", file=sys.stderr)
+        return None
     return path

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.rollout.dataset import DatasetError, Task, TaskSlice, count_selected, read_tasks
+from gymbench.rollout.guard import FailureBreaker, RunProblems
 from gymbench.rollout.output import (
     ResumeState,
     RolloutWriter,
@@ -23,6 +24,7 @@ from gymbench.rollout.output import (
     pair_key,
     refuse_to_overwrite,
 )
+from gymbench.rollout.rows import build_row, count_row
 from gymbench.rollout.stats import CollectStats
 from gymbench.rollout.verification import Judgement, VerificationRunner, VerifySettings
 from gymbench.types import (
@@ -51,6 +53,8 @@ class CollectSettings:
     overwrite: bool = False
     max_attempts: int = 3
     verify: VerifySettings = field(default_factory=VerifySettings)
+    stop_after_failures: int = 0
+    """Stop after this many failed rollouts in a row (0: never; the command line's default is 20)."""
 
 
 def preflight(settings: CollectSettings) -> None:
@@ -79,9 +83,14 @@ class Collector:
         self.on_progress = on_progress or (lambda done, stats: None)
         self.on_rollout: Callable[[Mapping[str, float]], None] | None = None
         """Called with each rollout's stage timings (the tuner measures occupancy with it)."""
+        self.on_failure: Callable[[GenerationFailed], None] | None = None
+        """Called with each failed rollout's failure (the command line warns on the first of a kind)."""
         self.stats = CollectStats(clock=clock)
         self.stopped_early = False
+        self.problems = RunProblems()
+        self.breaker = FailureBreaker(settings.stop_after_failures)
         self._writer: RolloutWriter | None = None
+        self._pending: set[asyncio.Task[None]] = set()
 
     def planned(self) -> int:
         return count_selected(self.settings.input_path, self.settings.selection)
@@ -94,20 +103,20 @@ class Collector:
         if state is None and not cfg.overwrite:
             refuse_to_overwrite(cfg.output_path)
         self._writer = RolloutWriter(cfg.output_path, append=state is not None)
-        pending: set[asyncio.Task[None]] = set()
+        self.problems = RunProblems()
+        pending = self._pending
         try:
             self.verification.start()
             async with self.backend:
                 self.stats = CollectStats(clock=self.clock)
                 try:
-                    await self._dispatch(_chain(first, tasks), state, pending)
+                    await self._dispatch(_chain(first, tasks), state)
                 except StopDispatch:
                     self.stopped_early = True
                 except DatasetError:
-                    await asyncio.gather(*pending)  # a bad row later on: let in-flight rollouts land
+                    await self._drain()  # a bad row later on: let in-flight rollouts land
                     raise
-                if pending:
-                    await asyncio.gather(*pending)
+                await self._drain()
         finally:
             for job in pending:
                 job.cancel()
@@ -119,8 +128,14 @@ class Collector:
             self._count_cache()
         return self.stats
 
-    async def _dispatch(self, tasks: Any, state: ResumeState | None, pending: set[asyncio.Task[None]]) -> None:
+    async def _drain(self) -> None:
+        while self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+
+    async def _dispatch(self, tasks: Any, state: ResumeState | None) -> None:
         for task in tasks:
+            if self.problems.halted:
+                return
             key = pair_key(task.task_index, task.rollout_index)
             if state is not None and key in state.done:
                 self.stats.skipped += 1
@@ -129,11 +144,25 @@ class Collector:
             ready = self.clock()
             slot = self.strategy.slot()
             await slot.__aenter__()
+            if self.problems.halted:  # it stopped while we waited for the slot
+                await slot.__aexit__(None, None, None)
+                return
             job = asyncio.ensure_future(self._one(task, attempt, slot, self.clock() - ready))
-            pending.add(job)
-            job.add_done_callback(pending.discard)
+            self._pending.add(job)
+            job.add_done_callback(self._job_done)
+
+    def _job_done(self, job: asyncio.Task[None]) -> None:
+        """Every rollout task ends here; an exception it let out is reported, never lost."""
+        self._pending.discard(job)
+        if job.cancelled():
+            self.problems.cancelled += 1
+        elif job.exception() is not None:
+            self.problems.add_error("a rollout", job.exception(), None, written=False)  # type: ignore[arg-type]
 
     async def _one(self, task: Task, attempt: int, slot: AbstractAsyncContextManager[None], slot_wait: float) -> None:
+        pair = (task.task_index, task.rollout_index)
+        written = False
+        where = "the backend"
         try:
             params = {**task.row["responses_create_params"], **self.settings.overrides}
             request = GenerationRequest(task.task_index, task.rollout_index, params, task.row)
@@ -147,7 +176,9 @@ class Collector:
             except Exception as exc:  # a backend bug must not kill the whole run
                 failure = GenerationFailed("backend_error", f"{type(exc).__name__}: {exc}")
             generated = self.clock()
+            where = f"the strategy {type(self.strategy).__name__}'s observe()"
             self.strategy.observe(RequestOutcome(generated - started, failure is None, failure and failure.status))
+            where = "verification"
             judgement = await self._judge(task, generation) if generation is not None else None
             finished = self.clock()
             timings = {
@@ -156,9 +187,35 @@ class Collector:
                 "verification": finished - generated,
                 "total": slot_wait + finished - started,
             }
-            self._record(task, attempt, params, generation, failure, judgement, timings)
+            row = build_row(task, attempt, params, generation, failure, judgement, timings, self.settings.verify.name)
+            count_row(self.stats, generation, failure, judgement, timings)
+            where = "the rollout writer"
+            assert self._writer is not None
+            self._writer.write(row)
+            written = True
+            where = "a progress callback"
+            self._after_write(failure, timings)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.problems.add_error(where, exc, pair, written)
         finally:
-            await slot.__aexit__(None, None, None)
+            try:
+                await slot.__aexit__(None, None, None)
+            except Exception as exc:
+                self.problems.add_error(f"the strategy {type(self.strategy).__name__}'s slot", exc, None, True)
+
+    def _after_write(self, failure: GenerationFailed | None, timings: Mapping[str, float]) -> None:
+        if failure is not None and self.on_failure is not None:
+            self.on_failure(failure)
+        if self.breaker.observe(failure) and not self.problems.halted:
+            self.problems.stop_reason = self.breaker.reason()
+            for job in self._pending:
+                if job is not asyncio.current_task():
+                    job.cancel()
+        self.on_progress(1, self.stats)
+        if self.on_rollout is not None:
+            self.on_rollout(timings)
 
     async def _judge(self, task: Task, generation: Generation) -> Judgement:
         if generation.reward is not None:
@@ -170,70 +227,6 @@ class Collector:
         self.stats.cache_hits = cache.hits if cache is not None else 0
         self.stats.cache_misses = cache.misses if cache is not None else 0
         self.stats.verify_skipped = self.verification.skipped
-
-    def _record(
-        self,
-        task: Task,
-        attempt: int,
-        params: Mapping[str, Any],
-        generation: Generation | None,
-        failure: GenerationFailed | None,
-        judgement: Judgement | None,
-        timings: dict[str, float],
-    ) -> None:
-        row = dict(task.row)
-        row["responses_create_params"] = params
-        row["task_index"] = task.task_index
-        row["rollout_index"] = task.rollout_index
-        row["attempt"] = attempt
-        retries = generation.retries if generation is not None else failure.retries if failure is not None else 0
-        row["retries"] = retries
-        stats = self.stats
-        stats.retries += retries
-        if generation is not None and judgement is not None:
-            row["status"] = "ok"
-            row["response"] = generation.response
-            verdict = judgement.verdict
-            row["reward"] = verdict.reward if verdict is not None and verdict.failure_kind is None else None
-            row["verifier"] = {
-                "name": self.settings.verify.name,
-                "details": verdict.details if verdict is not None else {},
-                "failure_kind": verdict.failure_kind if verdict is not None else None,
-                "cached": judgement.cached,
-                "skipped": judgement.skipped_reason,
-            }
-            row["usage"] = {
-                "prompt_tokens": generation.usage.prompt_tokens,
-                "completion_tokens": generation.usage.completion_tokens,
-            }
-            row["failure"] = None
-            for key, value in generation.extra.items():
-                row.setdefault(key, value)
-            stats.completed += 1
-            stats.prompt_tokens += generation.usage.prompt_tokens
-            stats.completion_tokens += generation.usage.completion_tokens
-            if verdict is not None and verdict.failure_kind is None:
-                stats.reward_sum += verdict.reward
-                stats.rewarded += 1
-            elif verdict is not None:
-                stats.verify_failures += 1
-            stats.latency.add(timings["total"])
-            stats.request_latency.add(timings.get("generation", 0.0) + timings.get("connection_wait", 0.0))
-        else:
-            assert failure is not None
-            row["status"] = "failed"
-            row["response"] = None
-            row["reward"] = None
-            row["failure"] = {"kind": failure.kind, "reason": failure.reason, "status": failure.status}
-            stats.failed += 1
-            stats.failure_kinds[failure.kind] += 1
-        row["timings"] = timings
-        stats.add_timings(timings)
-        assert self._writer is not None
-        self._writer.write(row)
-        self.on_progress(1, stats)
-        if self.on_rollout is not None:
-            self.on_rollout(timings)
 
 
 def _chain(first: Task | None, rest: Any) -> Any:

@@ -2,21 +2,32 @@
 
 Its capacity follows from its parameters (see :func:`gymbench.sim.capacity.describe`), which makes
 it the ground truth against which the tuner and the bottleneck diagnosis are checked.
+
+The names below are imported on first use, so that ``gymbench.sim.plugin`` (loaded on every
+``gymbench`` call) does not pay for the server's imports.
 """
 
 from __future__ import annotations
 
-from gymbench.sim.capacity import Capacity, describe
-from gymbench.sim.config import PRESETS, SimConfig, config_from_preset
-from gymbench.sim.launcher import SimServerHandle, running_sim_server, start_sim_server
+import importlib
+from typing import Any
 
-__all__ = [
-    "PRESETS",
-    "Capacity",
-    "SimConfig",
-    "SimServerHandle",
-    "config_from_preset",
-    "describe",
-    "running_sim_server",
-    "start_sim_server",
-]
+_EXPORTS = {
+    "PRESETS": "gymbench.sim.config",
+    "SimConfig": "gymbench.sim.config",
+    "config_from_preset": "gymbench.sim.config",
+    "Capacity": "gymbench.sim.capacity",
+    "describe": "gymbench.sim.capacity",
+    "SimServerHandle": "gymbench.sim.launcher",
+    "running_sim_server": "gymbench.sim.launcher",
+    "start_sim_server": "gymbench.sim.launcher",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gymbench.sim' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

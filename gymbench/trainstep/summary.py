@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import numpy as np
@@ -13,18 +12,19 @@ from gymbench.trainstep.bench import BenchOptions, TrainReport, record_metrics, 
 from gymbench.trainstep.config import TrainConfig, scale_learning_rate
 from gymbench.trainstep.oom import SearchPlan, SearchResult, Trial
 from gymbench.trainstep.session import ModelFactory
+from gymbench.trainstep.settings import TrainSettings
 
 MiB = 1 << 20
 
 
-def benchmark(factory: ModelFactory, config: TrainConfig, args: argparse.Namespace, recorder: Recorder) -> None:
+def benchmark(factory: ModelFactory, config: TrainConfig, args: TrainSettings, recorder: Recorder) -> None:
     options = BenchOptions(
-        memory_pass=not args.no_memory,
-        count_flops=not args.no_flops,
+        memory_pass=args.memory,
+        count_flops=args.flops,
         peak_tflops=args.peak_tflops,
         leak_bound_bytes=args.leak_bound_mib * MiB,
         profile_path=args.profile,
-        progress=not args.no_progress,
+        progress=args.progress,
     )
     report = run_benchmark(factory, config, options)
     record_metrics(recorder, report)
@@ -90,7 +90,7 @@ def _memory_lines(report: TrainReport) -> list[str]:
     return lines
 
 
-def find_batch(factory: ModelFactory, config: TrainConfig, args: argparse.Namespace, recorder: Recorder) -> None:
+def find_batch(factory: ModelFactory, config: TrainConfig, args: TrainSettings, recorder: Recorder) -> None:
     from gymbench.trainstep.backoff import find_largest_batch, halve_until_it_fits
 
     if args.memory_budget_mib <= 0 or not 0 < args.memory_fraction <= 1:
@@ -111,7 +111,7 @@ def find_batch(factory: ModelFactory, config: TrainConfig, args: argparse.Namesp
         margin=args.margin,
         verify_runs=args.verify,
         budget_bytes=budget,
-        guided=not args.no_guided,
+        guided=args.guided,
     )
     result = find_largest_batch(
         factory,
@@ -119,7 +119,7 @@ def find_batch(factory: ModelFactory, config: TrainConfig, args: argparse.Namesp
         plan,
         steps=args.trial_steps,
         memory_fraction=args.memory_fraction,
-        progress=not args.no_progress,
+        progress=args.progress,
     )
     _record_search(recorder, result, config)
 

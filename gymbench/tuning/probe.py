@@ -104,6 +104,8 @@ class Prober:
         self.min_rollouts = min_rollouts
         self.server_metrics = server_metrics
         self.workdir = Path(tempfile.mkdtemp(prefix="gymbench-tune-"))
+        self.progress: Any = None
+        """Optional: ``progress.start(parallelism, total)`` returns the collector's progress callback."""
 
     async def probe(self, parallelism: int, strategy: ConcurrencyStrategy, rollouts: int | None = None) -> ProbeResult:
         total = rollouts or rollouts_for(parallelism, self.min_rollouts)
@@ -124,6 +126,8 @@ class Prober:
             spans.append((now - timings["total"] + timings.get("slot_wait", 0.0), now))
 
         collector.on_rollout = on_rollout
+        if self.progress is not None:
+            collector.on_progress = self.progress.start(parallelism, total)
         lags: list[float] = []
         waiting: list[float] = []
         watcher = asyncio.ensure_future(self._watch(lags, waiting))

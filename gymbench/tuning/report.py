@@ -1,4 +1,4 @@
-"""The tuner's outputs: the seeds' table, a markdown table for CI logs, a plot, a results record."""
+"""The tuner's outputs: the probe table, a markdown table for CI logs, a plot, a benchmark result."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.curves import throughput_at
-from gymbench.fingerprint import collect_fingerprint
-from gymbench.record import BenchmarkResult, Metric, ResultsRecord
+from gymbench.record import BenchmarkResult, Metric
 from gymbench.tuning.diagnose import Diagnosis
 from gymbench.tuning.sweep import TuneResult
 
@@ -96,7 +95,7 @@ def plot(result: TuneResult, path: Path) -> Path:
     return path
 
 
-def tune_record(result: TuneResult, name: str, params: dict[str, Any]) -> ResultsRecord:
+def tune_result(result: TuneResult, params: dict[str, Any]) -> BenchmarkResult:
     means = {p: sum(v) / len(v) for p, v in result.measured.items()}
     metrics = {
         "knee_parallelism": Metric(result.knee.parallelism, "parallelism", "higher"),
@@ -116,5 +115,17 @@ def tune_record(result: TuneResult, name: str, params: dict[str, Any]) -> Result
         "stop_reason": result.stop_reason,
         "knee_ci": [result.knee.low, result.knee.high],
     }
-    bench = BenchmarkResult(name="tune", params={**params, "method": result.method}, metrics=metrics, extra=extra)
-    return ResultsRecord(name=name, kind="tune", benchmarks=[bench], fingerprint=collect_fingerprint())
+    return BenchmarkResult(name="tune", params={**params, "method": result.method}, metrics=metrics, extra=extra)
+
+
+def diagnose_result(diagnosis: Diagnosis, params: dict[str, Any]) -> BenchmarkResult:
+    """The diagnosis as a benchmark result: both probes' figures, the verdict in ``extra``."""
+    metrics = {}
+    for label, probe in (("low", diagnosis.low), ("high", diagnosis.high)):
+        metrics[f"{label}_rollouts_per_s"] = Metric(probe.rollouts_per_s, "rollouts/s", "higher")
+        if probe.latency_p50_s is not None:
+            metrics[f"{label}_latency_p50"] = Metric(probe.latency_p50_s, "s", "lower")
+    metrics["gain"] = Metric(diagnosis.gain, "ratio", "higher")
+    extra = {"verdict": diagnosis.verdict, "evidence": diagnosis.evidence, "symptoms": diagnosis.symptoms}
+    params = {**params, "low": diagnosis.low.parallelism, "high": diagnosis.high.parallelism}
+    return BenchmarkResult(name="diagnose", params=params, metrics=metrics, extra=extra)

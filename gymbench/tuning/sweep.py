@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gymbench.builtin.adaptive import AdaptiveStrategy
-from gymbench.builtin.semaphore import SemaphoreStrategy
 from gymbench.curves import Knee, find_knee, throughput_at
 from gymbench.tuning.probe import Prober, ProbeResult
+from gymbench.types import ConcurrencyStrategy
+
+if TYPE_CHECKING:
+    from gymbench.plugins import Plugins
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,44 @@ class SweepSettings:
     error_rate: float = 0.01
     fraction: float = 0.8
     refine: bool = True
+
+
+@dataclass(frozen=True)
+class Strategies:
+    """Where probes get their strategies: the plugin registry, so a blocked or third-party
+    strategy is honoured (``GYMBENCH_BLOCK_PLUGINS``, ``+strategy=NAME``)."""
+
+    fixed: Callable[[int], ConcurrencyStrategy]
+    """A strategy holding exactly this many rollouts in flight."""
+    adaptive: Callable[[SweepSettings], Any]
+    """The ``adaptive`` strategy for a search (it must expose ``log`` and ``converged``)."""
+
+    @classmethod
+    def from_plugins(
+        cls, plugins: Plugins, name: str = "semaphore", options: Mapping[str, Any] | None = None
+    ) -> Strategies:
+        def fixed(parallelism: int) -> ConcurrencyStrategy:
+            return plugins.strategy(name, {**(options or {}), "num_samples_in_parallel": parallelism})
+
+        def adaptive(settings: SweepSettings) -> Any:
+            return plugins.strategy(
+                "adaptive",
+                {
+                    "start": settings.start,
+                    "max_limit": settings.max_parallelism,
+                    "plateau_gain": settings.plateau_gain,
+                    "error_rate": settings.error_rate,
+                    "stop_when_converged": True,
+                },
+            )
+
+        return cls(fixed, adaptive)
+
+
+def builtin_strategies() -> Strategies:
+    from gymbench.plugins import Plugins, get_plugin_manager
+
+    return Strategies.from_plugins(Plugins(get_plugin_manager(load_entry_points=False)))
 
 
 @dataclass
@@ -63,12 +105,13 @@ def next_parallelism(current: int, factor: float) -> int:
     return max(current + 1, math.ceil(current * factor))
 
 
-async def doubling_sweep(prober: Prober, settings: SweepSettings) -> TuneResult:
+async def doubling_sweep(prober: Prober, settings: SweepSettings, strategies: Strategies | None = None) -> TuneResult:
+    strategies = strategies or builtin_strategies()
     started = time.perf_counter()
     probes: list[ProbeResult] = []
     parallelism = settings.start
     while True:
-        result = await prober.probe(parallelism, SemaphoreStrategy(parallelism))
+        result = await prober.probe(parallelism, strategies.fixed(parallelism))
         probes.append(result)
         reason = stop_reason(probes, settings)
         if reason is not None:
@@ -82,7 +125,7 @@ async def doubling_sweep(prober: Prober, settings: SweepSettings) -> TuneResult:
     knee = find_knee(measured)
     if settings.refine:
         for midpoint in refinement_points(sorted(measured), knee.parallelism):
-            result = await prober.probe(midpoint, SemaphoreStrategy(midpoint))
+            result = await prober.probe(midpoint, strategies.fixed(midpoint))
             probes.append(result)
             if result.error_rate <= settings.error_rate:
                 measured[midpoint] = list(result.batch_rates)
@@ -129,16 +172,12 @@ def recommend(measured: dict[int, list[float]], knee: Knee, fraction: float) -> 
     return recommended, throughput_at(means, recommended)
 
 
-async def adaptive_search(prober: Prober, settings: SweepSettings, budget: int = 200_000) -> TuneResult:
+async def adaptive_search(
+    prober: Prober, settings: SweepSettings, budget: int = 200_000, strategies: Strategies | None = None
+) -> TuneResult:
     """One run with the ``adaptive`` strategy; it stops dispatching once the knee is bracketed."""
     started = time.perf_counter()
-    strategy = AdaptiveStrategy(
-        start=settings.start,
-        max_limit=settings.max_parallelism,
-        plateau_gain=settings.plateau_gain,
-        error_rate=settings.error_rate,
-        stop_when_converged=True,
-    )
+    strategy = (strategies or builtin_strategies()).adaptive(settings)
     result = await prober.probe(settings.start, strategy, rollouts=budget)
     log = strategy.log
     knee = log.knee if log.knee is not None else find_knee(log.samples)
@@ -171,10 +210,16 @@ def _level(run: ProbeResult, parallelism: int, rates: list[float], errors: float
 
 
 async def validate_stability(
-    prober: Prober, parallelism: int, rollouts: int, expected: float, error_bound: float = 0.01
+    prober: Prober,
+    parallelism: int,
+    rollouts: int,
+    expected: float,
+    error_bound: float = 0.01,
+    strategies: Strategies | None = None,
 ) -> StabilityResult:
     """A longer run at the recommendation: does throughput hold, and do errors stay rare?"""
-    result = await prober.probe(parallelism, SemaphoreStrategy(parallelism), rollouts=rollouts)
+    strategy = (strategies or builtin_strategies()).fixed(parallelism)
+    result = await prober.probe(parallelism, strategy, rollouts=rollouts)
     rates = result.batch_rates
     third = max(1, len(rates) // 3)
     first, last = float(np.mean(rates[:third])), float(np.mean(rates[-third:]))

@@ -136,8 +136,8 @@ def test_existing_output_needs_resume_or_overwrite(tmp_path: Path) -> None:
     [
         (["+limit=abc"], "setting 'limit'"),
         (["+num_samples_in_paralel=4"], "unknown setting 'num_samples_in_paralel'"),
-        (["+start_idx=9", "+end_idx=3"], r"start_idx \(9\) is after end_idx \(3\)"),
-        (["+num_samples_in_parallel=0"], "num_samples_in_parallel must be a positive whole number"),
+        (["+start_idx=9", "+end_idx=3"], r"setting 'end_idx': got 3, expected at least start_idx \(9\)"),
+        (["+num_samples_in_parallel=0"], "setting 'num_samples_in_parallel': got 0, expected a number of at least 1"),
         (["+backend=tgi"], "unknown backend 'tgi'; known backends: nemo-gym, openai"),
         (["+strategy=magic"], "unknown strategy 'magic'; known strategies:"),
         (["+verifier=judge"], "unknown verifier 'judge'; known verifiers:"),

@@ -94,12 +94,12 @@ def test_cli_settings_file_and_its_errors(tmp_path: Path, capsys: pytest.Capture
     bad = tmp_path / "bad.yaml"
     bad.write_text("max_num_seqs: [1, 2\n")
     assert main(["sim-server", "--config", str(bad), "--describe"]) == 2
-    assert f"{bad}: cannot read simulator settings" in capsys.readouterr().err
+    assert f"{bad}: not valid YAML/JSON" in capsys.readouterr().err
     assert main(["sim-server", "--config", str(tmp_path / "none.yaml"), "--describe"]) == 2
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text("max_seqs: 3\n")
     assert main(["sim-server", "--config", str(unknown), "--describe"]) == 2
-    assert "unknown simulator setting 'max_seqs'" in capsys.readouterr().err
+    assert "unknown setting 'max_seqs'" in capsys.readouterr().err
 
 
 def test_cli_serves_in_the_foreground_and_stops_on_sigint() -> None:

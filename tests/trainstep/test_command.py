@@ -79,9 +79,10 @@ def test_fp16_on_cpu_warns_and_keeps_shapes_tiny(capsys: pytest.CaptureFixture[s
         (["--batch", "6", "--accumulation", "4"], "not divisible by accumulation 4"),
         (["--model", "nope"], "unknown model 'nope'; known models: mlp, transformer"),
         (["--checkpointing", "half"], "use 'off', 'on' or 'every-K'"),
-        (["--set", "layers"], "write KEY=VALUE"),
+        (["+model_options=layers"], "setting 'model_options'"),
+        (["+model_options.layers=many"], "invalid literal for int"),
         (["--save", "../escape"], "becomes a file name"),
-        (["--find-batch", "search", "--memory-budget-mib", "0"], "--memory-budget-mib must be positive"),
+        (["--find-batch", "search", "--memory-budget-mib", "0"], "setting 'memory_budget_mib': got 0.0"),
         (["--find-batch", "search", "--tolerance", "2"], "0 < tolerance < 1"),
     ],
 )

@@ -5,12 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gymbench.harness.settings import build_settings
 from gymbench.harness.tune import diagnose_run, tune_run
-from gymbench.harness.tune_config import TuneConfig
+from gymbench.harness.tune_config import DiagnoseConfig, TuneConfig
+from gymbench.settings import build_settings
 from gymbench.sim import config_from_preset, describe
 from gymbench.testing import make_plugins
 
@@ -21,10 +22,12 @@ CODE_TASKS = ROOT / "gymbench" / "data" / "example_code_tasks.jsonl"
 KNEE16 = {"max_num_seqs": 16, "step_base_s": 0.01, "step_per_seq_s": 0.0005, "output_tokens_mean": 8}
 
 
-def config(*settings: str, sim: dict | None = None, tasks: Path = TASKS) -> TuneConfig:
+def config(*settings: str, sim: dict | None = None, tasks: Path = TASKS, schema: type = TuneConfig) -> Any:
     sim_settings = [f"sim.{key}={value}" for key, value in (sim or {}).items()]
-    base = [f"input_jsonl_fpath={tasks}", "save_results=false", "plot=", "min_rollouts=32"]
-    return build_settings(TuneConfig, [*base, *sim_settings, *(s.removeprefix("+") for s in settings)])
+    base = [f"input_jsonl_fpath={tasks}", "save_results=false", "min_rollouts=32", "progress=false"]
+    if schema is TuneConfig:
+        base.append("plot=")
+    return build_settings(schema, [*base, *sim_settings, *(s.removeprefix("+") for s in settings)])
 
 
 @pytest.mark.slow
@@ -61,7 +64,7 @@ def test_sweep_stops_when_errors_appear() -> None:
 
 
 def verdict(*settings: str, sim: dict | None = None, tasks: Path = TASKS) -> str:
-    diagnosis = diagnose_run(config(*settings, sim=sim, tasks=tasks), make_plugins())
+    diagnosis = diagnose_run(config(*settings, sim=sim, tasks=tasks, schema=DiagnoseConfig), make_plugins())
     return diagnosis.verdict
 
 

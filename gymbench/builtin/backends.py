@@ -1,0 +1,98 @@
+"""The built-in backends' plugin: ``openai`` and ``nemo-gym``, with their options.
+
+Registration is all this module does, so it imports nothing heavy: the backends themselves (and
+aiohttp with them) are imported when a run creates one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from gymbench.hookspecs import hookimpl
+from gymbench.settings import at_least, one_of, positive_finite
+from gymbench.types import Backend, Component
+
+APIS = ("responses", "chat")
+MAX_RETRIES_CAP = 100
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class HttpSettings:
+    """What every HTTP backend shares: timeouts, retries, the pool (NeMo Gym's names), the key."""
+
+    request_timeout_s: float = field(default=300.0, metadata=_help("per-request timeout in seconds (> 0)"))
+    connect_timeout_s: float = field(default=10.0, metadata=_help("connection timeout in seconds (> 0)"))
+    max_retries: int = field(default=5, metadata=_help("retries on 429, 5xx and connection errors"))
+    backoff_base_s: float = field(default=0.5, metadata=_help("first retry's backoff window"))
+    backoff_cap_s: float = field(default=30.0, metadata=_help("largest backoff window"))
+    global_aiohttp_connector_limit: int = field(default=65536, metadata=_help("connection pool size (0: no limit)"))
+    global_aiohttp_connector_limit_per_host: int = field(
+        default=16384, metadata=_help("pool size per host (0: no limit)")
+    )
+    preflight: bool = field(default=True, metadata=_help("check the server answers before the run starts"))
+    api_key_env: str | None = field(default=None, metadata=_help("environment variable holding the API key"))
+
+    def __post_init__(self) -> None:
+        positive_finite("request_timeout_s", self.request_timeout_s)
+        positive_finite("connect_timeout_s", self.connect_timeout_s)
+        at_least("max_retries", self.max_retries, 0, MAX_RETRIES_CAP)
+        at_least("backoff_base_s", self.backoff_base_s, 0.0, 3600.0)
+        at_least("backoff_cap_s", self.backoff_cap_s, 0.0, 3600.0)
+        at_least("global_aiohttp_connector_limit", self.global_aiohttp_connector_limit, 0)
+        at_least("global_aiohttp_connector_limit_per_host", self.global_aiohttp_connector_limit_per_host, 0)
+
+
+@dataclass
+class OpenAISettings(HttpSettings):
+    base_url: str | None = field(default=None, metadata=_help("OpenAI-compatible base URL, http://HOST:PORT/v1"))
+    model: str | None = field(default=None, metadata=_help("model name sent with each request"))
+    api: str = field(default="responses", metadata=_help("responses or chat"))
+    stream: bool = field(default=False, metadata=_help("stream responses (measures time to first token)"))
+    extra_body: dict[str, Any] = field(default_factory=dict, metadata=_help("fields added to every request body"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of("api", self.api, APIS)
+
+
+@dataclass
+class NemoGymSettings(HttpSettings):
+    agent_url: str | None = field(default=None, metadata=_help("the NeMo Gym agent server, http://HOST:PORT"))
+    agent_name: str | None = field(default=None, metadata=_help("the agent's name in NeMo Gym"))
+    base_url: str | None = field(default=None, metadata=_help("the agent server, when agent_url is not set"))
+
+
+def make_openai(settings: OpenAISettings) -> Backend:
+    from gymbench.builtin.openai_backend import OpenAIBackend
+
+    return OpenAIBackend(dataclasses.asdict(settings))
+
+
+def make_nemo_gym(settings: NemoGymSettings) -> Backend:
+    from gymbench.builtin.nemo_gym_backend import NemoGymBackend
+
+    return NemoGymBackend(dataclasses.asdict(settings))
+
+
+@hookimpl
+def gymbench_register_backends() -> list[Component]:
+    return [
+        Component(
+            "openai",
+            make_openai,
+            "OpenAI-compatible HTTP server (vLLM, SGLang, OpenAI): Responses API or chat completions",
+            settings=OpenAISettings,
+        ),
+        Component(
+            "nemo-gym",
+            make_nemo_gym,
+            "a NeMo Gym agent server's /run (agent_url); the agent verifies",
+            settings=NemoGymSettings,
+        ),
+    ]

@@ -1,0 +1,79 @@
+"""What a person watching a run sees: progress bars and one-line warnings on stderr.
+
+Warnings go through tqdm's ``write`` so that they do not tear a progress bar in two.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from gymbench.rollout.engine import Collector
+from gymbench.rollout.stats import CollectStats
+from gymbench.secrets import redact
+
+REFRESH_S = 0.5
+
+
+def warn(message: str) -> None:
+    from tqdm import tqdm
+
+    tqdm.write(f"gymbench: warning: {redact(message)}", file=sys.stderr)
+
+
+def _postfix(stats: CollectStats) -> str:
+    reward = "-" if stats.mean_reward is None else f"{stats.mean_reward:.3f}"
+    return f"reward={reward} failed={stats.failed}"
+
+
+@contextlib.contextmanager
+def collect_progress(collector: Collector, enabled: bool) -> Iterator[Callable[[int, CollectStats], None]]:
+    """tqdm with rollouts/s (its rate) and the running mean reward; it closes on the final figures."""
+    from tqdm import tqdm
+
+    total = collector.planned() if enabled else None
+    bar = tqdm(total=total, unit="rollout", desc="Collecting rollouts", disable=not enabled, mininterval=REFRESH_S)
+    last = [0.0]
+
+    def on_progress(done: int, stats: CollectStats) -> None:
+        bar.update(done)
+        now = time.monotonic()
+        if now - last[0] > REFRESH_S:
+            last[0] = now
+            bar.set_postfix_str(_postfix(stats), refresh=False)
+
+    try:
+        yield on_progress
+    finally:
+        bar.set_postfix_str(_postfix(collector.stats), refresh=True)
+        bar.close()
+
+
+class ProbeProgress:
+    """One line per probe while it runs: which parallelism, rollouts so far and their rate."""
+
+    def __init__(self, enabled: bool, what: str = "probe") -> None:
+        self.enabled = enabled
+        self.what = what
+        self.bar: Any = None
+
+    def start(self, parallelism: int, total: int | None) -> Callable[[int, CollectStats], None]:
+        from tqdm import tqdm
+
+        self.close()
+        self.bar = tqdm(total=total, unit="rollout", desc=f"{self.what} at parallelism {parallelism}",
+                        disable=not self.enabled, mininterval=REFRESH_S, leave=True)  # fmt: skip
+        bar = self.bar
+
+        def on_progress(done: int, stats: CollectStats) -> None:
+            bar.update(done)
+
+        return on_progress
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

@@ -1,0 +1,127 @@
+"""What the ``compare``, ``calibrate``, ``report``, ``baselines``, ``import`` and ``export`` commands do."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gymbench.baseline.calibrate import learn_noise, rerun_suite
+from gymbench.baseline.compare import detectable_change
+from gymbench.baseline.gate import GateResult, noise_for, run_gate
+from gymbench.baseline.noise import NoiseTable
+from gymbench.baseline.pytest_benchmark import load_any, load_pytest_benchmark, to_pytest_benchmark
+from gymbench.baseline.settings import CompareSettings, build_settings
+from gymbench.baseline.store import BaselineStore, save_calibration
+from gymbench.errors import GymbenchError
+from gymbench.fingerprint import machine_info
+from gymbench.record import ResultsRecord, save_record, store_path, utc_now
+from gymbench.report.html import render_report, write_report
+from gymbench.report.markdown import comparison_markdown, write_step_summary
+from gymbench.report.terminal import comparison_lines, table
+
+if TYPE_CHECKING:
+    from gymbench.plugins import Plugins
+
+
+def _gate(args: argparse.Namespace, baseline_spec: str, candidate_spec: str) -> GateResult:
+    store = BaselineStore(args.results_dir)
+    key = machine_info()["key"]
+    settings = build_settings(
+        Path("pyproject.toml"),
+        min_effect=args.min_effect,
+        alpha=args.alpha,
+        metrics=tuple(args.metrics) if args.metrics else None,
+        correct_shift=False if args.no_shift_correction else None,
+    )
+    baseline, candidate = store.select(baseline_spec, key), store.select(candidate_spec, key)
+    return run_gate(baseline, candidate, settings, noise_for(args.results_dir, key, args.calibration), args.fail_on)
+
+
+def _publish(result: GateResult, args: argparse.Namespace) -> None:
+    print("\n".join(comparison_lines(result, verbose=args.verbose)))
+    markdown = comparison_markdown(result)
+    if args.markdown:
+        args.markdown.write_text(markdown, encoding="utf-8")
+    write_step_summary(markdown)
+
+
+def _run_compare(args: argparse.Namespace, plugins: Plugins) -> int:
+    result = _gate(args, args.baseline, args.candidate)
+    _publish(result, args)
+    return result.enforced.cli_code
+
+
+def _run_calibrate(args: argparse.Namespace, plugins: Plugins) -> int:
+    store = BaselineStore(args.results_dir)
+    key = machine_info()["key"]
+    spec = args.source
+    if spec is None:
+        names = rerun_suite(args.pytest_args, args.runs, args.name, args.results_dir)
+        spec = f"{args.name}-[0-9][0-9][0-9]"
+        print(f"ran the suite {len(names)} times")
+    selection = store.select(spec, key)
+    noise = learn_noise(selection.records, key, source=spec)
+    path = save_calibration(noise, args.results_dir, args.name, utc_now())
+    settings = build_settings(Path("pyproject.toml"), min_effect=args.min_effect)
+    _print_noise(noise, settings)
+    print(f"calibration from {len(selection.records)} runs saved to {path}")
+    return 0
+
+
+def _print_noise(noise: NoiseTable, settings: CompareSettings) -> None:
+    rows = [("benchmark", "metric", "run-to-run sd", "moderated", "MDE (1 vs 1 run)", "gated")]
+    for bench_id, by_metric in noise.metrics.items():
+        for metric, found in by_metric.items():
+            sd, df = noise.moderated(bench_id, metric) or (found.run_sd, math.inf)
+            mde = detectable_change(sd, df, settings)
+            gated = "yes" if mde <= settings.min_effect else "no (too noisy)"
+            rows.append((bench_id, metric, f"{found.run_sd:.2%}", f"{sd:.2%}", f"{mde:.1%}", gated))
+    print("\n".join(table(rows)))
+
+
+def _run_report(args: argparse.Namespace, plugins: Plugins) -> int:
+    store = BaselineStore(args.results_dir)
+    key = machine_info()["key"]
+    runs = store.runs(key) or store.runs()
+    baseline = args.baseline
+    if baseline is None:
+        if len(runs) < 2:
+            raise GymbenchError(
+                f"{args.results_dir}/ holds {len(runs)} run(s); a report needs a baseline and a candidate"
+            )
+        baseline = str(runs[-2].path)
+    result = _gate(args, baseline, args.candidate)
+    path = write_report(render_report(result, runs, args.history_metric), args.output)
+    _publish(result, args)
+    print(f"report written to {path}")
+    return result.enforced.cli_code
+
+
+def _run_baselines(args: argparse.Namespace, plugins: Plugins) -> int:
+    store = BaselineStore(args.results_dir)
+    runs = store.runs(None if args.all_machines else machine_info()["key"])
+    rows = [("stamp", "name", "machine", "commit", "path")]
+    rows += [(r.stamp, r.name, r.machine_key, (r.commit or "-")[:10], str(r.path)) for r in runs]
+    print("\n".join(table(rows)) if runs else f"no saved runs in {args.results_dir}/ for this machine")
+    return 0
+
+
+def _run_import(args: argparse.Namespace, plugins: Plugins) -> int:
+    record = load_pytest_benchmark(args.path)
+    name = args.name or record.name
+    target = store_path(record, args.results_dir, name)
+    saved = save_record(
+        ResultsRecord(name, record.benchmarks, record.fingerprint, record.created_at, record.kind), target
+    )
+    print(f"imported {len(record.benchmarks)} benchmarks to {saved}")
+    return 0
+
+
+def _run_export(args: argparse.Namespace, plugins: Plugins) -> int:
+    data = to_pytest_benchmark(load_any(args.path), args.metric)
+    args.output.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    print(f"exported {len(data['benchmarks'])} benchmarks to {args.output}")
+    return 0

@@ -1,0 +1,67 @@
+"""What ends a collection early, and how every rollout is accounted for when it does.
+
+Two things stop a run before its tasks run out:
+
+* an *internal error*: a plugin (strategy, verifier cache, progress callback) or the writer raised.
+  The run stops dispatching, lets what is in flight land, and reports the error with the pairs
+  whose rows were not written; resuming redoes exactly those.
+* a *dead server*: ``limit`` rollouts in a row failed (NeMo Gym's default is to retry forever; a
+  dead server otherwise costs every remaining rollout its full retry budget). The run stops at
+  once, cancelling what is in flight (unwritten, so resuming redoes it without spending an
+  attempt), and says why.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from gymbench.types import GenerationFailed
+
+
+@dataclass
+class FailureBreaker:
+    """Trips after ``limit`` consecutive failed rollouts; ``limit`` 0 never trips."""
+
+    limit: int = 20
+    streak: int = 0
+    kinds: Counter[str] = field(default_factory=Counter)
+    last_reason: str = ""
+
+    def observe(self, failure: GenerationFailed | None) -> bool:
+        """Count one finished rollout; True when this one trips the breaker."""
+        if failure is None:
+            self.streak = 0
+            self.kinds.clear()
+            return False
+        self.streak += 1
+        self.kinds[failure.kind] += 1
+        self.last_reason = failure.reason
+        return self.limit > 0 and self.streak == self.limit
+
+    def reason(self) -> str:
+        kinds = ", ".join(f"{kind}: {count}" for kind, count in self.kinds.most_common())
+        return (
+            f"{self.streak} rollouts in a row failed ({kinds}); the server looks unreachable or is refusing "
+            f"every request. Last failure: {self.last_reason}"
+        )
+
+
+@dataclass
+class RunProblems:
+    """Internal errors of a run and the pairs they left without a row."""
+
+    errors: list[str] = field(default_factory=list)
+    unwritten: list[tuple[int, int]] = field(default_factory=list)
+    stop_reason: str | None = None
+    cancelled: int = 0
+    """Rollouts in flight when the run stopped early; not written, so a resume redoes them."""
+
+    @property
+    def halted(self) -> bool:
+        return bool(self.errors) or self.stop_reason is not None
+
+    def add_error(self, where: str, exc: BaseException, pair: tuple[int, int] | None, written: bool) -> None:
+        self.errors.append(f"{where} raised {type(exc).__name__}: {exc}")
+        if pair is not None and not written:
+            self.unwritten.append(pair)

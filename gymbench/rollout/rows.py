@@ -1,0 +1,90 @@
+"""One output row per rollout, and what it adds to the run's statistics.
+
+The row keeps the input row (so a rollout file can be verified or trained on without the task
+file), the request as sent, the indices that make resume exact, and the product itself: the
+server's response, the reward and the verifier's judgement, or why it failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gymbench.rollout.dataset import Task
+from gymbench.rollout.stats import CollectStats
+from gymbench.rollout.verification import Judgement
+from gymbench.types import Generation, GenerationFailed
+
+REQUEST_STAGES = ("connection_wait", "ttft", "generation")
+
+
+def build_row(
+    task: Task,
+    attempt: int,
+    params: Mapping[str, Any],
+    generation: Generation | None,
+    failure: GenerationFailed | None,
+    judgement: Judgement | None,
+    timings: Mapping[str, float],
+    verifier_name: str,
+) -> dict[str, Any]:
+    row = dict(task.row)
+    row["responses_create_params"] = params
+    row["task_index"] = task.task_index
+    row["rollout_index"] = task.rollout_index
+    row["attempt"] = attempt
+    row["retries"] = generation.retries if generation is not None else failure.retries if failure is not None else 0
+    if generation is not None and judgement is not None:
+        verdict = judgement.verdict
+        row["status"] = "ok"
+        row["response"] = generation.response
+        row["reward"] = verdict.reward if verdict is not None and verdict.failure_kind is None else None
+        row["verifier"] = {
+            "name": verifier_name,
+            "details": verdict.details if verdict is not None else {},
+            "failure_kind": verdict.failure_kind if verdict is not None else None,
+            "cached": judgement.cached,
+            "skipped": judgement.skipped_reason,
+        }
+        row["usage"] = {
+            "prompt_tokens": generation.usage.prompt_tokens,
+            "completion_tokens": generation.usage.completion_tokens,
+        }
+        row["failure"] = None
+        for key, value in generation.extra.items():
+            row.setdefault(key, value)
+    else:
+        assert failure is not None
+        row["status"] = "failed"
+        row["response"] = None
+        row["reward"] = None
+        row["failure"] = {"kind": failure.kind, "reason": failure.reason, "status": failure.status}
+    row["timings"] = dict(timings)
+    return row
+
+
+def count_row(
+    stats: CollectStats,
+    generation: Generation | None,
+    failure: GenerationFailed | None,
+    judgement: Judgement | None,
+    timings: Mapping[str, float],
+) -> None:
+    stats.retries += generation.retries if generation is not None else failure.retries if failure is not None else 0
+    if generation is not None and judgement is not None:
+        verdict = judgement.verdict
+        stats.completed += 1
+        stats.prompt_tokens += generation.usage.prompt_tokens
+        stats.completion_tokens += generation.usage.completion_tokens
+        if verdict is not None and verdict.failure_kind is None:
+            stats.reward_sum += verdict.reward
+            stats.rewarded += 1
+        elif verdict is not None:
+            stats.verify_failures += 1
+        stats.latency.add(timings["total"])
+        # the whole backend call, however it was measured: pool wait, time to first token, the rest
+        stats.request_latency.add(sum(timings.get(stage, 0.0) for stage in REQUEST_STAGES))
+    elif failure is not None:
+        stats.failed += 1
+        stats.failure_kinds[failure.kind] += 1
+    stats.add_timings(dict(timings))

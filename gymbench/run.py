@@ -1,0 +1,79 @@
+"""The life of one run, the same for every command and for the pytest plugin.
+
+A run is announced to plugins (``gymbench_run_start``), produces benchmark results, gets one
+fingerprint (gymbench's own, amended by every ``gymbench_update_fingerprint`` implementation),
+becomes one results record written by one atomic writer, and is announced as finished
+(``gymbench_run_finish``). Where the record goes is checked when the run starts, so a long run
+never ends in "cannot write the results".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gymbench.jsonio import check_writable_dir
+from gymbench.plugins import Plugins
+from gymbench.record import BenchmarkResult, ResultsRecord, save_to_store, utc_now
+from gymbench.settings import safe_name
+from gymbench.types import RunInfo
+
+
+class Run:
+    """One run: ``start()``, then ``finish(benchmarks)`` once."""
+
+    def __init__(
+        self,
+        plugins: Plugins,
+        kind: str,
+        name: str,
+        options: Mapping[str, Any] | None = None,
+        *,
+        results_dir: str | os.PathLike[str] | None = None,
+        save: bool = True,
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> None:
+        safe_name("run_name", name)
+        self.plugins = plugins
+        self.save = save and results_dir is not None
+        self.results_dir = Path(results_dir) if results_dir is not None else None
+        self.cwd = cwd
+        self.info = RunInfo(kind=kind, name=name, started_at=utc_now(), options=dict(options or {}))
+        self.saved_path: Path | None = None
+        self.record: ResultsRecord | None = None
+
+    def start(self) -> Run:
+        """Check that the record can be written, then announce the run."""
+        if self.save and self.results_dir is not None:
+            check_writable_dir(self.results_dir, "results record")
+        self.plugins.hook.gymbench_run_start(run=self.info)
+        return self
+
+    def fingerprint(self) -> dict[str, dict[str, Any]]:
+        from gymbench.fingerprint import collect_fingerprint
+
+        fingerprint = collect_fingerprint(self.cwd)
+        self.plugins.hook.gymbench_update_fingerprint(fingerprint=fingerprint)
+        return fingerprint
+
+    def make_record(self, benchmarks: Sequence[BenchmarkResult]) -> ResultsRecord:
+        return ResultsRecord(
+            name=self.info.name, benchmarks=list(benchmarks), fingerprint=self.fingerprint(), kind=self.info.kind
+        )
+
+    def finish(
+        self, benchmarks: Sequence[BenchmarkResult] | ResultsRecord, *, save: bool | None = None
+    ) -> ResultsRecord:
+        """Fingerprint, save (unless told not to) and announce the record of this run.
+
+        Given a record already made (:meth:`make_record`: the pytest plugin compares it with a
+        baseline before it is saved, so that ``latest`` means the run before this one), that one.
+        """
+        record = benchmarks if isinstance(benchmarks, ResultsRecord) else self.make_record(benchmarks)
+        if (self.save if save is None else save) and self.results_dir is not None:
+            self.saved_path = save_to_store(record, self.results_dir)
+        self.record = record
+        self.plugins.hook.gymbench_run_finish(run=self.info, record=record)
+        return record

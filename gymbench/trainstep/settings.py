@@ -1,0 +1,84 @@
+"""Every setting of ``gymbench train``, read like every other command's (``+key=value``,
+``--key value``, ``--config FILE``). No torch here: settings are checked before torch is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gymbench.settings import at_least, one_of, require, safe_name
+
+FIND_BATCH = ("search", "halve")
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class TrainSettings:
+    # --- model
+    model: str = field(default="transformer", metadata=_help("a registered model (`gymbench plugins` lists them)"))
+    size: str = field(default="small", metadata=_help("size preset: tiny, small or base"))
+    model_options: dict[str, Any] = field(
+        default_factory=dict, metadata=_help("model options over the preset, e.g. +model_options.layers=8")
+    )
+    # --- training step
+    batch: int = field(default=8, metadata=_help("global batch: samples per optimizer step"))
+    seq_len: int = field(default=128, metadata=_help("tokens per sample (transformer)"))
+    precision: str = field(default="fp32", metadata=_help("fp32, bf16 or fp16"))
+    checkpointing: str = field(default="off", metadata=_help("off, on, or every-K (checkpoint every K-th block)"))
+    checkpoint_ratio: float | None = field(
+        default=None, metadata=_help("NeMo RL's checkpoint_ratio (0.5 = every other block)")
+    )
+    accumulation: int = field(default=1, metadata=_help("micro-batches per step; the global batch stays"))
+    steps: int = field(default=10, metadata=_help("measured steps"))
+    warmup: int = field(default=2, metadata=_help("unmeasured steps first"))
+    device: str = field(default="auto", metadata=_help("auto, cpu, cuda or cuda:N"))
+    threads: int | None = field(default=None, metadata=_help("torch CPU threads (default: torch's choice)"))
+    lr: float = field(default=1e-4, metadata=_help("AdamW learning rate at base_batch"))
+    base_batch: int | None = field(default=None, metadata=_help("the batch lr was tuned for; the √ rule rescales it"))
+    seed: int = field(default=0, metadata=_help("random seed"))
+    allow_slow_fp16: bool = field(default=False, metadata=_help("keep the given shapes for fp16 on a CPU"))
+    # --- measurements
+    memory: bool = field(default=True, metadata=_help("run the memory pass (--no-memory skips it)"))
+    flops: bool = field(default=True, metadata=_help("count FLOPs for MFU (--no-flops skips it)"))
+    peak_tflops: float | None = field(
+        default=None, metadata=_help("device peak for MFU when gymbench does not know it")
+    )
+    leak_bound_mib: float = field(default=16.0, metadata=_help("memory growth over the steps that flags a leak"))
+    profile: str | None = field(default=None, metadata=_help("write a torch.profiler Chrome trace of one step here"))
+    # --- largest batch (OOM backoff)
+    find_batch: str | None = field(
+        default=None,
+        metadata=_help("search: grow until a real OOM, then narrow; halve: halve-and-retry from batch"),
+    )
+    memory_budget_mib: float = field(default=1024.0, metadata=_help("CPU: address space above baseline"))
+    memory_fraction: float = field(default=0.9, metadata=_help("GPU: share of memory allowed"))
+    max_batch: int = field(default=1 << 16, metadata=_help("largest batch the search tries"))
+    tolerance: float = field(default=0.03, metadata=_help("stop when fit and failure are this close"))
+    margin: float = field(default=0.05, metadata=_help("safety margin below the largest fit"))
+    verify: int = field(default=3, metadata=_help("fresh runs of the chosen size"))
+    trial_steps: int = field(default=2, metadata=_help("training steps per trial"))
+    guided: bool = field(default=True, metadata=_help("use trial memory to guide the search (--no-guided: bisect)"))
+    # --- output
+    save: str | None = field(
+        default=None, metadata=_help("save a results record as results/<machine>/<time>_NAME.json")
+    )
+    results_dir: str = field(default="results", metadata=_help("where save writes"))
+    progress: bool = field(default=True, metadata=_help("show a progress bar"))
+
+    def __post_init__(self) -> None:
+        if self.save is not None:
+            safe_name("save", self.save)
+        if self.find_batch is not None:
+            one_of("find_batch", self.find_batch, FIND_BATCH)
+        require(self.memory_budget_mib > 0, "memory_budget_mib", self.memory_budget_mib, "a size above 0")
+        require(0 < self.memory_fraction <= 1, "memory_fraction", self.memory_fraction, "a share in (0, 1]")
+        at_least("max_batch", self.max_batch, 1)
+        at_least("verify", self.verify, 0)
+        at_least("trial_steps", self.trial_steps, 1)
+        require(self.leak_bound_mib >= 0, "leak_bound_mib", self.leak_bound_mib, "0 or more")
+        if self.checkpoint_ratio is not None:
+            require(0 <= self.checkpoint_ratio <= 1, "checkpoint_ratio", self.checkpoint_ratio, "a share in [0, 1]")

@@ -1,0 +1,58 @@
+"""Rooms import one way: core → built-ins, rollout, sim, trainstep, baseline → harness-level → CLI.
+
+The middle rooms never import each other; a record type from the core is how data crosses.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import gymbench
+
+PACKAGE = Path(gymbench.__file__).parent
+CORE = {
+    "gymbench",
+    "gymbench.types",
+    "gymbench.hookspecs",
+    "gymbench.record",
+    "gymbench.errors",
+    "gymbench.measure",
+    "gymbench.fingerprint",
+    "gymbench.settings",
+    "gymbench.jsonio",
+    "gymbench.secrets",
+    "gymbench.plugins",
+    "gymbench.run",
+    "gymbench.curves",
+}
+ROOMS = ("builtin", "rollout", "sim", "trainstep", "baseline")
+
+
+def imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_a_room_imports_only_the_core_and_itself(room: str) -> None:
+    own = f"gymbench.{room}"
+    for path in sorted((PACKAGE / room).glob("*.py")):
+        for name in imported_modules(path):
+            if name.startswith("gymbench") and not (name == own or name.startswith(own + ".")):
+                assert name in CORE, f"gymbench/{room}/{path.name} imports {name}, outside the core"
+
+
+def test_the_core_imports_no_room() -> None:
+    for module in CORE - {"gymbench"}:
+        path = PACKAGE / (module.removeprefix("gymbench.").replace(".", "/") + ".py")
+        for name in imported_modules(path):
+            if name.startswith("gymbench"):
+                assert name in CORE, f"{path.name} (core) imports {name}"
