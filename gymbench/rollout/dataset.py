@@ -82,7 +82,9 @@ def check_input_file(path: str | os.PathLike[str]) -> bool:
     try:
         info = os.stat(path)
     except FileNotFoundError:
-        raise DatasetError(f"{path}: input file not found; pass +input_jsonl_fpath=PATH to a JSONL file of tasks") from None
+        raise DatasetError(
+            f"{path}: input file not found; pass +input_jsonl_fpath=PATH to a JSONL file of tasks"
+        ) from None
     except OSError as exc:
         raise DatasetError(f"{path}: cannot read the input ({exc.strerror or exc}); check the path") from None
     if stat.S_ISDIR(info.st_mode):
