@@ -24,8 +24,9 @@ from typing import IO, Any
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import JSONReadError, decode_line, loads
 
-MAX_REPEATS = 1 << 24
-"""Rollout indices must fit the 24 bits that ``output.pair_key`` gives them."""
+ROLLOUT_INDEX_BITS = 24
+"""``output.pair_key`` packs a rollout index in this many bits (a million done pairs stay small)."""
+MAX_REPEATS = 1 << ROLLOUT_INDEX_BITS
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -54,7 +55,8 @@ class TaskSlice:
             raise GymbenchError(f"num_repeats must be at least 1, got {self.num_repeats}")
         if self.num_repeats > MAX_REPEATS:
             raise GymbenchError(
-                f"num_repeats must be at most {MAX_REPEATS} (rollout indices have 24 bits), got {self.num_repeats}"
+                f"num_repeats must be at most {MAX_REPEATS} (rollout indices have {ROLLOUT_INDEX_BITS} bits), "
+                f"got {self.num_repeats}"
             )
 
     @property

@@ -6,6 +6,9 @@ rollout_index) pairs are skipped; failed ones are attempted again while their at
 below the cap; a truncated last line (the kill landed mid-write) is dropped. When anything must
 go, the kept rows are rewritten to a temporary file that atomically replaces the output, so each
 pair has at most one row and nothing completed is ever lost.
+
+Rows another tool wrote (NeMo Gym's ``_ng_task_index``/``_ng_rollout_index``, or gymbench's index
+names without a ``status``) are kept as done and counted, never silently deleted and redone.
 """
 
 from __future__ import annotations
@@ -19,10 +22,9 @@ from typing import IO, Any
 
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import JSONReadError, dumps, loads
+from gymbench.rollout.dataset import MAX_REPEATS, ROLLOUT_INDEX_BITS
 from gymbench.secrets import redact_bytes
 
-ROLLOUT_INDEX_LIMIT = 1 << 24
-"""``pair_key`` gives the rollout index 24 bits."""
 _MOVE_AWAY = "point +output_jsonl_fpath at a new file or move this one away"
 
 
@@ -43,7 +45,7 @@ class ResumeState:
 
 def pair_key(task_index: int, rollout_index: int) -> int:
     """One int per pair: a million done pairs then cost tens of MB, not hundreds."""
-    return (task_index << 24) | rollout_index
+    return (task_index << ROLLOUT_INDEX_BITS) | rollout_index
 
 
 def load_resume_state(path: Path, max_attempts: int) -> ResumeState:
@@ -124,7 +126,7 @@ def _task_index(path: Path, number: int, row: dict[str, Any]) -> int:
 
 
 def _rollout_index(path: Path, number: int, row: dict[str, Any]) -> int:
-    return _index(path, number, row, ("rollout_index", "_ng_rollout_index"), ROLLOUT_INDEX_LIMIT)
+    return _index(path, number, row, ("rollout_index", "_ng_rollout_index"), MAX_REPEATS)
 
 
 def _attempt(path: Path, number: int, row: dict[str, Any]) -> int:
