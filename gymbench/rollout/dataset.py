@@ -1,19 +1,33 @@
 """Reading tasks: streamed JSONL rows in NeMo Gym's shape, sliced, limited and repeated.
 
 Rows are read one line at a time, so memory does not grow with the file. ``task_index`` is the
-row's 0-based position in the input file, so runs that split one file with ``start_idx`` and
-``end_idx`` (the half-open range ``[start_idx, end_idx)``) produce globally unique indices.
+row's 0-based position among the file's non-blank lines, so runs that split one file with
+``start_idx`` and ``end_idx`` (the half-open range ``[start_idx, end_idx)``) produce globally unique
+indices.
+
+The input may be a pipe (``/dev/stdin``, ``<(...)``, a FIFO). A pipe can be read only once, so
+:func:`open_tasks` opens the input exactly once, validates the first selected row before the run
+starts and hands that same row back first when iterated. Whatever needs a second pass (the
+progress bar's total, resume's identity check) asks :func:`check_input_file` first.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import TracebackType
+from typing import IO, Any
 
 from gymbench.errors import GymbenchError
+from gymbench.jsonio import JSONReadError, decode_line, loads
+
+ROLLOUT_INDEX_BITS = 24
+"""``output.pair_key`` packs a rollout index in this many bits (a million done pairs stay small)."""
+MAX_REPEATS = 1 << ROLLOUT_INDEX_BITS
+_BOM = b"\xef\xbb\xbf"
 
 
 class DatasetError(GymbenchError):
@@ -39,6 +53,11 @@ class TaskSlice:
             raise GymbenchError(f"limit must be 0 or more, got {self.limit}")
         if self.num_repeats < 1:
             raise GymbenchError(f"num_repeats must be at least 1, got {self.num_repeats}")
+        if self.num_repeats > MAX_REPEATS:
+            raise GymbenchError(
+                f"num_repeats must be at most {MAX_REPEATS} (rollout indices have {ROLLOUT_INDEX_BITS} bits), "
+                f"got {self.num_repeats}"
+            )
 
     @property
     def stop(self) -> int | None:
@@ -54,24 +73,90 @@ class Task:
     row: Mapping[str, Any]
 
 
-def check_input_file(path: str | os.PathLike[str]) -> None:
-    if not os.path.exists(path):
-        raise DatasetError(f"{path}: input file not found; pass +input_jsonl_fpath=PATH to a JSONL file of tasks")
-    if os.path.isdir(path):
+# --- the input as a file system object ---------------------------------------------------------
+
+
+def check_input_file(path: str | os.PathLike[str]) -> bool:
+    """Refuse a missing input, a directory, or an empty regular file; True when it is a regular file.
+
+    A pipe always looks empty to ``stat`` (size 0), so its emptiness is found only by reading it.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise DatasetError(
+            f"{path}: input file not found; pass +input_jsonl_fpath=PATH to a JSONL file of tasks"
+        ) from None
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read the input ({exc.strerror or exc}); check the path") from None
+    if stat.S_ISDIR(info.st_mode):
         raise DatasetError(f"{path}: is a directory; pass a JSONL file of tasks")
-    if os.path.getsize(path) == 0:
+    regular = stat.S_ISREG(info.st_mode)
+    if regular and info.st_size == 0:
         raise DatasetError(f"{path}: input file is empty; it needs one JSON task per line")
+    return regular
+
+
+def check_resumable_input(path: str | os.PathLike[str]) -> None:
+    """Resume must prove the input is the one the earlier run read, which takes a pass of its own."""
+    if not check_input_file(path):
+        raise DatasetError(
+            f"{path}: input is a pipe, so +resume=true cannot re-read it; write the tasks to a file first"
+        )
+
+
+def _open_input(path: str | os.PathLike[str]) -> IO[bytes]:
+    try:
+        return open(path, "rb")  # noqa: SIM115 - the caller owns and closes the handle
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read the input ({exc.strerror or exc}); check the path") from None
+
+
+# --- lines: one scanner for reading, counting and fingerprinting --------------------------------
+
+
+def _is_blank(raw: bytes, first: bool) -> bool:
+    return not (raw.removeprefix(_BOM) if first else raw).strip()
+
+
+class _SelectedLines:
+    """The non-blank lines in ``[start_idx, stop)`` as ``(line_number, task_index, raw)``.
+
+    Counting, fingerprinting and parsing all go through here, so they agree on which lines are
+    rows (blank lines skipped, a first-line byte-order mark ignored) without parsing any JSON.
+    """
+
+    def __init__(self, handle: IO[bytes], selection: TaskSlice) -> None:
+        self.handle = handle
+        self.selection = selection
+        self.any_bytes = False
+        self.any_rows = False
+
+    def __iter__(self) -> Iterator[tuple[int, int, bytes]]:
+        stop = self.selection.stop
+        index = -1
+        for line_number, raw in enumerate(self.handle, start=1):
+            self.any_bytes = True
+            if _is_blank(raw, line_number == 1):
+                continue
+            self.any_rows = True
+            index += 1
+            if stop is not None and index >= stop:
+                return
+            if index >= self.selection.start_idx:
+                yield line_number, index, raw
+
+
+# --- rows ----------------------------------------------------------------------------------------
 
 
 def parse_row(path: str | os.PathLike[str], line_number: int, line: str) -> dict[str, Any]:
     """One task row, checked for NeMo Gym's shape."""
     where = f"{path}:{line_number}"
     try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(
-            f"{where}: malformed JSON ({exc.msg} at column {exc.colno}); fix or remove the line"
-        ) from None
+        row = loads(line)
+    except JSONReadError as exc:
+        raise DatasetError(f"{where}: {exc}; fix or remove the line") from None
     if not isinstance(row, dict):
         raise DatasetError(f"{where}: expected a JSON object per line, got {type(row).__name__}")
     params = row.get("responses_create_params")
@@ -86,42 +171,117 @@ def parse_row(path: str | os.PathLike[str], line_number: int, line: str) -> dict
     return row
 
 
+def _decode(path: str | os.PathLike[str], line_number: int, raw: bytes) -> str:
+    try:
+        return decode_line(raw, first=line_number == 1)
+    except JSONReadError as exc:
+        raise DatasetError(f"{path}:{line_number}: {exc}") from None
+
+
+class TaskStream:
+    """The selected tasks of one input, opened once: ``first`` is checked before the run starts.
+
+    Iterating yields every selected task, ``num_repeats`` times in a row, starting with ``first``
+    (which is not read twice, so a pipe loses nothing). A stream is iterated at most once.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], selection: TaskSlice) -> None:
+        self.path = path
+        self.selection = selection
+        self.is_regular = check_input_file(path)
+        """False for a pipe: no second pass (no progress total, no resume)."""
+        self._handle = _open_input(path)
+        self._lines = _SelectedLines(self._handle, selection)
+        self._rows = self._parse_rows()
+        self._started = False
+        try:
+            self.first: Task | None = self._next_task()
+            """The first selected task (rollout 0), or None when the selection is empty."""
+        except BaseException:
+            self.close()
+            raise
+
+    def _parse_rows(self) -> Iterator[Task]:
+        for line_number, index, raw in self._lines:
+            yield Task(index, 0, parse_row(self.path, line_number, _decode(self.path, line_number, raw)))
+        if not self._lines.any_bytes:
+            raise DatasetError(f"{self.path}: input is empty; it needs one JSON task per line")
+        if not self._lines.any_rows:
+            raise DatasetError(f"{self.path}: input file has no task rows (only blank lines)")
+
+    def _next_task(self) -> Task | None:
+        task = next(self._rows, None)
+        if task is None:
+            self.close()
+        return task
+
+    def __iter__(self) -> Iterator[Task]:
+        if self._started:
+            raise RuntimeError("a TaskStream is read once; open the tasks again to read them again")
+        self._started = True
+        return self._repeat_all()
+
+    def _repeat_all(self) -> Iterator[Task]:
+        task = self.first
+        try:
+            while task is not None:
+                for repeat in range(self.selection.num_repeats):
+                    yield Task(task.task_index, repeat, task.row)
+                task = self._next_task()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def __enter__(self) -> TaskStream:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def open_tasks(path: str | os.PathLike[str], selection: TaskSlice) -> TaskStream:
+    """Open the input once and check its first selected row (see :class:`TaskStream`)."""
+    return TaskStream(path, selection)
+
+
 def read_tasks(path: str | os.PathLike[str], selection: TaskSlice) -> Iterator[Task]:
     """Yield the selected tasks, each ``num_repeats`` times in a row; blank lines are skipped."""
-    check_input_file(path)
-    stop = selection.stop
-    index = -1
-    seen_any = False
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            seen_any = True
-            index += 1
-            if index < selection.start_idx:
-                continue
-            if stop is not None and index >= stop:
-                break
-            row = parse_row(path, line_number, line)
-            for repeat in range(selection.num_repeats):
-                yield Task(index, repeat, row)
-    if not seen_any:
-        raise DatasetError(f"{path}: input file has no task rows (only blank lines)")
+    with open_tasks(path, selection) as stream:
+        yield from stream
 
 
-def count_selected(path: str | os.PathLike[str], selection: TaskSlice) -> int:
-    """How many rollouts the selection yields, counted from line breaks (fast, for the progress bar)."""
+# --- second passes (regular files only) ----------------------------------------------------------
+
+
+def count_selected(path: str | os.PathLike[str], selection: TaskSlice) -> int | None:
+    """How many rollouts the selection yields (for the progress bar); None for a pipe, which
+    must not be read twice. Lines are scanned, not parsed, and the scan ends at the slice's end."""
+    if not check_input_file(path):
+        return None
+    with _open_input(path) as handle:
+        rows = sum(1 for _ in _SelectedLines(handle, selection))
+    return rows * selection.num_repeats
+
+
+def input_identity(path: str | os.PathLike[str], selection: TaskSlice) -> dict[str, Any]:
+    """What identifies the tasks a run reads, for a resume to check it continues the same run.
+
+    For a regular file: the resolved path, its size, and the blake2b digest and count of exactly
+    the selected rows (their bytes without line endings or byte-order mark; no JSON parsing).
+    A pipe cannot be read twice, so it is identified by its path alone.
+    """
+    if not check_input_file(path):
+        return {"path": os.fspath(path), "kind": "pipe"}
+    digest = hashlib.blake2b(digest_size=16)
     rows = 0
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            rows += block.count(b"\n")
-    if os.path.getsize(path) and not _ends_with_newline(path):
-        rows += 1
-    stop = rows if selection.stop is None else min(rows, selection.stop)
-    return max(0, stop - selection.start_idx) * selection.num_repeats
-
-
-def _ends_with_newline(path: str | os.PathLike[str]) -> bool:
-    with open(path, "rb") as handle:
-        handle.seek(-1, os.SEEK_END)
-        return handle.read(1) == b"\n"
+    with _open_input(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        for line_number, _index, raw in _SelectedLines(handle, selection):
+            digest.update((raw.removeprefix(_BOM) if line_number == 1 else raw).rstrip(b"\r\n"))
+            digest.update(b"\n")
+            rows += 1
+    return {"path": os.path.realpath(path), "size": size, "rows": rows, "blake2b": digest.hexdigest()}

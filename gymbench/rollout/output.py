@@ -6,20 +6,26 @@ rollout_index) pairs are skipped; failed ones are attempted again while their at
 below the cap; a truncated last line (the kill landed mid-write) is dropped. When anything must
 go, the kept rows are rewritten to a temporary file that atomically replaces the output, so each
 pair has at most one row and nothing completed is ever lost.
+
+Rows another tool wrote (NeMo Gym's ``_ng_task_index``/``_ng_rollout_index``, or gymbench's index
+names without a ``status``) are kept as done and counted, never silently deleted and redone.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import orjson
-
 from gymbench.errors import GymbenchError
+from gymbench.jsonio import JSONReadError, dumps, loads
+from gymbench.rollout.dataset import MAX_REPEATS, ROLLOUT_INDEX_BITS
+from gymbench.secrets import redact_bytes
+
+_MOVE_AWAY = "point +output_jsonl_fpath at a new file or move this one away"
 
 
 @dataclass
@@ -31,11 +37,15 @@ class ResumeState:
     kept_rows: int = 0
     dropped_truncated: bool = False
     dropped_failed: int = 0
+    foreign_rows: int = 0
+    """Rows with indices but no ``status`` (another tool, e.g. NeMo Gym, wrote them): kept as done."""
+    duplicate_rows: int = 0
+    """Further rows for a pair already done; not counted as kept (a rewrite leaves them out)."""
 
 
 def pair_key(task_index: int, rollout_index: int) -> int:
     """One int per pair: a million done pairs then cost tens of MB, not hundreds."""
-    return (task_index << 24) | rollout_index
+    return (task_index << ROLLOUT_INDEX_BITS) | rollout_index
 
 
 def load_resume_state(path: Path, max_attempts: int) -> ResumeState:
@@ -43,11 +53,13 @@ def load_resume_state(path: Path, max_attempts: int) -> ResumeState:
     state = ResumeState()
     if not path.exists():
         return state
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            verdict = _classify(path, number, raw, state, max_attempts)
-            if verdict == "keep":
-                state.kept_rows += 1
+    try:
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                if _classify(path, number, raw, state, max_attempts) == "keep":
+                    state.kept_rows += 1
+    except OSError as exc:
+        raise GymbenchError(f"{path}: cannot read the earlier rollouts ({exc.strerror or exc}); {_MOVE_AWAY}") from None
     if state.dropped_truncated or state.dropped_failed:
         _rewrite_kept(path, max_attempts)
     return state
@@ -60,24 +72,71 @@ def _classify(path: Path, number: int, raw: bytes, state: ResumeState, max_attem
     if not raw.endswith(b"\n"):  # the last line, cut by a kill before its newline
         state.dropped_truncated = True
         return "skip"
-    try:
-        row = json.loads(raw)
-        key = pair_key(int(row["task_index"]), int(row["rollout_index"]))
-    except (ValueError, KeyError, TypeError):
-        raise GymbenchError(
-            f"{path}:{number}: not a gymbench rollout row, so the file cannot be resumed; "
-            "point +output_jsonl_fpath at a new file or move this one away"
-        ) from None
+    row = _read_row(path, number, raw)
+    key = pair_key(_task_index(path, number, row), _rollout_index(path, number, row))
     if key in state.done:
+        state.duplicate_rows += 1
         return "skip"
-    attempt = int(row.get("attempt", 1))
-    if row.get("status") != "ok" and attempt < max_attempts:
+    if "status" not in row:
+        state.foreign_rows += 1
+    elif row["status"] != "ok" and (attempt := _attempt(path, number, row)) < max_attempts:
         state.attempts[key] = max(attempt, state.attempts.get(key, 0))
         state.dropped_failed += 1
         return "retry"
     state.done.add(key)
     state.attempts.pop(key, None)
     return "keep"
+
+
+def _read_row(path: Path, number: int, raw: bytes) -> dict[str, Any]:
+    try:
+        row = loads(raw)
+    except JSONReadError as exc:
+        raise GymbenchError(
+            f"{path}:{number}: not a gymbench rollout row ({exc}), so the file cannot be resumed; {_MOVE_AWAY}"
+        ) from None
+    if not isinstance(row, dict):
+        raise GymbenchError(
+            f"{path}:{number}: not a gymbench rollout row (a JSON {type(row).__name__}, not an object), "
+            f"so the file cannot be resumed; {_MOVE_AWAY}"
+        )
+    return row
+
+
+def _index(path: Path, number: int, row: dict[str, Any], names: tuple[str, str], limit: int | None) -> int:
+    """A row's index under gymbench's name or NeMo Gym's ``_ng_`` name, checked to be a usable int."""
+    name = next((n for n in names if n in row), None)
+    if name is None:
+        raise GymbenchError(
+            f"{path}:{number}: not a gymbench rollout row (no {names[0]} or {names[1]}), "
+            f"so the file cannot be resumed; {_MOVE_AWAY}"
+        )
+    value = row[name]
+    if type(value) is not int or value < 0 or (limit is not None and value >= limit):
+        bound = "0 or more" if limit is None else f"from 0 to {limit - 1}"
+        raise GymbenchError(
+            f"{path}:{number}: {name} must be a whole number {bound}, got {reprlib.repr(value)}; "
+            f"fix or remove the row, or {_MOVE_AWAY}"
+        )
+    return value
+
+
+def _task_index(path: Path, number: int, row: dict[str, Any]) -> int:
+    return _index(path, number, row, ("task_index", "_ng_task_index"), None)
+
+
+def _rollout_index(path: Path, number: int, row: dict[str, Any]) -> int:
+    return _index(path, number, row, ("rollout_index", "_ng_rollout_index"), MAX_REPEATS)
+
+
+def _attempt(path: Path, number: int, row: dict[str, Any]) -> int:
+    value = row.get("attempt", 1)
+    if type(value) is not int or value < 1:
+        raise GymbenchError(
+            f"{path}:{number}: attempt must be a whole number 1 or more, got {reprlib.repr(value)}; "
+            f"fix or remove the row, or {_MOVE_AWAY}"
+        )
+    return value
 
 
 def _rewrite_kept(path: Path, max_attempts: int) -> None:
@@ -88,28 +147,59 @@ def _rewrite_kept(path: Path, max_attempts: int) -> None:
     """
     temporary = path.with_name(f".{path.name}.resume.tmp")
     replay = ResumeState()
-    with open(path, "rb") as source, open(temporary, "wb") as target:
-        for number, raw in enumerate(source, start=1):
-            if _classify(path, number, raw, replay, max_attempts) == "keep":
-                target.write(raw)
-        target.flush()
-        os.fsync(target.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(path, "rb") as source, open(temporary, "wb") as target:
+            for number, raw in enumerate(source, start=1):
+                if _classify(path, number, raw, replay, max_attempts) == "keep":
+                    target.write(raw)
+            target.flush()
+            os.fsync(target.fileno())
+        os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise GymbenchError(
+            f"{path}: cannot rewrite the earlier rollouts ({exc.strerror or exc}); the file is unchanged. "
+            "Fix that (disk space, permissions) and resume again"
+        ) from None
 
 
 class RolloutWriter:
     """Appends one JSON line per rollout; what completed in one event-loop turn is flushed at
-    the end of that turn (one system call for a burst of completions, not one per row)."""
+    the end of that turn (one system call for a burst of completions, not one per row).
+
+    Rows are encoded exactly (integers past 64 bits, lone surrogates) and redacted, so an API key
+    a server echoed never reaches the file. A write error is a :class:`GymbenchError` naming the
+    file; one met by the end-of-turn flush (a loop callback, whose exceptions the loop only logs)
+    is raised by the next ``write`` or by ``close``.
+    """
 
     def __init__(self, path: Path, append: bool) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._handle: IO[bytes] = open(path, "ab" if append else "wb")  # noqa: SIM115
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle: IO[bytes] = open(path, "ab" if append else "wb")  # noqa: SIM115
+        except OSError as exc:
+            raise self._error(exc) from None
         self._flush_scheduled = False
+        self._failure: GymbenchError | None = None
         self.rows_written = 0
 
+    def _error(self, exc: OSError) -> GymbenchError:
+        return GymbenchError(
+            f"{self.path}: cannot write rollouts ({exc.strerror or exc}); check free space and permissions, "
+            "or choose another +output_jsonl_fpath"
+        )
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
     def write(self, row: dict[str, Any]) -> None:
-        self._handle.write(orjson.dumps(row, default=str, option=orjson.OPT_APPEND_NEWLINE))
+        self._raise_failure()
+        try:
+            self._handle.write(redact_bytes(dumps(row, newline=True)))
+        except OSError as exc:
+            raise self._error(exc) from None
         self.rows_written += 1
         if self._flush_scheduled:
             return
@@ -117,15 +207,52 @@ class RolloutWriter:
             asyncio.get_running_loop().call_soon(self.flush)
             self._flush_scheduled = True
         except RuntimeError:  # no event loop: flush now
-            self._handle.flush()
+            self.flush()
+            self._raise_failure()
 
     def flush(self) -> None:
         self._flush_scheduled = False
-        if not self._handle.closed:
+        if self._handle.closed or self._failure is not None:
+            return
+        try:
             self._handle.flush()
+        except OSError as exc:
+            self._failure = self._error(exc)
 
     def close(self) -> None:
-        self._handle.close()
+        if not self._handle.closed:
+            try:
+                self._handle.close()
+            except OSError as exc:
+                self._failure = self._failure or self._error(exc)
+        self._raise_failure()
+
+
+def check_output_path(input_path: str | os.PathLike[str], output_path: str | os.PathLike[str]) -> None:
+    """Refuse an output that would destroy the tasks or that cannot be created, before the run."""
+    output = Path(output_path)
+    if output.is_dir():
+        raise GymbenchError(f"{output}: is a directory; +output_jsonl_fpath must name a file in it")
+    blocker = next((p for p in output.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise GymbenchError(
+            f"{output}: {blocker} is a file, so no directory can be created there; choose another +output_jsonl_fpath"
+        )
+    if _same_file(input_path, output):
+        raise GymbenchError(
+            f"{output}: is the input file {input_path} (the same file); writing rollouts there would destroy "
+            "the tasks. Choose another +output_jsonl_fpath"
+        )
+
+
+def _same_file(first: str | os.PathLike[str], second: str | os.PathLike[str]) -> bool:
+    """Also through a symlink or a hard link."""
+    try:
+        if os.path.samefile(first, second):
+            return True
+    except OSError:  # one of them does not exist (yet)
+        pass
+    return os.path.realpath(first) == os.path.realpath(second)
 
 
 def refuse_to_overwrite(path: Path) -> None:

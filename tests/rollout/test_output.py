@@ -1,12 +1,21 @@
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from gymbench import GymbenchError
-from gymbench.rollout.output import RolloutWriter, load_resume_state, pair_key, refuse_to_overwrite
+from gymbench import GymbenchError, jsonio
+from gymbench.rollout.output import (
+    RolloutWriter,
+    check_output_path,
+    load_resume_state,
+    pair_key,
+    refuse_to_overwrite,
+)
+from gymbench.secrets import register_secret
 
 
 def row(task: int, rollout: int = 0, status: str = "ok", attempt: int = 1) -> str:
@@ -62,3 +71,125 @@ def test_existing_output_is_never_silently_replaced(tmp_path: Path) -> None:
     path.write_text(row(0) + "\n")
     with pytest.raises(GymbenchError, match=r"\+resume=true.*\+overwrite=true"):
         refuse_to_overwrite(path)
+
+
+# --- resume reading -----------------------------------------------------------------------------
+
+
+def test_rows_from_another_tool_are_kept_as_done_and_counted(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    lines = [
+        json.dumps({"task_index": 0, "rollout_index": 0, "reward": 1.0}),  # indices, no status
+        json.dumps({"_ng_task_index": 2**60 + 1, "_ng_rollout_index": 2, "reward": 0.0}),  # NeMo Gym's names
+        row(2, status="failed"),
+        "",
+    ]
+    path.write_text("\n".join(lines))
+    state = load_resume_state(path, max_attempts=3)
+    assert state.done == {pair_key(0, 0), pair_key(2**60 + 1, 2)}
+    assert state.foreign_rows == 2 and state.kept_rows == 2 and state.dropped_failed == 1
+    kept = path.read_text().splitlines()
+    assert kept == lines[:2]  # the failed row went (it is redone); the foreign ones stayed
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"task_index": 0, "rollout_index": 0, "status": "failed", "attempt": "x"}, r"attempt must be a whole number"),
+        ({"task_index": 0, "rollout_index": 0, "status": "failed", "attempt": -1}, r"attempt must be a whole number"),
+        ({"task_index": 0, "rollout_index": 0, "status": "failed", "attempt": True}, r"attempt .* got True"),
+        ({"task_index": 1.5, "rollout_index": 0, "status": "ok"}, r"task_index must be a whole number 0 or more"),
+        ({"task_index": "3", "rollout_index": 0, "status": "ok"}, r"task_index must be .* got '3'"),
+        ({"task_index": -1, "rollout_index": 0, "status": "ok"}, r"task_index must be a whole number 0 or more"),
+        ({"task_index": 0, "rollout_index": 2**24, "status": "ok"}, r"rollout_index must be .* from 0 to 16777215"),
+    ],
+)
+def test_bad_index_or_attempt_is_a_clear_error(tmp_path: Path, fields: dict, message: str) -> None:
+    path = tmp_path / "out.jsonl"
+    path.write_text(row(5) + "\n" + json.dumps(fields) + "\n")
+    with pytest.raises(GymbenchError, match=r"out.jsonl:2: " + message):
+        load_resume_state(path, 3)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b'{"task_index": 0, "rollout_index": 0, "x": ' + b"[" * 100_000 + b"\n", "nested too deeply"),
+        (b'{"task_index": 0, "rollout_index": 0, "x": ' + b"9" * 5000 + b"}\n", "cannot read a value"),
+        (b'{"task_index": 0, "rollout_index": 0, "reward": NaN}\n', "NaN is not valid JSON"),
+    ],
+)
+def test_unreadable_rows_are_clear_errors(tmp_path: Path, line: bytes, message: str) -> None:
+    path = tmp_path / "out.jsonl"
+    path.write_bytes(line)
+    with pytest.raises(GymbenchError, match=r"out.jsonl:1: not a gymbench rollout row \(.*" + message):
+        load_resume_state(path, 3)
+
+
+# --- writing rows -------------------------------------------------------------------------------
+
+
+def test_rows_with_huge_ints_and_lone_surrogates_are_written(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    writer = RolloutWriter(path, append=False)
+    writer.write({"id": 2**70, "text": "half a pair: \ud83d"})
+    writer.close()
+    assert jsonio.loads(path.read_bytes()) == {"id": 2**70, "text": "half a pair: \ud83d"}
+
+
+def test_echoed_api_keys_never_reach_the_file(tmp_path: Path) -> None:
+    secret = "test-key-" + os.urandom(8).hex()
+    register_secret(secret)
+    path = tmp_path / "out.jsonl"
+    writer = RolloutWriter(path, append=False)
+    writer.write({"failure": {"reason": f"400: bad header Authorization: Bearer {secret}, key={secret}"}})
+    writer.close()
+    text = path.read_text()
+    assert secret not in text and "[REDACTED]" in text
+
+
+def test_a_write_error_names_the_file(tmp_path: Path) -> None:
+    directory = tmp_path / "out.jsonl"
+    directory.mkdir()
+    with pytest.raises(GymbenchError, match=r"out.jsonl: cannot write rollouts \(Is a directory\)"):
+        RolloutWriter(directory, append=True)
+    writer = RolloutWriter(Path("/dev/full"), append=True)
+    with pytest.raises(GymbenchError, match=r"/dev/full: cannot write rollouts \(No space left on device\)"):
+        writer.write({"a": 1})  # no event loop: flushed at once
+    with pytest.raises(GymbenchError, match="/dev/full"):
+        writer.close()
+
+
+async def test_a_failed_end_of_turn_flush_surfaces_on_the_next_write_or_close() -> None:
+    writer = RolloutWriter(Path("/dev/full"), append=True)
+    writer.write({"a": 1})
+    writer.write({"a": 2})  # buffered: the flush comes at the end of this loop turn
+    await asyncio.sleep(0)
+    with pytest.raises(GymbenchError, match=r"/dev/full: cannot write rollouts \(No space left on device\)"):
+        writer.write({"a": 3})
+    with pytest.raises(GymbenchError, match="/dev/full"):
+        writer.close()
+
+
+# --- output path checks -------------------------------------------------------------------------
+
+
+def test_output_that_is_the_input_is_refused(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("{}\n")
+    os.symlink(tasks, tmp_path / "link.jsonl")
+    os.link(tasks, tmp_path / "hard.jsonl")
+    for output in (tasks, tmp_path / "link.jsonl", tmp_path / "hard.jsonl", tmp_path / "sub" / ".." / "tasks.jsonl"):
+        with pytest.raises(GymbenchError, match="is the input file .* would destroy the tasks"):
+            check_output_path(tasks, output)
+    check_output_path(tasks, tmp_path / "out.jsonl")
+    check_output_path(tasks, tmp_path / "new" / "dir" / "out.jsonl")
+
+
+def test_output_that_is_a_directory_or_under_a_file_is_refused(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("{}\n")
+    with pytest.raises(GymbenchError, match="is a directory; \\+output_jsonl_fpath must name a file"):
+        check_output_path(tasks, tmp_path)
+    with pytest.raises(GymbenchError, match=r"tasks.jsonl is a file, so no directory can be created there"):
+        check_output_path(tasks, tasks / "deeper" / "out.jsonl")
