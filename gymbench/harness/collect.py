@@ -20,8 +20,9 @@ from gymbench.harness.progress import collect_progress, warn
 from gymbench.jsonio import write_json_atomic
 from gymbench.plugins import Plugins
 from gymbench.record import BenchmarkResult, Metric
-from gymbench.rollout.dataset import TaskSlice
+from gymbench.rollout.dataset import TaskSlice, input_identity
 from gymbench.rollout.engine import Collector, CollectSettings, preflight
+from gymbench.rollout.identity import check_run_fingerprint, write_run_fingerprint
 from gymbench.rollout.stats import CollectStats
 from gymbench.run import Run
 from gymbench.settings import settings_dict
@@ -104,6 +105,36 @@ def check_metrics_path(path: Path) -> None:
         raise GymbenchError(f"{path}: is a directory, but the run writes its metrics file there; move it away")
 
 
+def run_identity(config: CollectConfig, settings: CollectSettings, regular_input: bool) -> dict[str, Any]:
+    """What defines the rows of a run: the tasks selected (by content) and the settings that change rows.
+
+    Where the server listens is left out (the embedded simulator gets a new port every run).
+    """
+    identity = input_identity(settings.input_path, settings.selection) if regular_input else {"kind": "pipe"}
+    return {
+        "input": {key: identity[key] for key in ("rows", "blake2b", "kind") if key in identity},
+        "selection": {
+            "start_idx": config.start_idx, "end_idx": config.end_idx, "limit": config.limit,
+            "num_repeats": config.num_repeats,
+        },
+        "verifier": {"name": config.verifier, "options": config.verifier_options},
+        "request": {
+            "backend": config.backend, "model": config.model, "api": config.api, "agent_url": config.agent_url,
+            "responses_create_params": config.responses_create_params, "extra_body": config.extra_body,
+        },
+    }  # fmt: skip
+
+
+def check_run_identity(config: CollectConfig, settings: CollectSettings, regular_input: bool) -> None:
+    """A resume must continue the same run: refuse (or, forced, warn about) a different one."""
+    identity = run_identity(config, settings, regular_input)
+    if settings.resume:
+        for message in check_run_fingerprint(settings.output_path, identity, config.resume_force):
+            warn(message)
+    else:
+        write_run_fingerprint(settings.output_path, identity)
+
+
 def run_collect(config: CollectConfig, plugins: Plugins) -> int:
     settings = collect_settings(config)
     verifier = plugins.verifier(config.verifier, config.verifier_options)
@@ -112,12 +143,15 @@ def run_collect(config: CollectConfig, plugins: Plugins) -> int:
         warn(UNBOUNDED_WARNING)
     run = Run(plugins, "collect", config.run_name, settings_dict(config), results_dir=config.results_dir,
               save=config.save_results)  # fmt: skip
-    preflight(settings)
-    check_metrics_path(metrics_path(settings.output_path))
-    run.start()
-    with backend_settings(config, plugins) as (backend_name, backend_config):
-        collector = Collector(settings, plugins.backend(backend_name, backend_config), verifier, strategy)
-        stats, interrupted = _collect(collector, config.progress)
+    tasks = preflight(settings)
+    with contextlib.closing(tasks):
+        check_metrics_path(metrics_path(settings.output_path))
+        check_run_identity(config, settings, tasks.is_regular)
+        run.start()
+        with backend_settings(config, plugins) as (backend_name, backend_config):
+            backend = plugins.backend(backend_name, backend_config)
+            collector = Collector(settings, backend, verifier, strategy, tasks=tasks)
+            stats, interrupted = _collect(collector, config.progress)
     summary = stats.summary()
     print(format_summary(summary, settings.output_path), file=sys.stderr)
     run.finish([collect_result(config, backend_name, stats)], save=config.save_results and not interrupted)

@@ -70,7 +70,8 @@ def with_prober(config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], 
     if not config.input_jsonl_fpath:
         raise GymbenchError("needs +input_jsonl_fpath=TASKS.jsonl (the sample every probe uses)")
     source = Path(config.input_jsonl_fpath)
-    check_input_file(source)
+    if not check_input_file(source):
+        raise GymbenchError(f"{source}: is a pipe; probes read the task sample many times, so give a file")
     next(read_tasks(source, TaskSlice(limit=1)), None)
     plugins.verifier(config.verifier, config.verifier_options)
     settings = CollectSettings(

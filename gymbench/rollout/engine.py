@@ -15,11 +15,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gymbench.rollout.dataset import DatasetError, Task, TaskSlice, count_selected, read_tasks
+from gymbench.rollout.dataset import (
+    DatasetError,
+    Task,
+    TaskSlice,
+    TaskStream,
+    check_resumable_input,
+    count_selected,
+    open_tasks,
+)
 from gymbench.rollout.guard import FailureBreaker, RunProblems
 from gymbench.rollout.output import (
     ResumeState,
     RolloutWriter,
+    check_output_path,
     load_resume_state,
     pair_key,
     refuse_to_overwrite,
@@ -57,11 +66,18 @@ class CollectSettings:
     """Stop after this many failed rollouts in a row (0: never; the command line's default is 20)."""
 
 
-def preflight(settings: CollectSettings) -> None:
-    """Check the input's first row and the output file before any server is started."""
-    next(read_tasks(settings.input_path, settings.selection), None)
-    if not settings.resume and not settings.overwrite:
+def preflight(settings: CollectSettings) -> TaskStream:
+    """Check input and output before any server starts; the opened input is handed to the run.
+
+    The input is opened exactly once (a pipe cannot be read twice): the first task is parsed
+    here, and the returned stream, that task included, is what :meth:`Collector.run` reads.
+    """
+    check_output_path(settings.input_path, settings.output_path)
+    if settings.resume:
+        check_resumable_input(settings.input_path)
+    elif not settings.overwrite:
         refuse_to_overwrite(settings.output_path)
+    return open_tasks(settings.input_path, settings.selection)
 
 
 class Collector:
@@ -73,8 +89,11 @@ class Collector:
         strategy: ConcurrencyStrategy,
         on_progress: Progress | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        tasks: TaskStream | None = None,
     ) -> None:
         self.settings = settings
+        self.tasks = tasks
+        """The opened input (from :func:`preflight`); ``None`` opens it when the run starts."""
         self.clock = clock
         """Seconds, monotonic; a simulated-time test passes its event loop's ``time``."""
         self.backend = backend
@@ -92,17 +111,22 @@ class Collector:
         self._writer: RolloutWriter | None = None
         self._pending: set[asyncio.Task[None]] = set()
 
-    def planned(self) -> int:
+    def planned(self) -> int | None:
+        """Rollouts the selection yields (``None`` for a pipe, which cannot be counted ahead)."""
         return count_selected(self.settings.input_path, self.settings.selection)
 
     async def run(self) -> CollectStats:
         cfg = self.settings
-        tasks = read_tasks(cfg.input_path, cfg.selection)
-        first = next(tasks, None)  # validates the file before anything is opened or truncated
-        state = load_resume_state(cfg.output_path, cfg.max_attempts) if cfg.resume else None
-        if state is None and not cfg.overwrite:
-            refuse_to_overwrite(cfg.output_path)
-        self._writer = RolloutWriter(cfg.output_path, append=state is not None)
+        tasks = self.tasks if self.tasks is not None else open_tasks(cfg.input_path, cfg.selection)
+        self.tasks = None  # a stream is read once
+        try:
+            state = load_resume_state(cfg.output_path, cfg.max_attempts) if cfg.resume else None
+            if state is None and not cfg.overwrite:
+                refuse_to_overwrite(cfg.output_path)
+            self._writer = RolloutWriter(cfg.output_path, append=state is not None)
+        except BaseException:
+            tasks.close()
+            raise
         self.problems = RunProblems()
         pending = self._pending
         try:
@@ -110,7 +134,7 @@ class Collector:
             async with self.backend:
                 self.stats = CollectStats(clock=self.clock)
                 try:
-                    await self._dispatch(_chain(first, tasks), state)
+                    await self._dispatch(iter(tasks), state)
                 except StopDispatch:
                     self.stopped_early = True
                 except DatasetError:
@@ -123,6 +147,7 @@ class Collector:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
             self.stats.finished = self.clock()
+            tasks.close()
             self._writer.close()
             self.verification.close()
             self._count_cache()
@@ -227,9 +252,3 @@ class Collector:
         self.stats.cache_hits = cache.hits if cache is not None else 0
         self.stats.cache_misses = cache.misses if cache is not None else 0
         self.stats.verify_skipped = self.verification.skipped
-
-
-def _chain(first: Task | None, rest: Any) -> Any:
-    if first is not None:
-        yield first
-        yield from rest
