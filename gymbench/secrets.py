@@ -17,9 +17,9 @@ REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 8
 """Shorter values are not registered: redacting every ``abc`` in the output would do harm."""
 
-_BEARER = re.compile(r"(?i)(bearer\s+)[^\s\"',;}\]\\]+")
+_BEARER = re.compile(r"(?i)(bearer\s+)[^\s\"',;}\[\]\\]+")
 _SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
-_BEARER_BYTES = re.compile(rb"(?i)(bearer\s+)[^\s\"',;}\]\\]+")
+_BEARER_BYTES = re.compile(rb"(?i)(bearer\s+)[^\s\"',;}\[\]\\]+")
 _SK_KEY_BYTES = re.compile(rb"\bsk-[A-Za-z0-9_\-]{8,}")
 _SECRETS: set[str] = set()
 _SECRETS_BYTES: set[bytes] = set()

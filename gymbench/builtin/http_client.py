@@ -9,6 +9,8 @@ measured per request by the connector itself.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import math
 import os
 import random
 import time
@@ -19,22 +21,16 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from gymbench.builtin.backends import HttpSettings
 from gymbench.builtin.http_retry import RETRYABLE_STATUS, RetryPolicy, failure_kind_for_status, retry_after_seconds
 from gymbench.errors import GymbenchError
+from gymbench.secrets import redact, register_secret
 from gymbench.types import GenerationFailed
 
 T = TypeVar("T")
-HTTP_DEFAULTS: dict[str, Any] = {
-    "request_timeout_s": 300.0,
-    "connect_timeout_s": 10.0,
-    "max_retries": 5,
-    "backoff_base_s": 0.5,
-    "backoff_cap_s": 30.0,
-    "global_aiohttp_connector_limit": 65536,
-    "global_aiohttp_connector_limit_per_host": 16384,
-    "preflight": True,
-    "api_key_env": None,
-}
+HTTP_DEFAULTS: dict[str, Any] = dataclasses.asdict(HttpSettings())
+"""The defaults of :class:`~gymbench.builtin.backends.HttpSettings`, for backends built directly."""
+PREFLIGHT_TRIES = 3
 CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 _CONNECTION_WAIT: ContextVar[list[float] | None] = ContextVar("gymbench_connection_wait", default=None)
 
@@ -63,11 +59,38 @@ class Posted:
 
 
 def http_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
-    return {**HTTP_DEFAULTS, **{k: v for k, v in settings.items() if k in HTTP_DEFAULTS and v is not None}}
+    """The HTTP settings with defaults filled in, checked: aiohttp reads a 0 timeout as no timeout
+    at all, so a bad value would not fail, it would quietly change what a run measures."""
+    cfg = {**HTTP_DEFAULTS, **{k: v for k, v in settings.items() if k in HTTP_DEFAULTS and v is not None}}
+    for name in ("request_timeout_s", "connect_timeout_s"):
+        cfg[name] = _seconds(name, cfg[name], "a finite number of seconds > 0 (aiohttp reads 0 as no timeout)")
+    for name in ("backoff_base_s", "backoff_cap_s"):
+        cfg[name] = _seconds(name, cfg[name], "a finite number of seconds >= 0", allow_zero=True)
+    cfg["max_retries"] = _whole_number("max_retries", cfg["max_retries"], "a whole number >= 0 (0: never retry)")
+    for name in ("global_aiohttp_connector_limit", "global_aiohttp_connector_limit_per_host"):
+        cfg[name] = _whole_number(name, cfg[name], "a whole number >= 0 (0: no limit)")
+    return cfg
+
+
+def _seconds(name: str, value: Any, allowed: str, allow_zero: bool = False) -> float:
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    if not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
+        raise GymbenchError(f"the HTTP setting {name} must be {allowed}, got {value!r}")
+    return number
+
+
+def _whole_number(name: str, value: Any, allowed: str) -> int:
+    whole = isinstance(value, int) or isinstance(value, float) and value.is_integer()
+    if isinstance(value, bool) or not whole or value < 0:
+        raise GymbenchError(f"the HTTP setting {name} must be {allowed}, got {value!r}")
+    return int(value)
 
 
 def auth_headers(api_key_env: Any) -> dict[str, str]:
-    """``Authorization`` from the named variable; an unnamed one falls back to OPENAI_API_KEY if set."""
+    """``Authorization`` from the named variable; an unnamed one falls back to OPENAI_API_KEY if set.
+
+    The key is registered as a secret, so a server that echoes it back cannot put it in a
+    failure reason, a row or a log line."""
     if api_key_env:
         key = os.environ.get(str(api_key_env))
         if not key:
@@ -76,7 +99,26 @@ def auth_headers(api_key_env: Any) -> dict[str, str]:
             )
     else:
         key = os.environ.get("OPENAI_API_KEY")
+    register_secret(key)
     return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def quoted(text: str, limit: int = 300) -> str:
+    """Server or exception text fit for a failure reason: secrets redacted first, then cut (cut
+    first, half a key could be left that no pattern recognises). Redact only once: ``redact`` of
+    already redacted text can mangle it."""
+    return redact(text)[:limit]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One try that gave no usable answer: why, and whether another try may."""
+
+    kind: str
+    reason: str
+    retryable: bool
+    status: int | None = None
+    retry_after: float | None = None
 
 
 class RetryingClient:
@@ -84,21 +126,29 @@ class RetryingClient:
         cfg = http_settings(settings)
         self.what = what
         self.headers = auth_headers(cfg["api_key_env"])
-        self.timeout = aiohttp.ClientTimeout(
-            total=float(cfg["request_timeout_s"]), sock_connect=float(cfg["connect_timeout_s"])
-        )
-        self.retry = RetryPolicy(int(cfg["max_retries"]), float(cfg["backoff_base_s"]), float(cfg["backoff_cap_s"]))
-        self.limits = (int(cfg["global_aiohttp_connector_limit"]), int(cfg["global_aiohttp_connector_limit_per_host"]))
+        self.timeout = aiohttp.ClientTimeout(total=cfg["request_timeout_s"], sock_connect=cfg["connect_timeout_s"])
+        self.retry = RetryPolicy(cfg["max_retries"], cfg["backoff_base_s"], cfg["backoff_cap_s"])
+        self.limits = (cfg["global_aiohttp_connector_limit"], cfg["global_aiohttp_connector_limit_per_host"])
         self.preflight = bool(cfg["preflight"])
+        self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+        """How the client waits between tries; tests swap it to record the delays it asks for."""
         self._rng = random.Random()
         self.session: aiohttp.ClientSession | None = None
 
     async def open(self, probe_url: str | None) -> None:
+        """Start the session and, with preflight on, check that ``probe_url`` answers.
+
+        A failed check closes the session before raising: otherwise aiohttp prints "Unclosed
+        client session" after the error, and that noise is the last thing a person reads."""
         connector = TimedConnector(limit=self.limits[0], limit_per_host=self.limits[1])
         headers = {"Content-Type": "application/json", **self.headers}
         self.session = aiohttp.ClientSession(connector=connector, timeout=self.timeout, headers=headers)
         if self.preflight and probe_url:
-            await self._check_reachable(probe_url)
+            try:
+                await self._check_reachable(probe_url)
+            except BaseException:
+                await self.close()
+                raise
 
     async def close(self) -> None:
         if self.session is not None:
@@ -109,7 +159,9 @@ class RetryingClient:
         """Fail in seconds with a clear message, not after every rollout has retried."""
         assert self.session is not None
         last = ""
-        for retry in range(3):
+        for retry in range(PREFLIGHT_TRIES):
+            if retry:
+                await self.sleep(self.retry.delay(retry - 1, None, self._rng))
             try:
                 async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as answer:
                     if answer.status in (401, 403):
@@ -119,36 +171,61 @@ class RetryingClient:
                         )
                     return
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            await asyncio.sleep(self.retry.delay(retry, None, self._rng))
-        raise GymbenchError(f"cannot reach the {self.what} at {url} after 3 tries ({last}). Is it running?")
+                last = quoted(f"{type(exc).__name__}: {exc}")
+        raise GymbenchError(
+            f"cannot reach the {self.what} at {url} after {PREFLIGHT_TRIES} tries ({last}). Is it running?"
+        )
 
     async def post(
-        self, url: str, body: bytes, read: Callable[[aiohttp.ClientResponse, float], Awaitable[T]]
+        self,
+        url: str,
+        body: bytes,
+        read: Callable[[aiohttp.ClientResponse, float], Awaitable[T]],
+        explain: Callable[[int, str], str | None] | None = None,
     ) -> Posted:
-        """POST until a 200 (handed to ``read``), a non-retryable answer, or retries run out."""
+        """POST until a 200 (handed to ``read``), a non-retryable answer, or retries run out.
+
+        ``explain(status, text)`` may say what to do about an error answer; the advice leads the
+        failure reason, the server's own text follows it."""
         assert self.session is not None, "open the client first"
         retries = 0
         waited = [0.0]
         _CONNECTION_WAIT.set(waited)  # the calling rollout's own task context: no reset needed
         while True:
-            started = time.perf_counter()
-            retry_after: float | None = None
-            status: int | None = None
-            try:
-                async with self.session.post(url, data=body) as answer:
-                    if answer.status == 200:
-                        return Posted(await read(answer, started), retries, waited[0])
-                    status = answer.status
-                    kind = failure_kind_for_status(status)
-                    reason = f"HTTP {status}: {(await answer.text())[:300]}"
-                    retryable = status in RETRYABLE_STATUS
-                    retry_after = retry_after_seconds(answer.headers)
-            except asyncio.TimeoutError:
-                kind, reason, retryable = "timeout", f"no answer within {self.timeout.total}s", True
-            except CONNECTION_ERRORS as exc:
-                kind, reason, retryable = "connection_error", f"{type(exc).__name__}: {exc}", True
-            if not retryable or retries >= self.retry.max_retries:
-                raise GenerationFailed(kind, reason, status, retries)
-            await asyncio.sleep(self.retry.delay(retries, retry_after, self._rng))
+            outcome = await self._try_once(url, body, read, explain)
+            if not isinstance(outcome, Refusal):
+                return Posted(outcome, retries, waited[0])
+            if not outcome.retryable or retries >= self.retry.max_retries:
+                raise GenerationFailed(outcome.kind, outcome.reason, outcome.status, retries)
+            await self.sleep(self.retry.delay(retries, outcome.retry_after, self._rng))
             retries += 1
+
+    async def _try_once(
+        self,
+        url: str,
+        body: bytes,
+        read: Callable[[aiohttp.ClientResponse, float], Awaitable[T]],
+        explain: Callable[[int, str], str | None] | None,
+    ) -> T | Refusal:
+        assert self.session is not None
+        started = time.perf_counter()
+        try:
+            async with self.session.post(url, data=body) as answer:
+                if answer.status == 200:
+                    return await read(answer, started)
+                return await _refusal(answer, explain)
+        except GenerationFailed as exc:  # the reader found the answer unusable: asking again won't help
+            return Refusal(exc.kind, quoted(exc.reason), False, exc.status)
+        except asyncio.TimeoutError:
+            return Refusal("timeout", f"no answer within {self.timeout.total}s", True)
+        except CONNECTION_ERRORS as exc:
+            return Refusal("connection_error", quoted(f"{type(exc).__name__}: {exc}"), True)
+
+
+async def _refusal(answer: aiohttp.ClientResponse, explain: Callable[[int, str], str | None] | None) -> Refusal:
+    status = answer.status
+    text = quoted(await answer.text(errors="replace"))
+    advice = explain(status, text) if explain is not None else None
+    reason = f"HTTP {status}: {advice} (the server said: {text})" if advice else f"HTTP {status}: {text}"
+    retry_after = retry_after_seconds(answer.headers)
+    return Refusal(failure_kind_for_status(status), reason, status in RETRYABLE_STATUS, status, retry_after)

@@ -33,12 +33,15 @@ class NemoGymBackend:
                 "the nemo-gym backend needs +agent_url=http://HOST:PORT (the agent server; gymbench does not "
                 "resolve +agent_name through a NeMo Gym head server)"
             )
-        self.run_url = str(agent_url).rstrip("/") + "/run"
+        self.agent_url = str(agent_url).rstrip("/")
+        self.run_url = self.agent_url + "/run"
         self.agent_name = settings.get("agent_name")
         self.client = RetryingClient({"preflight": False, **settings}, "agent server")
 
     async def __aenter__(self) -> NemoGymBackend:
-        await self.client.open(None)
+        """Off by default, +preflight=true checks that the agent server answers at all (any HTTP
+        status will do: agents have no health route in common)."""
+        await self.client.open(self.agent_url)
         return self
 
     async def __aexit__(

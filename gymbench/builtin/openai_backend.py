@@ -7,20 +7,28 @@ the configuration names and is never stored anywhere else.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
 
 from gymbench.builtin.http_client import RetryingClient
 from gymbench.builtin.openai_shapes import chat_body, read_chat, read_responses
+from gymbench.builtin.stream_assembly import ChatStream, ResponsesStream, StreamAssembler, sse_events
 from gymbench.errors import GymbenchError
-from gymbench.types import Generation, GenerationFailed, GenerationRequest, TokenUsage
+from gymbench.types import Generation, GenerationFailed, GenerationRequest
 
 APIS = {"responses": "/responses", "chat": "/chat/completions"}
+MODEL_NOT_FOUND = re.compile(
+    r"(?i)model_not_found|\bmodel\b.{0,120}?\b(does not exist|not found|unknown|not (available|served|loaded))"
+)
+"""A 404 that says the model is unknown (OpenAI's ``model_not_found``, vLLM's "The model `x` does
+not exist", Ollama's "model "x" not found") is not about a missing endpoint."""
 
 
 class OpenAIBackend:
@@ -62,13 +70,24 @@ class OpenAIBackend:
 
     async def generate(self, request: GenerationRequest) -> Generation:
         body = orjson.dumps(self.request_body(request.params))
-        posted = await self.client.post(self.url, body, self._read)
+        posted = await self.client.post(self.url, body, self._read, self._explain)
         generation: Generation = posted.value
         timings = {**generation.timings, "connection_wait": posted.connection_wait}
         return Generation(generation.text, generation.response, generation.usage, timings, retries=posted.retries)
 
+    def _explain(self, status: int, text: str) -> str | None:
+        """What to do about a 404, whose two usual causes need different fixes."""
+        if status != 404:
+            return None
+        if MODEL_NOT_FOUND.search(text):
+            return f"the server serves no model named {self.model!r}: check +model (GET {self.models_url} lists them)"
+        if self.api == "responses":
+            path = urlsplit(self.url).path
+            return f"the server has no {path} endpoint (many servers only speak chat completions): add +api=chat"
+        return None
+
     async def _read(self, answer: aiohttp.ClientResponse, started: float) -> Generation:
-        if self.stream:
+        if self.stream and answer.content_type != "application/json":  # a server may ignore stream=true
             return await self._read_stream(answer, started)
         try:
             data = orjson.loads(await answer.read())
@@ -78,52 +97,21 @@ class OpenAIBackend:
         return Generation(text, data, usage, {"generation": time.perf_counter() - started})
 
     async def _read_stream(self, answer: aiohttp.ClientResponse, started: float) -> Generation:
-        """Read server-sent events; time to first token and the gaps between tokens."""
-        pieces: list[str] = []
+        """Assemble the streamed answer into the non-streamed shape; time the generated tokens."""
+        stream: StreamAssembler = ChatStream() if self.api == "chat" else ResponsesStream()
         stamps: list[float] = []
-        final: dict[str, Any] = {}
-        usage = TokenUsage()
-        async for raw in answer.content:
-            line = raw.strip()
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                break
-            try:
-                event = orjson.loads(payload)
-            except ValueError:
-                raise GenerationFailed("invalid_response", f"bad stream event: {payload[:200]!r}") from None
-            delta, event_usage, event_final = _stream_event(event, self.api)
-            if delta:
-                pieces.append(delta)
+        async for event in sse_events(answer.content):
+            if stream.add(event):
                 stamps.append(time.perf_counter())
-            if event_usage is not None:
-                usage = event_usage
-            if event_final:
-                final = event_final
-        timings: dict[str, float] = {"generation": time.perf_counter() - (stamps[0] if stamps else started)}
-        if stamps:
-            timings["ttft"] = stamps[0] - started
-            if len(stamps) > 1:
-                timings["inter_token"] = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
-        return Generation("".join(pieces), final or {"streamed": True}, usage, timings)
+        response, usage = stream.response(), stream.usage()
+        return Generation(stream.text, response, usage, _stream_timings(started, stamps))
 
 
-def _stream_event(event: Mapping[str, Any], api: str) -> tuple[str, TokenUsage | None, dict[str, Any]]:
-    """(text delta, usage if the event carries it, final response if it is the last event)."""
-    if api == "chat":
-        choices = event.get("choices") or []
-        delta = (choices[0].get("delta") or {}).get("content") or "" if choices else ""
-        usage = event.get("usage")
-        counted = TokenUsage(usage["prompt_tokens"], usage["completion_tokens"]) if usage else None
-        return delta, counted, {}
-    kind = event.get("type", "")
-    if kind == "response.output_text.delta":
-        return event.get("delta", ""), None, {}
-    if kind in ("response.completed", "response.incomplete", "response.failed"):
-        response = event.get("response") or {}
-        usage = response.get("usage") or {}
-        counted = TokenUsage(usage.get("input_tokens", 0), usage.get("output_tokens", 0))
-        return "", counted, dict(response)
-    return "", None, {}
+def _stream_timings(started: float, stamps: list[float]) -> dict[str, float]:
+    """Time to first token, the mean gap between tokens, and generation from the first token."""
+    timings = {"generation": time.perf_counter() - (stamps[0] if stamps else started)}
+    if stamps:
+        timings["ttft"] = stamps[0] - started
+        if len(stamps) > 1:
+            timings["inter_token"] = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+    return timings
