@@ -8,15 +8,20 @@ from __future__ import annotations
 
 from gymbench.sim.capacity import Capacity, describe
 from gymbench.sim.config import PRESETS, SimConfig, config_from_preset
+from gymbench.sim.inprocess import InProcessBackend
 from gymbench.sim.launcher import SimServerHandle, running_sim_server, start_sim_server
+from gymbench.sim.virtual import VirtualTimeLoop, run_in_simulated_time
 
 __all__ = [
     "PRESETS",
     "Capacity",
+    "InProcessBackend",
     "SimConfig",
     "SimServerHandle",
+    "VirtualTimeLoop",
     "config_from_preset",
     "describe",
+    "run_in_simulated_time",
     "running_sim_server",
     "start_sim_server",
 ]
