@@ -27,7 +27,14 @@ from gymbench.sim.virtual import run_in_simulated_time
 from gymbench.testing import make_plugins
 from gymbench.tuning.diagnose import Diagnosis, diagnose
 from gymbench.tuning.probe import Prober
-from gymbench.tuning.sweep import SweepSettings, TuneResult, adaptive_search, doubling_sweep
+from gymbench.tuning.sweep import (
+    StabilityResult,
+    SweepSettings,
+    TuneResult,
+    adaptive_search,
+    doubling_sweep,
+    validate_stability,
+)
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,6 +123,25 @@ def test_sweep_stops_when_errors_appear() -> None:
     assert "errors appeared at 32" in result.stop_reason and "rate_limited" in result.stop_reason
     assert [p.error_rate for p in result.probes[:2]] == [0.0, 0.0]
     assert result.knee.parallelism <= 24
+
+
+def test_stability_validation_at_the_recommendation() -> None:
+    async def work(prober: Prober) -> tuple[TuneResult, StabilityResult]:
+        tuned = await doubling_sweep(prober, SweepSettings(start=4, refine=False))
+        return tuned, await validate_stability(prober, tuned.recommended, 150, tuned.expected_rollouts_per_s)
+
+    tuned, stability = with_simulated_prober(KNEE16, work)
+    assert stability.parallelism == tuned.recommended and stability.rollouts == 150
+    assert stability.passed, stability.reasons
+    assert stability.rollouts_per_s == pytest.approx(stability.expected_rollouts_per_s, rel=0.1)
+
+
+def test_stability_validation_catches_a_server_that_degrades() -> None:
+    async def work(prober: Prober) -> StabilityResult:
+        return await validate_stability(prober, 32, 150, expected=30.0)
+
+    stability = with_simulated_prober(KNEE16.replace(collapse_threshold=4, collapse_slope=4.0), work)
+    assert not stability.passed and "below 90% of the expected" in stability.reasons[0]
 
 
 def test_low_parallelism_against_a_large_server_is_parallelism() -> None:
