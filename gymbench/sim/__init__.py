@@ -1,7 +1,9 @@
 """The simulated model server: an OpenAI-compatible continuous-batching engine in miniature.
 
 Its capacity follows from its parameters (see :func:`gymbench.sim.capacity.describe`), which makes
-it the ground truth against which the tuner and the bottleneck diagnosis are checked.
+it the ground truth against which the tuner and the bottleneck diagnosis are checked. It runs as
+a server in its own process, or in the caller's process (:class:`InProcessBackend`), which on a
+simulated clock (:func:`run_in_simulated_time`) gives timing tests that no machine load can move.
 """
 
 from __future__ import annotations
