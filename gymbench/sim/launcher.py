@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from gymbench.errors import GymbenchError
 from gymbench.sim.config import SimConfig, config_from_preset
+from gymbench.sim.metrics import sample_values
 from gymbench.sim.serve import READY_PREFIX
 
 _LIVE: weakref.WeakSet[SimServerHandle] = weakref.WeakSet()
@@ -53,16 +54,7 @@ class SimServerHandle:
 
     def metrics(self, timeout: float = 5.0) -> dict[str, float]:
         """Every sample as ``name{label="v",...}`` → value (``_total`` suffix kept for counters)."""
-        from prometheus_client.parser import text_string_to_metric_families
-
-        values: dict[str, float] = {}
-        for family in text_string_to_metric_families(self.metrics_text(timeout)):
-            for sample in family.samples:
-                if sample.name.endswith("_created"):
-                    continue
-                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()) if k != "model_name")
-                values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-        return values
+        return sample_values(self.metrics_text(timeout))
 
     def stop(self, timeout: float = 5.0) -> int | None:
         """SIGTERM, wait, SIGKILL if need be. Returns the exit code."""

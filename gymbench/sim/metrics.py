@@ -7,6 +7,7 @@ server reads the simulator the same way. Simulator-only figures carry a ``gymben
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gymbench.sim.engine import Engine
 from gymbench.sim.limits import FAULT_KINDS, FaultPlan
@@ -69,3 +70,19 @@ class ServerMetrics:
         self._generation.labels(**self._labels).inc(stats.generation_tokens - generation_seen)
         self._counted = (stats.prompt_tokens, stats.generation_tokens)
         return generate_latest(self.registry)
+
+    def values(self) -> dict[str, float]:
+        """What ``/metrics`` would show now, as :func:`sample_values` reads it."""
+        return sample_values(self.render().decode())
+
+
+def sample_values(text: str) -> dict[str, float]:
+    """Every sample as ``name{label="v",...}`` → value (``_total`` suffix kept for counters)."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()) if k != "model_name")
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return values

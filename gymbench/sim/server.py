@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import math
 import time
@@ -13,11 +12,9 @@ from aiohttp import web
 
 from gymbench.sim.capacity import describe
 from gymbench.sim.config import SimConfig
-from gymbench.sim.engine import Engine, QueueFull, Sequence, TooLarge
-from gymbench.sim.limits import FaultPlan, RateLimiter
-from gymbench.sim.metrics import ServerMetrics
+from gymbench.sim.engine import Sequence
 from gymbench.sim.openai_format import ENDPOINTS, RESPONSES, BadRequest, ParsedRequest, Reply
-from gymbench.sim.text import Planner, count_tokens
+from gymbench.sim.service import Admission, Refusal, SimService, responses_request
 
 HANG_POLL_S = 0.2
 
@@ -47,17 +44,22 @@ def retry_headers(seconds: float) -> dict[str, str]:
     return {"Retry-After": str(max(1, math.ceil(seconds))), "retry-after-ms": str(int(seconds * 1000))}
 
 
+def refusal_response(refusal: Refusal) -> web.Response:
+    headers = retry_headers(refusal.retry_after_s) if refusal.retry_after_s is not None else {}
+    headers.update(refusal.headers)
+    return error_response(
+        refusal.status, refusal.message, refusal.kind, param=refusal.param, code=refusal.code, headers=headers or None
+    )
+
+
 class SimServer:
-    """The state behind one server: engine, planner, limits, faults and metrics."""
+    """The HTTP face of one :class:`SimService`: endpoints, streaming, hangs and resets."""
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
-        self.engine = Engine(config)
-        self.planner = Planner(config)
-        self.faults = FaultPlan(config)
-        self.limiter = RateLimiter(config, time.monotonic())
-        self.metrics = ServerMetrics(self.engine, self.faults, config.model)
-        self._ids = itertools.count(1)
+        self.service = SimService(config, time.monotonic)
+        self.engine = self.service.engine
+        self.metrics = self.service.metrics
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 2**20)
@@ -116,7 +118,7 @@ class SimServer:
                     "missing required field 'responses_create_params' (an object)", "responses_create_params"
                 )
             rows.append(body)
-            return RESPONSES.parse({"model": self.config.model, **params, "stream": False})
+            return responses_request(self.config.model, params)
 
         parsed = await self._parse(request, parse)
         if isinstance(parsed, web.Response):
@@ -132,49 +134,24 @@ class SimServer:
     async def _parse(self, request: web.Request, parse: Any) -> ParsedRequest | web.Response:
         try:
             body = json.loads(await request.read())
-            if not isinstance(body, dict):
-                raise BadRequest("the request body must be a JSON object")
-            return parse(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            self.metrics.rejected.labels(reason="bad_request").inc()
-            return error_response(400, f"malformed JSON body: {exc}", "invalid_request_error")
-        except BadRequest as exc:
-            self.metrics.rejected.labels(reason="bad_request").inc()
-            return error_response(400, str(exc), "invalid_request_error", param=exc.param)
+            return refusal_response(self.service.bad_request(f"malformed JSON body: {exc}"))
+        try:
+            return self.service.parse(parse, body)
+        except Refusal as refusal:
+            return refusal_response(refusal)
 
     async def _admit(
         self, endpoint: Any, request: web.Request, parsed: ParsedRequest, render: Any
     ) -> web.StreamResponse:
         """Rate limits and faults, then generation."""
-        prompt_tokens = count_tokens(parsed.prompt)
-        refused = self._rate_limited(parsed, prompt_tokens)
-        if refused is not None:
-            return refused
-        fault = self.faults.draw()
-        if fault is not None:
-            self.metrics.faults.labels(kind=fault).inc()
-        if fault == "error":
-            return error_response(500, "simulated internal server error", "server_error", code="simulated")
-        if fault == "hang":
+        try:
+            admission = self.service.admit(parsed)
+        except Refusal as refusal:
+            return refusal_response(refusal)
+        if admission.fault == "hang":
             return await self._hang(request)
-        return await self._generate(endpoint, request, parsed, prompt_tokens, fault == "reset", render)
-
-    def _rate_limited(self, parsed: ParsedRequest, prompt_tokens: int) -> web.Response | None:
-        if not self.limiter.active:
-            return None
-        reserved = prompt_tokens + (parsed.max_tokens or self.config.max_output_tokens)
-        decision = self.limiter.check(reserved, time.monotonic())
-        if decision.allowed:
-            return None
-        self.metrics.rejected.labels(reason="rate_limit").inc()
-        headers = {**retry_headers(decision.retry_after_s), **dict(decision.headers)}
-        return error_response(
-            429,
-            f"Rate limit reached for {decision.limit} per minute. Please retry after {decision.retry_after_s:.2f}s.",
-            decision.limit,
-            code="rate_limit_exceeded",
-            headers=headers,
-        )
+        return await self._generate(endpoint, request, parsed, admission, render)
 
     async def _hang(self, request: web.Request) -> web.Response:
         """Never answer; return only once the client has given up and closed the connection."""
@@ -187,43 +164,19 @@ class SimServer:
         endpoint: Any,
         request: web.Request,
         parsed: ParsedRequest,
-        prompt_tokens: int,
-        reset: bool,
+        admission: Admission,
         render: Any,
     ) -> web.StreamResponse:
-        rng = self.planner.rng_for(parsed.prompt, parsed.seed)
-        planned = self.planner.plan(parsed.question, parsed.max_tokens, rng)
-        reply = Reply(
-            request_id=f"{endpoint.prefix}{next(self._ids):012x}",
-            model=parsed.model,
-            output=planned,
-            prompt_tokens=prompt_tokens,
-            created=int(time.time()),
-        )
         tokens: asyncio.Queue[int] | None = asyncio.Queue() if parsed.stream else None
-        seq = Sequence(prompt_tokens, len(planned.tokens), on_token=tokens.put_nowait if tokens else None)
         try:
-            self.engine.submit(seq)
-        except QueueFull as exc:
-            self.metrics.rejected.labels(reason="queue_full").inc()
-            return error_response(
-                429,
-                "the server's waiting queue is full; retry later",
-                "server_busy",
-                code="queue_full",
-                headers=retry_headers(exc.retry_after_s),
-            )
-        except TooLarge as exc:
-            self.metrics.rejected.labels(reason="too_large").inc()
-            return error_response(400, str(exc), "invalid_request_error", code="context_length_exceeded")
+            reply, seq = self.service.submit(parsed, admission, endpoint.prefix, tokens.put_nowait if tokens else None)
+        except Refusal as refusal:
+            return refusal_response(refusal)
+        reset = admission.fault == "reset"
         if tokens is not None:
             return await self._stream(endpoint, request, reply, seq, tokens, parsed.include_usage, reset)
-        try:
-            await seq.done
-        except asyncio.CancelledError:
-            self.engine.cancel(seq)
-            raise
-        self.metrics.success.labels(model_name=self.config.model, finished_reason=planned.finish_reason).inc()
+        await self.service.finish(seq)
+        self.service.succeeded(reply)
         payload = render(reply)
         if reset:
             return await self._reset_midway(request, payload, "application/json")
@@ -255,7 +208,7 @@ class SimServer:
         except (ConnectionResetError, asyncio.CancelledError):
             self.engine.cancel(seq)
             raise
-        self.metrics.success.labels(model_name=self.config.model, finished_reason=reply.output.finish_reason).inc()
+        self.service.succeeded(reply)
         return response
 
     async def _reset_midway(self, request: web.Request, payload: bytes, content_type: str) -> web.StreamResponse:

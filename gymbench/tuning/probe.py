@@ -95,6 +95,7 @@ class Prober:
         sample_size: int,
         min_rollouts: int = 64,
         server_metrics: Callable[[], float | None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.input_path = input_path
         self.backend = backend
@@ -103,6 +104,8 @@ class Prober:
         self.sample_size = sample_size
         self.min_rollouts = min_rollouts
         self.server_metrics = server_metrics
+        self.clock = clock
+        """Seconds, monotonic, for the collector; a simulated-time test passes its loop's ``time``."""
         self.workdir = Path(tempfile.mkdtemp(prefix="gymbench-tune-"))
         self.progress: Any = None
         """Optional: ``progress.start(parallelism, total)`` returns the collector's progress callback."""
@@ -119,7 +122,7 @@ class Prober:
             resume=False,
         )
         spans: list[tuple[float, float]] = []
-        collector = Collector(settings, self.backend, self.verifier_factory(), strategy)
+        collector = Collector(settings, self.backend, self.verifier_factory(), strategy, clock=self.clock)
 
         def on_rollout(timings: Mapping[str, float]) -> None:
             now = collector.clock()
