@@ -44,11 +44,8 @@ def backend_settings(config: ServerConfig, plugins: Plugins) -> Iterator[tuple[s
     against the schema: a misspelt option is an error). No backend: the simulator behind the
     ``openai`` backend. ``nemo-gym`` without ``agent_url``: the simulator's agent mode (``/run``).
     """
-    name = config.backend or "openai"
+    name, settings = checked_backend(config, plugins)
     declared = plugins.options("backend", name)
-    values = config.backend_values()
-    settings = {key: value for key, value in values.items() if declared is None or key in declared}
-    settings.update(config.backend_options)
     needs_sim = config.backend is None or (config.backend == "nemo-gym" and not config.agent_url)
     if not needs_sim:
         yield name, settings
@@ -64,6 +61,16 @@ def backend_settings(config: ServerConfig, plugins: Plugins) -> Iterator[tuple[s
         sim_values = {"base_url": server.base_url, "agent_url": server.url, "model": config.model or SIM_MODEL}
         settings.update({k: v for k, v in sim_values.items() if declared is None or k in declared})
         yield name, settings
+
+
+def checked_backend(config: ServerConfig, plugins: Plugins) -> tuple[str, dict[str, Any]]:
+    """The backend's name and the settings it is given, checked against its schema now."""
+    name = config.backend or "openai"
+    declared = plugins.options("backend", name)
+    settings = {key: value for key, value in config.backend_values().items() if declared is None or key in declared}
+    settings.update(config.backend_options)
+    plugins.check("backend", name, settings)
+    return name, settings
 
 
 def make_strategy(plugins: Plugins, name: str, options: dict[str, Any], parallelism: int | None) -> ConcurrencyStrategy:
@@ -139,15 +146,16 @@ def run_collect(config: CollectConfig, plugins: Plugins) -> int:
     settings = collect_settings(config)
     verifier = plugins.verifier(config.verifier, config.verifier_options)
     strategy = make_strategy(plugins, config.strategy, config.strategy_options, config.num_samples_in_parallel)
-    if config.num_samples_in_parallel is None and config.strategy == "semaphore":
-        warn(UNBOUNDED_WARNING)
     run = Run(plugins, "collect", config.run_name, settings_dict(config), results_dir=config.results_dir,
               save=config.save_results)  # fmt: skip
+    checked_backend(config, plugins)
     tasks = preflight(settings)
     with contextlib.closing(tasks):
         check_metrics_path(metrics_path(settings.output_path))
         check_run_identity(config, settings, tasks.is_regular)
         run.start()
+        if config.num_samples_in_parallel is None and config.strategy == "semaphore":
+            warn(UNBOUNDED_WARNING)
         with backend_settings(config, plugins) as (backend_name, backend_config):
             backend = plugins.backend(backend_name, backend_config)
             collector = Collector(settings, backend, verifier, strategy, tasks=tasks)

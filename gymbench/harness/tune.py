@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.errors import GymbenchError
-from gymbench.harness.collect import backend_settings, make_strategy, run_loop
+from gymbench.harness.collect import backend_settings, checked_backend, make_strategy, run_loop
 from gymbench.harness.progress import ProbeProgress
 from gymbench.harness.tune_config import DiagnoseConfig, ProbeConfig, TuneConfig
 from gymbench.plugins import Plugins
@@ -74,6 +74,7 @@ def with_prober(config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], 
         raise GymbenchError(f"{source}: is a pipe; probes read the task sample many times, so give a file")
     next(read_tasks(source, TaskSlice(limit=1)), None)
     plugins.verifier(config.verifier, config.verifier_options)
+    checked_backend(config, plugins)
     settings = CollectSettings(
         source,
         Path(tempfile.gettempdir()) / "unused.jsonl",
