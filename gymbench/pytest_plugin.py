@@ -6,6 +6,7 @@ no aiohttp. The plugin manager and fingerprint are only built when a benchmark a
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Generator, Iterator
@@ -106,20 +107,43 @@ def pytest_configure(config: pytest.Config) -> None:
             f"--gymbench-save {save_name!r}: use letters, digits, '.', '_' or '-' "
             "(the name becomes part of a file name)"
         )
-    quick = config.getoption("--gymbench-quick")
-    settings = MeasureSettings.quick_mode() if quick else MeasureSettings()
-    settings = settings.with_overrides(
-        min_rounds=config.getoption("--gymbench-min-rounds"),
-        max_time_s=config.getoption("--gymbench-max-time"),
-    )
     results_dir = config.getoption("--gymbench-results-dir")
     config.stash[session_key] = BenchSession(
-        settings=settings,
-        results_dir=Path(results_dir) if results_dir else config.rootpath / "results",
+        settings=_measure_settings(config),
+        results_dir=_results_dir(config, Path(results_dir) if results_dir else config.rootpath / "results"),
         save_name=save_name,
         rootpath=config.rootpath,
         compare=config.getoption("--gymbench-compare"),
     )
+
+
+def _measure_settings(config: pytest.Config) -> MeasureSettings:
+    """Measurement options, checked now: a bad one is a usage error (exit 4), not a failure later."""
+    for option in ("--gymbench-min-effect", "--gymbench-max-time"):
+        value = config.getoption(option)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise pytest.UsageError(f"{option} {value}: expected a finite number above 0")
+    settings = MeasureSettings.quick_mode() if config.getoption("--gymbench-quick") else MeasureSettings()
+    try:
+        return settings.with_overrides(
+            min_rounds=config.getoption("--gymbench-min-rounds"),
+            max_time_s=config.getoption("--gymbench-max-time"),
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(f"--gymbench-min-rounds: {exc}") from None
+
+
+def _results_dir(config: pytest.Config, path: Path) -> Path:
+    """Where ``--gymbench-save`` writes must be writable before the suite runs."""
+    if config.getoption("--gymbench-save") is not None:
+        from gymbench.errors import GymbenchError
+        from gymbench.jsonio import check_writable_dir
+
+        try:
+            check_writable_dir(path, "results record")
+        except GymbenchError as exc:
+            raise pytest.UsageError(f"--gymbench-results-dir: {exc}") from None
+    return path
 
 
 @pytest.hookimpl(wrapper=True)
@@ -173,6 +197,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def _compare(session: pytest.Session, bench: BenchSession, record: ResultsRecord) -> None:
     """Run the gate (heavy imports happen only here) and turn its outcome into the exit status."""
     from gymbench.baseline.gate import in_memory, noise_for, run_gate
+    from gymbench.baseline.guarded import gate_or_explain
     from gymbench.baseline.settings import build_settings
     from gymbench.baseline.store import BaselineStore
     from gymbench.errors import GymbenchError
@@ -186,7 +211,11 @@ def _compare(session: pytest.Session, bench: BenchSession, record: ResultsRecord
         )
         baseline = BaselineStore(bench.results_dir).select(bench.compare or "latest", key, config.rootpath)
         noise = noise_for(bench.results_dir, key, config.getoption("--gymbench-calibration"))
-        bench.gate = run_gate(baseline, in_memory(record), settings, noise, config.getoption("--gymbench-fail-on"))
+        candidate = in_memory(record)
+        fail_on = config.getoption("--gymbench-fail-on")
+        bench.gate = gate_or_explain(
+            lambda: run_gate(baseline, candidate, settings, noise, fail_on), baseline, candidate
+        )
     except GymbenchError as exc:
         bench.gate_error = str(exc)
         session.exitstatus = pytest.ExitCode.USAGE_ERROR

@@ -39,7 +39,7 @@ class CompareSettings:
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
             raise GymbenchError(f"alpha must be between 0 and 1, got {self.alpha}")
-        if self.min_effect <= 0:
+        if not (math.isfinite(self.min_effect) and self.min_effect > 0):
             raise GymbenchError(f"the minimum effect must be positive (0.05 = 5 %), got {self.min_effect}")
 
     @property

@@ -12,21 +12,25 @@ import random
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gymbench.errors import GymbenchError
 from gymbench.harness.collect_config import CollectConfig, ServerConfig
 from gymbench.harness.progress import collect_progress, warn
-from gymbench.jsonio import write_json_atomic
+from gymbench.jsonio import check_writable_file, write_json_atomic
 from gymbench.plugins import Plugins
 from gymbench.record import BenchmarkResult, Metric
 from gymbench.rollout.dataset import TaskSlice, input_identity
 from gymbench.rollout.engine import Collector, CollectSettings, preflight
 from gymbench.rollout.identity import check_run_fingerprint, write_run_fingerprint
+from gymbench.rollout.output import load_resume_state
 from gymbench.rollout.stats import CollectStats
 from gymbench.run import Run
 from gymbench.settings import settings_dict
 from gymbench.types import ConcurrencyStrategy, GenerationFailed
+
+if TYPE_CHECKING:
+    from gymbench.sim.config import SimConfig
 
 SIM_MODEL = "gymbench-sim"
 STORED_LATENCY_SAMPLES = 2000
@@ -46,13 +50,13 @@ def backend_settings(config: ServerConfig, plugins: Plugins) -> Iterator[tuple[s
     """
     name, settings = checked_backend(config, plugins)
     declared = plugins.options("backend", name)
-    needs_sim = config.backend is None or (config.backend == "nemo-gym" and not config.agent_url)
-    if not needs_sim:
+    simulator = simulator_config(config)
+    if simulator is None:
         yield name, settings
         return
     from gymbench.sim import running_sim_server
 
-    with running_sim_server(preset=config.sim_preset, **config.sim) as server:
+    with running_sim_server(simulator) as server:
         warn(
             f"no server set: using the simulated server (preset {config.sim_preset}) at {server.url} "
             f"through the {name} backend; set +backend=openai +base_url=... +model=... "
@@ -70,7 +74,17 @@ def checked_backend(config: ServerConfig, plugins: Plugins) -> tuple[str, dict[s
     settings = {key: value for key, value in config.backend_values().items() if declared is None or key in declared}
     settings.update(config.backend_options)
     plugins.check("backend", name, settings)
+    simulator_config(config)  # checked now too, before anything starts
     return name, settings
+
+
+def simulator_config(config: ServerConfig) -> SimConfig | None:
+    """The simulator's configuration (``sim_preset`` and ``+sim.*``) when no server is set, else None."""
+    if config.backend is not None and (config.backend != "nemo-gym" or config.agent_url):
+        return None
+    from gymbench.sim.config import config_from_preset
+
+    return config_from_preset(config.sim_preset, config.sim)
 
 
 def make_strategy(plugins: Plugins, name: str, options: dict[str, Any], parallelism: int | None) -> ConcurrencyStrategy:
@@ -108,8 +122,7 @@ def metrics_path(output: Path) -> Path:
 
 
 def check_metrics_path(path: Path) -> None:
-    if path.is_dir():
-        raise GymbenchError(f"{path}: is a directory, but the run writes its metrics file there; move it away")
+    check_writable_file(path, "run's metrics file", "+output_jsonl_fpath (or move it away)")
 
 
 def run_identity(config: CollectConfig, settings: CollectSettings, regular_input: bool) -> dict[str, Any]:
@@ -153,12 +166,14 @@ def run_collect(config: CollectConfig, plugins: Plugins) -> int:
     with contextlib.closing(tasks):
         check_metrics_path(metrics_path(settings.output_path))
         check_run_identity(config, settings, tasks.is_regular)
+        resume_state = load_resume_state(settings.output_path, settings.max_attempts) if settings.resume else None
         run.start()
         if config.num_samples_in_parallel is None and config.strategy == "semaphore":
             warn(UNBOUNDED_WARNING)
         with backend_settings(config, plugins) as (backend_name, backend_config):
             backend = plugins.backend(backend_name, backend_config)
             collector = Collector(settings, backend, verifier, strategy, tasks=tasks)
+            collector.resume_state = resume_state
             stats, interrupted = _collect(collector, config.progress)
     summary = stats.summary()
     print(format_summary(summary, settings.output_path), file=sys.stderr)

@@ -12,6 +12,7 @@ from gymbench.errors import GymbenchError
 from gymbench.harness.collect import backend_settings, checked_backend, make_strategy, run_loop
 from gymbench.harness.progress import ProbeProgress
 from gymbench.harness.tune_config import DiagnoseConfig, ProbeConfig, TuneConfig
+from gymbench.jsonio import check_writable_file
 from gymbench.plugins import Plugins
 from gymbench.report.markdown import write_step_summary
 from gymbench.rollout.dataset import TaskSlice, check_input_file, read_tasks
@@ -67,14 +68,14 @@ def strategies_for(config: ProbeConfig, plugins: Plugins) -> Strategies:
 
 def with_prober(config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], Awaitable[Any]]) -> Any:
     """Start the backend (or the simulator), build a prober on the task sample, run ``work``."""
+    plugins.verifier(config.verifier, config.verifier_options)
+    checked_backend(config, plugins)
     if not config.input_jsonl_fpath:
         raise GymbenchError("needs +input_jsonl_fpath=TASKS.jsonl (the sample every probe uses)")
     source = Path(config.input_jsonl_fpath)
     if not check_input_file(source):
         raise GymbenchError(f"{source}: is a pipe; probes read the task sample many times, so give a file")
     next(read_tasks(source, TaskSlice(limit=1)), None)
-    plugins.verifier(config.verifier, config.verifier_options)
-    checked_backend(config, plugins)
     settings = CollectSettings(
         source,
         Path(tempfile.gettempdir()) / "unused.jsonl",
@@ -124,6 +125,8 @@ def tune_run(config: TuneConfig, plugins: Plugins) -> TuneResult:
 
 
 def run_tune(config: TuneConfig, plugins: Plugins) -> int:
+    if config.plot:
+        check_writable_file(config.plot, "plot", "+plot (or +plot= for none)")
     run = Run(plugins, "tune", config.run_name, settings_dict(config), results_dir=config.results_dir,
               save=config.save_results).start()  # fmt: skip
     result = tune_run(config, plugins)

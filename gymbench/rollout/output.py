@@ -231,8 +231,18 @@ class RolloutWriter:
 def check_output_path(input_path: str | os.PathLike[str], output_path: str | os.PathLike[str]) -> None:
     """Refuse an output that would destroy the tasks or that cannot be created, before the run."""
     output = Path(output_path)
+    try:
+        output.exists()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, a symlink loop
+        reason = getattr(exc, "strerror", None) or exc
+        raise GymbenchError(f"{output}: cannot use this path ({reason}); choose another +output_jsonl_fpath") from None
     if output.is_dir():
         raise GymbenchError(f"{output}: is a directory; +output_jsonl_fpath must name a file in it")
+    if output.exists() and not output.is_file():
+        raise GymbenchError(
+            f"{output}: is not a regular file (a pipe or a device); rollouts, their run fingerprint and "
+            "metrics are written beside a regular file. Choose another +output_jsonl_fpath"
+        )
     blocker = next((p for p in output.parents if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         raise GymbenchError(

@@ -181,14 +181,15 @@ DEFAULT_PRESET = "vllm-like"
 
 
 def config_from_preset(preset: str | None = None, overrides: Mapping[str, Any] | None = None) -> SimConfig:
-    """A configuration from a preset plus explicit overrides (unknown keys are an error)."""
+    """A configuration from a preset plus explicit overrides, each of them type-checked (a number
+    given as text is read as a setting on the command line is; unknown keys are an error)."""
+    from gymbench.settings import build_settings
+
     name = preset or DEFAULT_PRESET
     if name not in PRESETS:
         raise GymbenchError(f"unknown simulator preset {name!r}; known presets: {', '.join(PRESETS)}")
-    values = dict(PRESETS[name])
     known = {f.name for f in dataclasses.fields(SimConfig)}
-    for key, value in (overrides or {}).items():
+    for key in overrides or {}:
         if key not in known:
             raise GymbenchError(f"unknown simulator setting {key!r}; settings are: {', '.join(sorted(known))}")
-        values[key] = value
-    return SimConfig(**values)
+    return build_settings(SimConfig, (), PRESETS[name], dict(overrides or {}), where="simulator")

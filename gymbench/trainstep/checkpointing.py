@@ -9,7 +9,6 @@ keyword arguments (torch warns that it will become an error).
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -19,8 +18,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from gymbench.errors import GymbenchError
+from gymbench.trainstep.config import checkpoint_every
 
-EVERY_K = re.compile(r"^every-(\d+)$")
 _recompute = ContextVar("gymbench_recompute", default=True)
 
 
@@ -44,18 +43,6 @@ def recompute_disabled() -> Iterator[None]:
         yield
     finally:
         _recompute.reset(token)
-
-
-def checkpoint_every(mode: str) -> int:
-    """``off`` → 0, ``on`` → 1, ``every-k`` → k. NeMo RL's ``checkpoint_ratio: 0.5`` is ``every-2``."""
-    if mode == "off":
-        return 0
-    if mode == "on":
-        return 1
-    match = EVERY_K.match(mode)
-    if match is None or int(match.group(1)) < 1:
-        raise GymbenchError(f"checkpointing {mode!r}: use 'off', 'on' or 'every-K' with K >= 1 (e.g. every-2)")
-    return int(match.group(1))
 
 
 def mode_from_ratio(ratio: float) -> str:

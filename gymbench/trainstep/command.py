@@ -36,6 +36,10 @@ def run_train(args: TrainSettings, plugins: Any) -> int:
 
     factory = model_factory(plugins, args.model)
     config = _shrink_fp16_on_cpu(args, build_config(args))
+    if args.profile:
+        from gymbench.jsonio import check_writable_file
+
+        check_writable_file(args.profile, "profile trace", "+profile")
     run = Run(plugins, "train", args.save or "train", config.to_dict(), results_dir=args.results_dir,
               save=args.save is not None).start()  # fmt: skip
     recorder = Recorder()

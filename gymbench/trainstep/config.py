@@ -6,6 +6,7 @@ No torch here: the command line builds and validates a configuration before torc
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from gymbench.errors import GymbenchError
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+EVERY_K = re.compile(r"^every-(\d+)$")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -49,6 +51,7 @@ class TrainConfig:
                 f"batch {self.batch} is not divisible by accumulation {self.accumulation}: the global "
                 "batch stays fixed and is split into equal micro-batches; pick a divisor"
             )
+        checkpoint_every(self.checkpointing)
         if self.precision not in PRECISIONS:
             raise GymbenchError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
@@ -70,6 +73,18 @@ class TrainConfig:
         data = asdict(self)
         data["model_config"] = dict(self.model_config)
         return data
+
+
+def checkpoint_every(mode: str) -> int:
+    """``off`` → 0, ``on`` → 1, ``every-k`` → k. NeMo RL's ``checkpoint_ratio: 0.5`` is ``every-2``."""
+    if mode == "off":
+        return 0
+    if mode == "on":
+        return 1
+    match = EVERY_K.match(mode)
+    if match is None or int(match.group(1)) < 1:
+        raise GymbenchError(f"checkpointing {mode!r}: use 'off', 'on' or 'every-K' with K >= 1 (e.g. every-2)")
+    return int(match.group(1))
 
 
 def scale_learning_rate(base_lr: float, batch_size: int, base_batch_size: int) -> float:

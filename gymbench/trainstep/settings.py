@@ -10,6 +10,9 @@ from typing import Any
 from gymbench.settings import at_least, one_of, require, safe_name
 
 FIND_BATCH = ("search", "halve")
+LARGEST = 2**31 - 1
+"""torch takes sizes and thread counts as C integers: past this an overflow error, not a benchmark."""
+SHAPES = ("batch", "seq_len", "accumulation", "steps", "max_batch", "trial_steps")
 
 
 def _help(text: str) -> dict[str, str]:
@@ -76,9 +79,16 @@ class TrainSettings:
             one_of("find_batch", self.find_batch, FIND_BATCH)
         require(self.memory_budget_mib > 0, "memory_budget_mib", self.memory_budget_mib, "a size above 0")
         require(0 < self.memory_fraction <= 1, "memory_fraction", self.memory_fraction, "a share in (0, 1]")
-        at_least("max_batch", self.max_batch, 1)
-        at_least("verify", self.verify, 0)
-        at_least("trial_steps", self.trial_steps, 1)
+        for name in SHAPES:
+            at_least(name, getattr(self, name), 1, LARGEST)
+        at_least("warmup", self.warmup, 0, LARGEST)
+        at_least("base_batch", self.base_batch, 1, LARGEST)
+        at_least("verify", self.verify, 0, LARGEST)
+        at_least("threads", self.threads, 1, 4096)
+        at_least("seed", self.seed, 0, 2**64 - 1)  # torch's seeds are 64-bit
+        require(self.lr >= 0, "lr", self.lr, "a learning rate of 0 or more")
+        require(self.peak_tflops is None or self.peak_tflops > 0, "peak_tflops", self.peak_tflops, "above 0")
         require(self.leak_bound_mib >= 0, "leak_bound_mib", self.leak_bound_mib, "0 or more")
         if self.checkpoint_ratio is not None:
-            require(0 <= self.checkpoint_ratio <= 1, "checkpoint_ratio", self.checkpoint_ratio, "a share in [0, 1]")
+            ratio = self.checkpoint_ratio  # 1/ratio becomes the block interval: it must stay a sane integer
+            require(ratio == 0 or 1e-6 <= ratio <= 1, "checkpoint_ratio", ratio, "0, or a share from 1e-06 to 1")

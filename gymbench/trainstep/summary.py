@@ -10,7 +10,7 @@ from gymbench.errors import GymbenchError
 from gymbench.measure import Recorder
 from gymbench.trainstep.bench import BenchOptions, TrainReport, record_metrics, run_benchmark
 from gymbench.trainstep.config import TrainConfig, scale_learning_rate
-from gymbench.trainstep.oom import SearchPlan, SearchResult, Trial
+from gymbench.trainstep.oom import SearchPlan, SearchResult, Trial, is_out_of_memory
 from gymbench.trainstep.session import ModelFactory
 from gymbench.trainstep.settings import TrainSettings
 
@@ -26,7 +26,16 @@ def benchmark(factory: ModelFactory, config: TrainConfig, args: TrainSettings, r
         profile_path=args.profile,
         progress=args.progress,
     )
-    report = run_benchmark(factory, config, options)
+    try:
+        report = run_benchmark(factory, config, options)
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise GymbenchError(
+            f"batch {config.batch} x seq_len {config.seq_len} does not fit in memory ({reason}); lower +batch, "
+            "or find the largest batch that fits with +find_batch=search"
+        ) from None
     record_metrics(recorder, report)
     print("\n".join(benchmark_lines(report)))
 
