@@ -27,7 +27,6 @@ from gymbench.rollout.identity import check_run_fingerprint, write_run_fingerpri
 from gymbench.rollout.stats import CollectStats
 from gymbench.types import Backend, ConcurrencyStrategy, Verifier
 
-SIM_MODEL = "gymbench-sim"
 STORED_LATENCY_SAMPLES = 2000
 UNBOUNDED_WARNING = (
     "num_samples_in_parallel is unset: every task is dispatched at once (NeMo Gym's default). "
@@ -36,12 +35,16 @@ UNBOUNDED_WARNING = (
 
 
 @contextlib.contextmanager
-def backend_settings(config: ServerConfig, plugins: Plugins) -> Iterator[tuple[str, dict[str, Any]]]:
+def backend_settings(
+    config: ServerConfig, plugins: Plugins, running_sim: Any = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """The backend's name and settings; starts (and stops) the simulator when there is no server.
 
     A backend gets the server settings its schema declares, plus ``backend_options`` (checked
     against the schema: a misspelt option is an error). No backend: the simulator behind the
     ``openai`` backend. ``nemo-gym`` without ``agent_url``: the simulator's agent mode (``/run``).
+    ``running_sim`` (a started :class:`~gymbench.sim.SimServerHandle`, as the pytest fixture keeps
+    one per session) is used instead of starting one.
     """
     name, settings = checked_backend(config, plugins)
     declared = plugins.options("backend", name)
@@ -49,15 +52,19 @@ def backend_settings(config: ServerConfig, plugins: Plugins) -> Iterator[tuple[s
     if not needs_sim:
         yield name, settings
         return
-    from gymbench.sim import running_sim_server
+    with contextlib.ExitStack() as stack:
+        server = running_sim
+        if server is None:
+            from gymbench.sim import running_sim_server
 
-    with running_sim_server(preset=config.sim_preset, **config.sim) as server:
-        warn(
-            f"no server set: using the simulated server (preset {config.sim_preset}) at {server.url} "
-            f"through the {name} backend; set +backend=openai +base_url=... +model=... "
-            "(or +backend=nemo-gym +agent_url=...) for a real one"
-        )
-        sim_values = {"base_url": server.base_url, "agent_url": server.url, "model": config.model or SIM_MODEL}
+            server = stack.enter_context(running_sim_server(preset=config.sim_preset, **config.sim))
+            warn(
+                f"no server set: using the simulated server (preset {config.sim_preset}) at {server.url} "
+                f"through the {name} backend; set +backend=openai +base_url=... +model=... "
+                "(or +backend=nemo-gym +agent_url=...) for a real one"
+            )
+        model = config.model or server.config.model
+        sim_values = {"base_url": server.base_url, "agent_url": server.url, "model": model}
         settings.update({k: v for k, v in sim_values.items() if declared is None or k in declared})
         yield name, settings
 
