@@ -35,11 +35,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+PATH_SETTINGS = ("input_jsonl_fpath", "output_jsonl_fpath", "verify_cache_path")
+"""Paths in ``[tool.gymbench.*]`` are relative to the pyproject.toml, wherever pytest is run from."""
+
+
 def job_defaults(config: pytest.Config, job: str) -> dict[str, Any]:
     """``[tool.gymbench.<job>]`` of the rootdir's pyproject.toml, then the server options given."""
     from gymbench.settings import pyproject_table
 
     defaults = pyproject_table(config.rootpath / "pyproject.toml", job)
+    for key in PATH_SETTINGS:
+        if isinstance(defaults.get(key), str):
+            defaults[key] = str(config.rootpath / defaults[key])
     if job in ("collect", "tune"):
         for key in SERVER_OPTIONS:
             value = config.getoption(f"gymbench_{key}")
