@@ -19,7 +19,7 @@ from gymbench.sim.loadgen import run_closed_loop
 from gymbench.sim.text import count_tokens
 
 FAITHFUL = {"output_tokens_dist": "uniform"}
-BODY = {"model": "m", "messages": [{"role": "user", "content": "What is 1 + 1?"}]}
+BODY = {"model": "gymbench-sim", "messages": [{"role": "user", "content": "What is 1 + 1?"}]}
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,8 @@ def backend_settings(config: ServerConfig, plugins: Plugins) -> Iterator[tuple[s
         return
     from gymbench.sim import running_sim_server
 
-    with running_sim_server(preset=config.sim_preset, **config.sim) as server:
+    sim = {"model": config.model, **config.sim} if config.model else dict(config.sim)  # serve the model asked for
+    with running_sim_server(preset=config.sim_preset, **sim) as server:
         warn(
             f"no server set: using the simulated server (preset {config.sim_preset}) at {server.url} "
             f"through the {name} backend; set +backend=openai +base_url=... +model=... "

@@ -10,6 +10,8 @@ import pytest
 
 from gymbench.sim import SimServerHandle
 
+from .conftest import MODEL
+
 QUESTION = "What is 17 + 25?"
 
 
@@ -41,9 +43,9 @@ async def stream_events(server: SimServerHandle, path: str, body: dict[str, Any]
 
 async def test_chat_completion(fast_sim: SimServerHandle) -> None:
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}]
-    status, body = await post(fast_sim, "/chat/completions", {"model": "m", "messages": messages})
+    status, body = await post(fast_sim, "/chat/completions", {"model": MODEL, "messages": messages})
     assert status == 200
-    assert body["object"] == "chat.completion" and body["model"] == "m"
+    assert body["object"] == "chat.completion" and body["model"] == MODEL
     choice = body["choices"][0]
     assert choice["message"]["role"] == "assistant" and choice["finish_reason"] == "stop"
     usage = body["usage"]
@@ -54,7 +56,7 @@ async def test_chat_completion(fast_sim: SimServerHandle) -> None:
 
 async def test_chat_stream_matches_whole_answer(fast_sim: SimServerHandle) -> None:
     body = {
-        "model": "m",
+        "model": MODEL,
         "messages": [{"role": "user", "content": "hello"}],
         "stream_options": {"include_usage": True},
     }
@@ -75,24 +77,24 @@ async def test_chat_stream_matches_whole_answer(fast_sim: SimServerHandle) -> No
 
 
 async def test_completions(fast_sim: SimServerHandle) -> None:
-    status, body = await post(fast_sim, "/completions", {"model": "m", "prompt": "3 * 4 =", "max_tokens": 5})
+    status, body = await post(fast_sim, "/completions", {"model": MODEL, "prompt": "3 * 4 =", "max_tokens": 5})
     assert status == 200 and body["object"] == "text_completion"
     assert body["usage"]["completion_tokens"] == 5
     assert body["choices"][0]["finish_reason"] == "length"
-    events = await stream_events(fast_sim, "/completions", {"model": "m", "prompt": ["hi"], "max_tokens": 3})
+    events = await stream_events(fast_sim, "/completions", {"model": MODEL, "prompt": ["hi"], "max_tokens": 3})
     assert events[-1][1] == "[DONE]"
     texts = [json.loads(d)["choices"][0]["text"] for _, d in events[:-1]]
     assert len([t for t in texts if t]) == 3
 
 
 async def test_completions_default_max_tokens_is_openais_16(fast_sim: SimServerHandle) -> None:
-    status, body = await post(fast_sim, "/completions", {"model": "m", "prompt": "x"})
+    status, body = await post(fast_sim, "/completions", {"model": MODEL, "prompt": "x"})
     assert status == 200 and body["usage"]["completion_tokens"] == 8  # mean 8 < default cap 16
 
 
 async def test_responses_api(fast_sim: SimServerHandle) -> None:
     request = {
-        "model": "m",
+        "model": MODEL,
         "input": [{"role": "user", "content": [{"type": "input_text", "text": QUESTION}]}],
     }
     status, body = await post(fast_sim, "/responses", request)
@@ -105,9 +107,14 @@ async def test_responses_api(fast_sim: SimServerHandle) -> None:
 
 
 async def test_responses_stream_event_sequence(fast_sim: SimServerHandle) -> None:
-    events = await stream_events(fast_sim, "/responses", {"model": "m", "input": QUESTION, "max_output_tokens": 4})
+    events = await stream_events(fast_sim, "/responses", {"model": MODEL, "input": QUESTION, "max_output_tokens": 4})
     names = [name for name, _ in events]
-    assert names[:3] == ["response.created", "response.output_item.added", "response.content_part.added"]
+    assert names[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
     assert names[-4:] == [
         "response.output_text.done",
         "response.content_part.done",
@@ -133,13 +140,13 @@ async def test_models_and_health(fast_sim: SimServerHandle) -> None:
     ("path", "body", "param"),
     [
         ("/chat/completions", {"messages": [{"role": "user", "content": "x"}]}, "model"),
-        ("/chat/completions", {"model": "m"}, "messages"),
-        ("/chat/completions", {"model": "m", "messages": []}, "messages"),
-        ("/chat/completions", {"model": "m", "messages": [{"role": "user"}], "max_tokens": 0}, "max_tokens"),
-        ("/chat/completions", {"model": "m", "messages": [{"role": "user"}], "stream": "yes"}, "stream"),
-        ("/completions", {"model": "m"}, "prompt"),
-        ("/completions", {"model": "m", "prompt": 5}, "prompt"),
-        ("/responses", {"model": "m"}, "input"),
+        ("/chat/completions", {"model": MODEL}, "messages"),
+        ("/chat/completions", {"model": MODEL, "messages": []}, "messages"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "max_tokens": 0}, "max_tokens"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "stream": "yes"}, "stream"),
+        ("/completions", {"model": MODEL}, "prompt"),
+        ("/completions", {"model": MODEL, "prompt": 5}, "prompt"),
+        ("/responses", {"model": MODEL}, "input"),
         ("/responses", {"model": 3, "input": "x"}, "model"),
     ],
 )

@@ -1,0 +1,99 @@
+"""Log-probabilities of the generated tokens, and the most likely alternatives, per seed.
+
+Each token's log-probability is drawn from the reply's own stream (so a request asking for
+logprobs gets the same reply as one that does not), and the alternatives share what
+probability the token leaves, most likely first. The token itself heads its ``top_logprobs``.
+Every generated token has an entry, a tool call's included, as vLLM reports them.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from gymbench.sim.planner import PlannedOutput
+from gymbench.sim.text import FILLER
+
+ALTERNATIVES = tuple(word.strip() for word in FILLER) + tuple(FILLER)
+"""Tokens offered as alternatives: more than the 20 ``top_logprobs`` can ask for."""
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...]
+    """The ``top_logprobs`` asked for: (token, logprob), most likely first."""
+
+
+def token_logprobs(output: PlannedOutput, top: int) -> list[TokenLogprob]:
+    """One entry per token; a token's logprob does not depend on how many alternatives are asked for."""
+    values = random.Random(output.logprob_seed)
+    alternatives = random.Random(output.logprob_seed + 1)
+    return [_one(token, -round(0.0001 + values.expovariate(4.0), 6), top, alternatives) for token in output.tokens]
+
+
+def _one(token: str, logprob: float, top: int, rng: random.Random) -> TokenLogprob:
+    if top == 0:
+        return TokenLogprob(token, logprob, ())
+    left = 1.0 - math.exp(logprob)
+    others = [alt for alt in rng.sample(ALTERNATIVES, top) if alt != token][: top - 1]
+    ranked = [(token, logprob)]
+    for alt in others:
+        left /= 2
+        ranked.append((alt, round(math.log(left), 6)))
+    ranked.sort(key=lambda pair: -pair[1])
+    return TokenLogprob(token, logprob, tuple(ranked))
+
+
+def utf8(token: str) -> list[int]:
+    return list(token.encode("utf-8"))
+
+
+def chat_logprobs(entries: list[TokenLogprob]) -> dict[str, Any]:
+    """Chat completions' ``logprobs`` of a choice (or of one chunk's tokens)."""
+    content = [
+        {
+            "token": entry.token,
+            "logprob": entry.logprob,
+            "bytes": utf8(entry.token),
+            "top_logprobs": [{"token": t, "logprob": lp, "bytes": utf8(t)} for t, lp in entry.top],
+        }
+        for entry in entries
+    ]
+    return {"content": content, "refusal": None}
+
+
+def completion_logprobs(entries: list[TokenLogprob], offset: int = 0) -> dict[str, Any]:
+    """The completions API's column-wise ``logprobs``; ``offset`` is where the first token starts."""
+    offsets = []
+    for entry in entries:
+        offsets.append(offset)
+        offset += len(entry.token)
+    return {
+        "tokens": [entry.token for entry in entries],
+        "token_logprobs": [entry.logprob for entry in entries],
+        "top_logprobs": [dict(entry.top) or {entry.token: entry.logprob} for entry in entries],
+        "text_offset": offsets,
+    }
+
+
+def responses_logprobs(entries: list[TokenLogprob], with_bytes: bool) -> list[dict[str, Any]]:
+    """The Responses API's logprobs: with ``bytes`` in output items, without in stream events."""
+
+    def entry_of(token: str, logprob: float) -> dict[str, Any]:
+        return (
+            {"token": token, "bytes": utf8(token), "logprob": logprob}
+            if with_bytes
+            else {
+                "token": token,
+                "logprob": logprob,
+            }
+        )
+
+    return [
+        {**entry_of(entry.token, entry.logprob), "top_logprobs": [entry_of(t, lp) for t, lp in entry.top]}
+        for entry in entries
+    ]
