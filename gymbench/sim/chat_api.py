@@ -143,6 +143,7 @@ def _message_text(message: Mapping[str, Any]) -> str:
     """A message's text as it counts towards the prompt, tool calls included."""
     text = message_text(message.get("content", ""))
     for call in message.get("tool_calls") or ():
-        function = call.get("function") or {}
-        text += f"\n{function.get('name', '')} {function.get('arguments', '')}"
+        function = call.get("function")
+        if isinstance(function, Mapping):
+            text += f"\n{function.get('name', '')} {function.get('arguments', '')}"
     return text

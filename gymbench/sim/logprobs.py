@@ -1,8 +1,8 @@
 """Log-probabilities of the generated tokens, and the most likely alternatives, per seed.
 
 Each token's log-probability is drawn from the reply's own stream (so a request asking for
-logprobs gets the same reply as one that does not), and the alternatives share what
-probability the token leaves, most likely first. The token itself heads its ``top_logprobs``.
+logprobs gets the same reply as one that does not). The token heads its ``top_logprobs``; the
+alternatives follow, each half as likely as the one before, all within what the token leaves.
 Every generated token has an entry, a tool call's included, as vLLM reports them.
 """
 
@@ -38,13 +38,12 @@ def token_logprobs(output: PlannedOutput, top: int) -> list[TokenLogprob]:
 def _one(token: str, logprob: float, top: int, rng: random.Random) -> TokenLogprob:
     if top == 0:
         return TokenLogprob(token, logprob, ())
-    left = 1.0 - math.exp(logprob)
-    others = [alt for alt in rng.sample(ALTERNATIVES, top) if alt != token][: top - 1]
+    chosen = math.exp(logprob)
+    share = min(chosen, 1.0 - chosen)  # each alternative below the token, all within what it leaves
     ranked = [(token, logprob)]
-    for alt in others:
-        left /= 2
-        ranked.append((alt, round(math.log(left), 6)))
-    ranked.sort(key=lambda pair: -pair[1])
+    for alt in [alt for alt in rng.sample(ALTERNATIVES, top) if alt != token][: top - 1]:
+        share /= 2
+        ranked.append((alt, round(math.log(share), 6)))
     return TokenLogprob(token, logprob, tuple(ranked))
 
 

@@ -6,6 +6,14 @@ wrong type goes through). Here each raw JSON text goes through pydantic's strict
 exact JSON type (no ``"1"`` for ``1``, no ``1`` for ``true``), every literal must match. On top,
 a field the SDK's type does not declare is refused at every level (the SDK's models allow
 extras, so a misspelt field would otherwise pass unseen).
+
+One deliberate exception: the SDK reads completions stream chunks as ``Completion``, whose
+``finish_reason`` may not be null, while OpenAI's own API sends null in every chunk but the last
+(openai/openai-openapi#100). Those chunks are validated as :class:`CompletionChunk`, the SDK's
+``Completion`` with that one field widened to allow null.
+
+:class:`RecordingTransport` (and its async twin) let a test use the real SDK client and still
+validate the raw bytes of every answer it got.
 """
 
 from __future__ import annotations
@@ -14,9 +22,12 @@ import collections
 import typing
 from typing import Any
 
+import httpx2
+import orjson
 import pydantic
 from openai.types import Completion, Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.completion_choice import CompletionChoice
 from openai.types.responses import Response, ResponseStreamEvent
 from openai.types.shared import ErrorObject
 
@@ -35,7 +46,19 @@ RESPONSE_EVENTS: dict[str, type[pydantic.BaseModel]] = {
     for member in _members(ResponseStreamEvent)
 }
 """Each Responses stream event's ``type`` → the SDK class that describes it."""
-STREAM_CHUNKS = {"chat": ChatCompletionChunk, "completions": Completion}
+
+
+class StreamedCompletionChoice(CompletionChoice):
+    finish_reason: typing.Optional[typing.Literal["stop", "length", "content_filter"]]  # type: ignore[assignment] # noqa: UP045
+
+
+class CompletionChunk(Completion):
+    """A completions stream chunk: the SDK's ``Completion``, ``finish_reason`` nullable."""
+
+    choices: list[StreamedCompletionChoice]  # type: ignore[assignment]
+
+
+STREAM_CHUNKS = {"chat": ChatCompletionChunk, "completions": CompletionChunk}
 OBJECTS = {"chat": ChatCompletion, "completions": Completion, "responses": Response, "model": Model}
 
 
@@ -53,10 +76,8 @@ def strict(model: type[pydantic.BaseModel], raw: str | bytes) -> pydantic.BaseMo
 
 def strict_error(raw: str | bytes) -> ErrorObject:
     """An error body: ``{"error": {...}}`` whose inner object is the SDK's ``ErrorObject``."""
-    outer = pydantic.TypeAdapter(dict[str, Any]).validate_json(raw)
+    outer = orjson.loads(raw)
     assert list(outer) == ["error"], outer
-    import orjson
-
     error = strict(ErrorObject, orjson.dumps(outer["error"]))
     assert isinstance(error, ErrorObject)
     return error
@@ -88,7 +109,7 @@ def strict_stream(api: str, raw: bytes) -> list[pydantic.BaseModel]:
         return [strict(STREAM_CHUNKS[api], data) for _, data in events[:-1]]
     parsed = []
     for number, (name, data) in enumerate(events):
-        kind = pydantic.TypeAdapter(dict[str, Any]).validate_json(data)["type"]
+        kind = orjson.loads(data)["type"]
         assert name == kind, (name, kind)
         event = strict(RESPONSE_EVENTS[kind], data)
         assert event.sequence_number == number  # type: ignore[attr-defined]
@@ -113,3 +134,98 @@ def _extras(value: Any, where: str) -> typing.Iterator[str]:
 def _short(raw: str | bytes) -> str:
     text = raw.decode() if isinstance(raw, bytes) else raw
     return text if len(text) < 600 else text[:600] + "..."
+
+
+def strict_models(raw: bytes) -> list[pydantic.BaseModel]:
+    """``GET /v1/models``: a list object of the SDK's ``Model``."""
+    outer = orjson.loads(raw)
+    assert sorted(outer) == ["data", "object"] and outer["object"] == "list", outer
+    return [strict(Model, orjson.dumps(model)) for model in outer["data"]]
+
+
+# --------------------------------------------------------------------------- the SDK's raw bytes
+
+API_OF_PATH = {"/chat/completions": "chat", "/completions": "completions", "/responses": "responses"}
+
+
+class Exchange:
+    """One request the SDK made and the raw bytes of its answer."""
+
+    def __init__(self, path: str, status: int, content_type: str) -> None:
+        self.path = path
+        self.status = status
+        self.content_type = content_type
+        self.body = bytearray()
+
+    def check(self) -> list[pydantic.BaseModel]:
+        """Validate the answer strictly as what its path and status say it is."""
+        raw = bytes(self.body)
+        if self.status >= 400:
+            return [strict_error(raw)]
+        if self.path.endswith("/models"):
+            return strict_models(raw)
+        api = next(api for suffix, api in API_OF_PATH.items() if self.path.endswith(suffix))
+        if self.content_type.startswith("text/event-stream"):
+            return strict_stream(api, raw)
+        return [strict(OBJECTS[api], raw)]
+
+
+def check_all(exchanges: list[Exchange]) -> int:
+    """Validate every answer recorded; the number of objects and events validated."""
+    assert exchanges, "the SDK made no request"
+    return sum(len(exchange.check()) for exchange in exchanges)
+
+
+class _Tee(httpx2.SyncByteStream):
+    def __init__(self, inner: Any, exchange: Exchange) -> None:
+        self.inner, self.exchange = inner, exchange
+
+    def __iter__(self) -> typing.Iterator[bytes]:
+        for chunk in self.inner:
+            self.exchange.body += chunk
+            yield chunk
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _AsyncTee(httpx2.AsyncByteStream):
+    def __init__(self, inner: Any, exchange: Exchange) -> None:
+        self.inner, self.exchange = inner, exchange
+
+    async def __aiter__(self) -> typing.AsyncIterator[bytes]:
+        async for chunk in self.inner:
+            self.exchange.body += chunk
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _recorded(request: httpx2.Request, response: httpx2.Response, exchanges: list[Exchange], tee: type) -> Any:
+    exchange = Exchange(request.url.path, response.status_code, response.headers.get("content-type", ""))
+    exchanges.append(exchange)
+    stream = tee(response.stream, exchange)
+    return httpx2.Response(
+        response.status_code, headers=response.headers, stream=stream, request=request, extensions=response.extensions
+    )
+
+
+class RecordingTransport(httpx2.HTTPTransport):
+    """The SDK's usual transport, keeping a copy of every answer's bytes in ``exchanges``."""
+
+    def __init__(self, exchanges: list[Exchange]) -> None:
+        super().__init__()
+        self.exchanges = exchanges
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        return _recorded(request, super().handle_request(request), self.exchanges, _Tee)
+
+
+class AsyncRecordingTransport(httpx2.AsyncHTTPTransport):
+    def __init__(self, exchanges: list[Exchange]) -> None:
+        super().__init__()
+        self.exchanges = exchanges
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        return _recorded(request, await super().handle_async_request(request), self.exchanges, _AsyncTee)

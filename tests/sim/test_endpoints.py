@@ -10,7 +10,7 @@ import pytest
 
 from gymbench.sim import SimServerHandle
 
-from .conftest import MODEL
+from .conftest import FAST, MODEL
 
 QUESTION = "What is 17 + 25?"
 
@@ -148,6 +148,32 @@ async def test_models_and_health(fast_sim: SimServerHandle) -> None:
         ("/completions", {"model": MODEL, "prompt": 5}, "prompt"),
         ("/responses", {"model": MODEL}, "input"),
         ("/responses", {"model": 3, "input": "x"}, "model"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "temperature": "hot"}, "temperature"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "top_p": 3}, "top_p"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "n": 0}, "n"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "seed": "7"}, "seed"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "logprobs": 1}, "logprobs"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "top_logprobs": 2}, "top_logprobs"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "robot"}]}, "messages"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "tool", "content": "1"}]}, "messages"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "tools": True}, "tools"),
+        (
+            "/chat/completions",
+            {"model": MODEL, "messages": [{"role": "user"}], "tools": [{"type": "function"}]},
+            "tools[0].function",
+        ),  # noqa: E501
+        (
+            "/chat/completions",
+            {"model": MODEL, "messages": [{"role": "user"}], "tool_choice": "required"},
+            "tool_choice",
+        ),  # noqa: E501
+        ("/completions", {"model": MODEL, "prompt": "x", "logprobs": True}, "logprobs"),
+        ("/completions", {"model": MODEL, "prompt": "x", "logprobs": 9}, "logprobs"),
+        ("/responses", {"model": MODEL, "input": "x", "tools": [{"type": "web_search"}]}, "tools[0]"),
+        ("/responses", {"model": MODEL, "input": "x", "tools": [{"type": "function", "name": ""}]}, "tools[0].name"),
+        ("/responses", {"model": MODEL, "input": "x", "tool_choice": "sometimes"}, "tool_choice"),
+        ("/responses", {"model": MODEL, "input": "x", "include": "logprobs"}, "include"),
+        ("/responses", {"model": MODEL, "input": [{"type": "function_call_output", "output": "1"}]}, "input"),
     ],
 )
 async def test_missing_or_wrong_fields_are_400(fast_sim: SimServerHandle, path: str, body: Any, param: str) -> None:
@@ -186,3 +212,18 @@ async def test_agent_run_returns_the_row_with_response_and_reward(fast_sim: SimS
         async with session.post(f"{fast_sim.url}/run", json={"expected_answer": "1"}) as answer:
             assert answer.status == 400
             assert (await answer.json())["error"]["param"] == "responses_create_params"
+
+
+async def test_an_unknown_model_is_404_and_aliases_are_served(sim_factory: Any) -> None:
+    server = sim_factory(model="served", model_aliases=["alias"], **FAST)
+    for name, status in (("served", 200), ("alias", 200), ("gymbench-sim", 404)):
+        got, body = await post(server, "/completions", {"model": name, "prompt": "x"})
+        assert got == status
+        if status == 404:
+            assert body["error"]["code"] == "model_not_found" and "served, alias" in body["error"]["message"]
+        else:
+            assert body["model"] == name
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{server.base_url}/models") as answer:
+            assert [model["id"] for model in (await answer.json())["data"]] == ["served", "alias"]
+    assert server.metrics()['gymbench_sim:requests_rejected_total{reason="model_not_found"}'] == 1
