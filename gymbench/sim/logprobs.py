@@ -8,6 +8,7 @@ Every generated token has an entry, a tool call's included, as vLLM reports them
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from gymbench.sim.text import FILLER
 
 ALTERNATIVES = tuple(word.strip() for word in FILLER) + tuple(FILLER)
 """Tokens offered as alternatives: more than the 20 ``top_logprobs`` can ask for."""
+ALTERNATIVES_TWICE = ALTERNATIVES * 2
+LN2 = math.log(2)
 
 
 @dataclass(frozen=True)
@@ -29,26 +32,33 @@ class TokenLogprob:
 
 
 def token_logprobs(output: PlannedOutput, top: int) -> list[TokenLogprob]:
-    """One entry per token; a token's logprob does not depend on how many alternatives are asked for."""
-    values = random.Random(output.logprob_seed)
-    alternatives = random.Random(output.logprob_seed + 1)
-    return [_one(token, -round(0.0001 + values.expovariate(4.0), 6), top, alternatives) for token in output.tokens]
+    """One entry per token, from one draw each: the token's logprob (exponential, mean -0.25)
+    and where its alternatives start in :data:`ALTERNATIVES`, whatever ``top`` is."""
+    draw = random.Random(output.logprob_seed).random
+    entries = []
+    for token in output.tokens:
+        uniform = draw()
+        logprob = -0.0001 + math.log1p(-uniform) / 4
+        entries.append(TokenLogprob(token, logprob, _alternatives(token, logprob, top, int(uniform * 2**20))))
+    return entries
 
 
-def _one(token: str, logprob: float, top: int, rng: random.Random) -> TokenLogprob:
+def _alternatives(token: str, logprob: float, top: int, start: int) -> tuple[tuple[str, float], ...]:
     if top == 0:
-        return TokenLogprob(token, logprob, ())
+        return ()
     chosen = math.exp(logprob)
-    share = min(chosen, 1.0 - chosen)  # each alternative below the token, all within what it leaves
+    share = math.log(min(chosen, 1.0 - chosen))  # each below the token, all within what it leaves
+    begin = start % len(ALTERNATIVES)
     ranked = [(token, logprob)]
-    for alt in [alt for alt in rng.sample(ALTERNATIVES, top) if alt != token][: top - 1]:
-        share /= 2
-        ranked.append((alt, round(math.log(share), 6)))
-    return TokenLogprob(token, logprob, tuple(ranked))
+    for alternative in [alt for alt in ALTERNATIVES_TWICE[begin : begin + top] if alt != token][: top - 1]:
+        share -= LN2
+        ranked.append((alternative, share))
+    return tuple(ranked)
 
 
-def utf8(token: str) -> list[int]:
-    return list(token.encode("utf-8"))
+@functools.lru_cache(maxsize=4096)
+def utf8(token: str) -> tuple[int, ...]:
+    return tuple(token.encode("utf-8"))
 
 
 def chat_logprobs(entries: list[TokenLogprob]) -> dict[str, Any]:
