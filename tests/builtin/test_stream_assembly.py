@@ -59,6 +59,59 @@ def test_responses_stream_keeps_its_final_response() -> None:
     assert stream.usage().completion_tokens == 3
 
 
+def planned(endpoint: Any, body: dict[str, Any]) -> Reply:
+    """The simulator's reply to ``body``, as its server plans it."""
+    from gymbench.sim.config import SimConfig
+    from gymbench.sim.planner import Planner
+
+    parsed = endpoint.parse({"model": "m", "stream": True, "stream_options": {"include_usage": True}, **body})
+    return Reply(f"{endpoint.prefix}1", "m", 1, 9, Planner(SimConfig()).plan(parsed), parsed)
+
+
+TOOL = {"name": "lookup", "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": [{"role": "user", "content": "2 + 2?"}], "logprobs": True, "top_logprobs": 2, "n": 2},
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "function", "function": TOOL}],
+            "tool_choice": "required",
+        },  # noqa: E501
+    ],
+    ids=["logprobs-n2", "tool-call"],
+)
+def test_chat_logprobs_and_tool_calls_assemble_as_sent_whole(body: dict[str, Any]) -> None:
+    reply = planned(CHAT, body)
+    stream = ChatStream()
+    for event in sim_events(render_stream(CHAT, reply)):
+        stream.add(event)
+    assert stream.response() == as_sent(CHAT.full(reply))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"input": "2 + 2?", "include": ["message.output_text.logprobs"], "top_logprobs": 2},
+        {"input": "x", "tools": [{"type": "function", **TOOL}], "tool_choice": "required"},
+    ],
+    ids=["logprobs", "tool-call"],
+)
+def test_responses_logprobs_and_tool_calls_assemble_without_the_final_event(body: dict[str, Any]) -> None:
+    reply = planned(RESPONSES, body)
+    stream = ResponsesStream()
+    for event in sim_events(render_stream(RESPONSES, reply)):
+        if event["type"] not in ("response.completed", "response.output_item.done"):
+            stream.add(event)
+    assert stream.response() == as_sent({**RESPONSES.full(reply), "usage": None})
+
+
+def as_sent(value: dict[str, Any]) -> Any:
+    return json.loads(json.dumps(value))
+
+
 @pytest.mark.parametrize(
     "dropped",
     [
