@@ -20,14 +20,24 @@ from typing import Any
 
 MAX_DEPTH = 6
 HARD_DEPTH = 32
+MAX_ITEMS = 64
+MAX_LENGTH = 4096
+"""Caps on what a schema can make the simulator build (``minItems: 10**9`` is not honoured)."""
 WORDS = ("alpha", "bravo", "delta", "echo", "kilo", "lima", "nova", "oscar", "sierra", "tango", "zulu", "atlas")
 TYPE_ORDER = ("object", "array", "string", "integer", "number", "boolean", "null")
 
 
 def schema_value(schema: Any, rng: random.Random) -> Any:
-    """A value valid against ``schema`` (a JSON-schema mapping; ``None`` or ``{}`` allow anything)."""
+    """A value valid against ``schema`` (a JSON-schema mapping; ``None`` or ``{}`` allow anything).
+
+    A schema too malformed to follow (``properties`` that are not an object, a bound that is not
+    a number) gets the empty object, as a model given nonsense still answers something.
+    """
     root = schema if isinstance(schema, Mapping) else {}
-    return _value(root or {"type": "object", "properties": {}}, rng, root, 0)
+    try:
+        return _value(root or {"type": "object", "properties": {}}, rng, root, 0)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError):
+        return {}
 
 
 def _value(schema: Any, rng: random.Random, root: Mapping[str, Any], depth: int) -> Any:
@@ -109,9 +119,9 @@ def _object(schema: Mapping[str, Any], rng: random.Random, root: Mapping[str, An
 
 def _array(schema: Mapping[str, Any], rng: random.Random, root: Mapping[str, Any], depth: int) -> list[Any]:
     prefix = list(schema.get("prefixItems") or [])
-    low = int(schema.get("minItems", 0))
+    low = min(int(schema.get("minItems", 0)), MAX_ITEMS)
     high = int(schema.get("maxItems", low + 3))
-    count = low if depth >= MAX_DEPTH else rng.randint(low, max(low, min(high, low + 3)))
+    count = low if depth >= MAX_DEPTH else min(MAX_ITEMS, rng.randint(low, max(low, min(high, low + 3))))
     items = schema.get("items", True)
     value: list[Any] = []
     attempts = 0
@@ -128,7 +138,7 @@ def _string(schema: Mapping[str, Any], rng: random.Random, root: Mapping[str, An
     special = _formatted(schema.get("format"), rng)
     if special is not None:
         return special
-    low = int(schema.get("minLength", 1))
+    low = min(int(schema.get("minLength", 1)), MAX_LENGTH)
     high = int(schema.get("maxLength", max(low, 24)))
     text = rng.choice(WORDS)
     while len(text) < low:

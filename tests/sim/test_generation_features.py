@@ -111,6 +111,19 @@ def test_tool_arguments_validate_against_the_schema_and_repeat_per_seed(schema: 
         assert len({json.dumps(value, sort_keys=True) for value in values}) > 1
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [{"properties": [1, 2]}, {"type": "integer", "minimum": "low"}, {"type": "array", "minItems": 10**9}, {"$ref": 5}],
+)
+def test_a_malformed_schema_still_gets_arguments(schema: dict[str, Any]) -> None:
+    import random
+
+    value = schema_value(schema, random.Random(0))
+    assert isinstance(json.dumps(value), str)
+    if schema.get("minItems"):
+        assert len(value) == 64
+
+
 # --------------------------------------------------------------------------- planning
 
 
