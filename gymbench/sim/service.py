@@ -93,7 +93,7 @@ class SimService:
             raise self.bad_request(str(exc), exc.param) from None
         if parsed.model not in self.served:
             self.metrics.rejected.labels(reason="model_not_found").inc()
-            message = f"The model `{parsed.model}` does not exist. Served: {', '.join(self.served)}."
+            message = f"The model `{parsed.model}` does not exist. Served: {', '.join(self.config.served_models)}."
             raise Refusal(404, message, "invalid_request_error", param="model", code="model_not_found")
         return parsed
 
