@@ -57,7 +57,9 @@ def backend_settings(
         if server is None:
             from gymbench.sim import running_sim_server
 
-            server = stack.enter_context(running_sim_server(preset=config.sim_preset, **config.sim))
+            # serve the model asked for
+            sim = {"model": config.model, **config.sim} if config.model else dict(config.sim)
+            server = stack.enter_context(running_sim_server(preset=config.sim_preset, **sim))
             warn(
                 f"no server set: using the simulated server (preset {config.sim_preset}) at {server.url} "
                 f"through the {name} backend; set +backend=openai +base_url=... +model=... "
