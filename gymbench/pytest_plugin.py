@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 
-from gymbench.measure import MeasureSettings, Recorder
+from gymbench.harness.bench_api import BenchContext, Benchmark
+from gymbench.measure import MeasureSettings
 from gymbench.record import BenchmarkResult, ResultsRecord
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+pytest_plugins = ["gymbench.pytest_servers"]
 
 
 @dataclass
@@ -39,15 +41,24 @@ class BenchSession:
     """The :class:`gymbench.baseline.gate.GateResult` when ``--gymbench-compare`` was given."""
     gate_error: str | None = None
 
+    _plugins: Any = None
+
+    def plugins(self) -> Any:
+        """The session's plugin registry, built once, on first use."""
+        if self._plugins is None:
+            from gymbench.plugins import Plugins
+
+            self._plugins = Plugins()
+        return self._plugins
+
     def start_run(self) -> None:
-        """Build the plugin manager and announce the run when the first benchmark records."""
+        """Announce the run when the first benchmark records."""
         if self.run is not None:
             return
-        from gymbench.plugins import Plugins
         from gymbench.run import Run
 
         self.run = Run(
-            Plugins(), "pytest", self.save_name or "pytest", results_dir=self.results_dir,
+            self.plugins(), "pytest", self.save_name or "pytest", results_dir=self.results_dir,
             save=self.save_name is not None, cwd=self.rootpath,
         ).start()  # fmt: skip
 
@@ -156,14 +167,15 @@ def pytest_runtest_makereport(
 
 
 @pytest.fixture
-def gymbench(request: pytest.FixtureRequest) -> Iterator[Recorder]:
+def gymbench(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Benchmark]:
     """Measure a case and record its metrics into the session's results record.
 
     ``gymbench.measure(fn, *args)`` for sync code, ``await gymbench.ameasure(coro_fn, *args)`` in
-    an ``async def`` test, ``gymbench.record(name, value, unit, direction)`` for computed figures.
+    an ``async def`` test, ``gymbench.record(name, value, unit, direction)`` for computed figures,
+    and gymbench's own jobs: ``gymbench.collect(...)`` (``await`` it in an async test).
     """
     session = request.config.stash[session_key]
-    recorder = Recorder(session.settings)
+    recorder = Benchmark(session.settings, bench_context(request, tmp_path_factory, session))
     yield recorder
     call_report = request.node.stash.get(report_key, {}).get("call")
     if call_report is None or not call_report.passed or not recorder.metrics:
@@ -180,6 +192,23 @@ def gymbench(request: pytest.FixtureRequest) -> Iterator[Recorder]:
             group=group,
             options=options,
         )
+    )
+
+
+def bench_context(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, session: BenchSession
+) -> BenchContext:
+    from gymbench.pytest_servers import job_defaults
+
+    def fail(message: str) -> None:
+        pytest.fail(message, pytrace=False)
+
+    return BenchContext(
+        plugins=session.plugins,
+        defaults=lambda job: job_defaults(request.config, job),
+        sim=lambda: request.getfixturevalue("gymbench_sim"),
+        workdir=lambda: tmp_path_factory.mktemp("gymbench"),
+        fail=fail,
     )
 
 

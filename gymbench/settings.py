@@ -259,6 +259,26 @@ def load_settings_file(path: Path) -> SettingsFile:
     return SettingsFile({str(key): value for key, value in loaded.items()}, str(path))
 
 
+def pyproject_table(path: Path, *keys: str) -> dict[str, Any]:
+    """``[tool.gymbench.<keys...>]`` of a ``pyproject.toml`` (empty when the file or table is absent)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    if not path.is_file():
+        return {}
+    try:
+        table: Any = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("gymbench", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise GymbenchError(f"{path}: cannot read [tool.gymbench] ({exc})") from None
+    for key in keys:
+        table = table.get(key, {}) if isinstance(table, dict) else {}
+    if not isinstance(table, dict):
+        raise GymbenchError(f"{path}: [tool.gymbench.{'.'.join(keys)}] must be a table")
+    return dict(table)
+
+
 # --------------------------------------------------------------------------- checks used by schemas
 
 

@@ -70,15 +70,9 @@ def settings_from_pyproject(path: Path) -> dict[str, Any]:
     The per-benchmark table maps benchmark-id globs to minimum effects, for suites whose code
     cannot carry a marker (imported pytest-benchmark suites) or where CI wants a looser gate.
     """
-    import tomllib
+    from gymbench.settings import pyproject_table
 
-    if not path.is_file():
-        return {}
-    try:
-        section = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("gymbench", {})
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise GymbenchError(f"{path}: cannot read [tool.gymbench.compare] ({exc})") from None
-    table = section.get("compare", {})
+    table = pyproject_table(path, "compare")
     unknown = set(table) - {"min_effect", "alpha", "per_benchmark", "power", "metrics"}
     if unknown:
         raise GymbenchError(

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.errors import GymbenchError
-from gymbench.harness.collect import backend_settings, checked_backend, make_strategy, run_loop
+from gymbench.harness.collect import run_loop
+from gymbench.harness.collection import backend_settings, checked_backend, make_strategy
 from gymbench.harness.progress import ProbeProgress
 from gymbench.harness.tune_config import DiagnoseConfig, ProbeConfig, TuneConfig
 from gymbench.jsonio import check_writable_file

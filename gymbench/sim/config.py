@@ -16,7 +16,11 @@ OUTPUT_DISTRIBUTIONS = ("fixed", "uniform", "exponential", "max_tokens")
 class SimConfig:
     """The engine's knobs. Times are seconds; token counts are the simulator's own tokens."""
 
-    model: str = field(default="gymbench-sim", metadata={"help": "model name the server reports"})
+    model: str = field(default="gymbench-sim", metadata={"help": "model name the server serves and lists"})
+    model_aliases: tuple[str, ...] = field(
+        default=(),
+        metadata={"help": "other model names it answers to (as vLLM's --served-model-name); others get 404"},
+    )
     seed: int = field(default=0, metadata={"help": "seed for output lengths, answers and faults"})
     # --- continuous batching
     max_num_seqs: int = field(default=64, metadata={"help": "sequences running at once, at most"})
@@ -44,6 +48,10 @@ class SimConfig:
     answer_accuracy: float = field(
         default=0.8, metadata={"help": "probability that an answerable task is answered correctly"}
     )
+    tool_call_rate: float = field(
+        default=0.5,
+        metadata={"help": "probability of calling a tool when tools are offered with tool_choice auto"},
+    )
     # --- hosted-API limits
     rpm_limit: float | None = field(default=None, metadata={"help": "requests per minute (429 beyond)"})
     tpm_limit: float | None = field(default=None, metadata={"help": "tokens per minute (429 beyond)"})
@@ -68,9 +76,14 @@ class SimConfig:
     )
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "model_aliases", tuple(self.model_aliases))  # JSON and YAML give lists
         problems = list(_problems(self))
         if problems:
             raise GymbenchError("invalid simulator configuration: " + "; ".join(problems))
+
+    @property
+    def served_models(self) -> tuple[str, ...]:
+        return (self.model, *(alias for alias in self.model_aliases if alias != self.model))
 
     @property
     def instant(self) -> bool:
@@ -93,7 +106,9 @@ def _problems(config: SimConfig) -> list[str]:
     for name in ("step_base_s", "step_per_seq_s", "prefill_per_token_s", "warmup_s"):
         if getattr(config, name) < 0:
             found.append(f"{name} must not be negative, got {getattr(config, name)}")
-    for name in ("answer_accuracy", "error_rate", "hang_rate", "reset_rate"):
+    if not all(isinstance(name, str) and name for name in config.served_models):
+        found.append(f"model and model_aliases must be non-empty names, got {list(config.served_models)}")
+    for name in ("answer_accuracy", "tool_call_rate", "error_rate", "hang_rate", "reset_rate"):
         if not 0 <= getattr(config, name) <= 1:
             found.append(f"{name} must be between 0 and 1, got {getattr(config, name)}")
     if config.error_rate + config.hang_rate + config.reset_rate > 1:

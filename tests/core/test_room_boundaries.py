@@ -27,6 +27,7 @@ CORE = {
     "gymbench.plugins",
     "gymbench.run",
     "gymbench.curves",
+    "gymbench.lazy",
 }
 ROOMS = ("builtin", "rollout", "sim", "trainstep", "baseline")
 
