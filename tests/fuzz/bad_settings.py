@@ -206,4 +206,5 @@ def regression_cases() -> Iterator[Case]:
 
 def setting_cases(seed: int = 11) -> list[Case]:
     rng = random.Random(seed)
-    return [*command_setting_cases(rng), *component_option_cases(rng), *regression_cases()]
+    cases = [*command_setting_cases(rng), *component_option_cases(rng), *regression_cases()]
+    return list({case.id: case for case in cases}.values())  # a value sampled twice is one case
