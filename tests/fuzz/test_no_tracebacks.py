@@ -7,6 +7,7 @@ outcome must satisfy is in :mod:`.cases`. The full sweep is marked slow; an unma
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,6 +41,9 @@ def sweep(cases: list[Case], tmp_path: Path, env: Env, capsys: pytest.CaptureFix
         options = ["--import-mode=importlib", "--capture=sys", "-p", "no:cacheprovider",
                    "-o", "asyncio_default_fixture_loop_scope=function"]  # fmt: skip
         status = pytest.main([*argv, *options])
+        for name, module in list(sys.modules.items()):  # the suite's own modules, which later sessions would clash with
+            if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
+                del sys.modules[name]
         captured = capsys.readouterr()
         return Outcome(int(status), captured.out, captured.err)
 
