@@ -38,8 +38,8 @@ def sweep(cases: list[Case], tmp_path: Path, env: Env, capsys: pytest.CaptureFix
     def run_pytest(argv: list[str]) -> Outcome:
         """A pytest session in this process. Not ``pytester``: it unloads the modules a session
         imported, and numpy (imported by the gate) cannot be loaded twice in one process."""
-        options = ["--import-mode=importlib", "--capture=sys", "-p", "no:cacheprovider",
-                   "-o", "asyncio_default_fixture_loop_scope=function"]  # fmt: skip
+        options = ["--import-mode=importlib", "--capture=sys", "-p", "no:cacheprovider", "-p", "no:benchmark",
+                   "-p", "no:asyncio", "-p", "no:anyio"]  # fmt: skip
         status = pytest.main([*argv, *options])
         for name, module in list(sys.modules.items()):  # the suite's own modules, which later sessions would clash with
             if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
