@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,7 +99,11 @@ class SimConfig:
 
 
 def _problems(config: SimConfig) -> list[str]:
-    found = []
+    found = [
+        f"{field.name} must be a finite number, got {getattr(config, field.name)}"
+        for field in dataclasses.fields(config)
+        if isinstance(getattr(config, field.name), float) and not math.isfinite(getattr(config, field.name))
+    ]
     positive = ("max_num_seqs", "max_num_batched_tokens", "output_tokens_mean", "max_output_tokens")
     for name in positive:
         if getattr(config, name) < 1:
