@@ -1,5 +1,5 @@
 """A few cases run as real ``gymbench`` processes: standard input, the terminal's encoding,
-argument bytes that are not UTF-8, a server that cannot listen."""
+argument bytes that are not UTF-8, a server that cannot listen, a server that is not there."""
 
 from __future__ import annotations
 
@@ -48,6 +48,25 @@ def _surrogates() -> str:
     return json.dumps(data)
 
 
+def _dead_server(workdir: Path, env: Env) -> Prepared:
+    """Nothing listens: the run stops early, and its last line is the error, not aiohttp's noise."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # free once closed: connections are refused
+    tasks = workdir / "tasks.jsonl"
+    tasks.write_text((GOOD + "\n") * 5)
+    argv = ["collect", f"+input_jsonl_fpath={tasks}", f"+output_jsonl_fpath={workdir / 'o.jsonl'}", "+backend=openai",
+            f"+base_url=http://127.0.0.1:{port}/v1", "+model=m", "+max_retries=0", "+stop_after_failures=2",
+            "+backend_options.preflight=false",  # the rollouts meet the dead server, not the start-up check
+            "+save_results=false", "+progress=false", "+num_samples_in_parallel=1"]  # fmt: skip
+
+    def last_line_is_the_error(status: int | None, out: str, err: str) -> str | None:
+        last = err.strip().splitlines()[-1] if err.strip() else ""
+        return None if last.startswith("gymbench: error: stopped early") else f"stderr ends with {last!r}"
+
+    return Prepared(argv, outputs=[workdir / "o.jsonl"], check=last_line_is_the_error)
+
+
 def process_cases() -> Iterator[Case]:
     yield _stdin_collect(b"\x00garbage\n", "/dev/stdin:1")
     yield _stdin_collect(b"", "/dev/stdin")
@@ -62,6 +81,7 @@ def process_cases() -> Iterator[Case]:
         ["collect", "+input_jsonl_fpath=\udcff.jsonl", "+output_jsonl_fpath=o.jsonl"], mentions=["not UTF-8"]),
         in_subprocess=True)  # fmt: skip
     yield Case("processes", "no-command", lambda w, e: Prepared([]), in_subprocess=True)
+    yield Case("processes", "dead-server", _dead_server, statuses=(1,), in_subprocess=True)
 
 
 def all_process_cases() -> list[Case]:
