@@ -56,7 +56,8 @@ def decode_line(raw: bytes, first: bool = False) -> str:
         return raw.decode("utf-8-sig" if first else "utf-8")
     except UnicodeDecodeError as exc:
         raise JSONReadError(
-            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); re-encode the file as UTF-8"
+            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+            "re-encode the file as UTF-8"
         ) from None
 
 
