@@ -141,14 +141,19 @@ class AgentServer:
     model_base_url: str
     model: str
     max_steps: int = 4
+    aggregates: bool = True
+    """Serve ``/aggregate_metrics`` (proxied to the resources server); without it the route is a 404."""
     seen: list[tuple[int, int]] = field(default_factory=list)
+    """``(_ng_task_index, _ng_rollout_index)`` of every ``/run``, in arrival order."""
+    liveness_checks: int = 0
     session: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:
         app = web.Application()
-        app.router.add_get("/", _liveness)
+        app.router.add_get("/", self.liveness)
         app.router.add_post("/run", self.run)
-        app.router.add_post("/aggregate_metrics", self.aggregate_metrics)
+        if self.aggregates:
+            app.router.add_post("/aggregate_metrics", self.aggregate_metrics)
         app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
         return app
@@ -159,6 +164,10 @@ class AgentServer:
     async def _close(self, app: web.Application) -> None:
         assert self.session is not None
         await self.session.close()
+
+    async def liveness(self, request: web.Request) -> web.Response:
+        self.liveness_checks += 1
+        return await _liveness(request)
 
     async def run(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -253,6 +262,7 @@ class AgentStack:
     model: str = "gymbench-sim"
     agent_names: tuple[str, ...] = ("simple_agent",)
     legacy_head: bool = False
+    aggregates: bool = True
     agents: dict[str, AgentServer] = field(default_factory=dict)
     resources: dict[str, ResourcesServer] = field(default_factory=dict)
     head: HeadServer = field(default_factory=HeadServer)
@@ -271,7 +281,8 @@ class AgentStack:
         for name in self.agent_names:
             resources = self.resources[name] = ResourcesServer(f"{name}_resources")
             resources_port = await self._serve(resources.app())
-            agent = AgentServer(name, f"http://127.0.0.1:{resources_port}", self.model_base_url, self.model)
+            resources_url = f"http://127.0.0.1:{resources_port}"
+            agent = AgentServer(name, resources_url, self.model_base_url, self.model, aggregates=self.aggregates)
             self.agents[name] = agent
             agent_port = await self._serve(agent.app())
             self.head.instances += [
