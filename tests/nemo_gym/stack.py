@@ -143,10 +143,15 @@ class AgentServer:
     max_steps: int = 4
     aggregates: bool = True
     """Serve ``/aggregate_metrics`` (proxied to the resources server); without it the route is a 404."""
+    concurrency: int = 0
+    """Runs the agent serves at once (0: no limit): a saturated agent server, for diagnosis tests."""
+    overhead_s: float = 0.0
+    """The agent's own time per run, spent while holding one of its ``concurrency`` places."""
     seen: list[tuple[int, int]] = field(default_factory=list)
     """``(_ng_task_index, _ng_rollout_index)`` of every ``/run``, in arrival order."""
     liveness_checks: int = 0
     session: aiohttp.ClientSession | None = None
+    _places: Any = None
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -160,6 +165,7 @@ class AgentServer:
 
     async def _open(self, app: web.Application) -> None:
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        self._places = asyncio.Semaphore(self.concurrency) if self.concurrency else contextlib.nullcontext()
 
     async def _close(self, app: web.Application) -> None:
         assert self.session is not None
@@ -177,11 +183,13 @@ class AgentServer:
             return web.json_response({"detail": [{"msg": str(exc)}]}, status=422)
         body = {**body, "responses_create_params": params}
         self.seen.append((body.get("_ng_task_index"), body.get("_ng_rollout_index")))
-        seeded = await self._post(f"{self.resources_url}/seed_session", body)
-        cookies = {"session_id": seeded.cookies["session_id"].value}
-        response = await self._episode(params, cookies)
-        verified = await self._post(f"{self.resources_url}/verify", {**body, "response": response}, cookies)
-        return web.json_response(await verified.json())
+        async with self._places:
+            await asyncio.sleep(self.overhead_s)
+            seeded = await self._post(f"{self.resources_url}/seed_session", body)
+            cookies = {"session_id": seeded.cookies["session_id"].value}
+            response = await self._episode(params, cookies)
+            verified = await self._post(f"{self.resources_url}/verify", {**body, "response": response}, cookies)
+            return web.json_response(await verified.json())
 
     async def _episode(self, params: dict[str, Any], cookies: dict[str, str]) -> dict[str, Any]:
         """Model turns until an answer without a tool call; the outputs of every turn are kept."""
@@ -263,6 +271,8 @@ class AgentStack:
     agent_names: tuple[str, ...] = ("simple_agent",)
     legacy_head: bool = False
     aggregates: bool = True
+    agent_settings: dict[str, Any] = field(default_factory=dict)
+    """Passed to every :class:`AgentServer` (``concurrency``, ``overhead_s``)."""
     agents: dict[str, AgentServer] = field(default_factory=dict)
     resources: dict[str, ResourcesServer] = field(default_factory=dict)
     head: HeadServer = field(default_factory=HeadServer)
@@ -282,7 +292,9 @@ class AgentStack:
             resources = self.resources[name] = ResourcesServer(f"{name}_resources")
             resources_port = await self._serve(resources.app())
             resources_url = f"http://127.0.0.1:{resources_port}"
-            agent = AgentServer(name, resources_url, self.model_base_url, self.model, aggregates=self.aggregates)
+            agent = AgentServer(
+                name, resources_url, self.model_base_url, self.model, aggregates=self.aggregates, **self.agent_settings
+            )
             self.agents[name] = agent
             agent_port = await self._serve(agent.app())
             self.head.instances += [
