@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from gymbench.sim import SimServerHandle, start_sim_server
 
-from .stack import AgentStack
+from .stack import AgentStack, unused_port
 
 FAST_SIM = {"step_base_s": 0.002, "step_per_seq_s": 0.0, "prefill_per_token_s": 0.0, "output_tokens_mean": 8}
 
@@ -31,7 +30,4 @@ async def stack(sim: SimServerHandle) -> AsyncIterator[AgentStack]:
 
 @pytest.fixture
 def dead_port() -> int:
-    """A loopback port nothing listens on (bound, then closed)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return unused_port()

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -92,6 +93,13 @@ class AgentStack:
         return {"head_port": self.head_port, "agents": {name: self.agent_url(name) for name in self.agents}}
 
 
+def unused_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @contextlib.contextmanager
 def running_stack(model_base_url: str, **settings: Any) -> Iterator[AgentStack]:
     """The stack on its own thread's event loop, for tests that run ``gymbench`` as a subprocess."""
@@ -118,12 +126,15 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--agents", default="simple_agent")
+    parser.add_argument("--dead-agent", default=None, help="also list an agent of this name that is not running")
     parser.add_argument("--sim", nargs="*", default=[], help="simulator settings, KEY=VALUE (JSON values)")
     args = parser.parse_args()
     sim = start_sim_server(**{k: json.loads(v) for k, v in (item.split("=", 1) for item in args.sim)})
 
     async def serve() -> None:
         stack = await AgentStack(sim.base_url, sim.config.model, tuple(args.agents.split(","))).start()
+        if args.dead_agent:
+            stack.head.instances.append(instance(args.dead_agent, AGENT_TYPE, "simple_agent", unused_port()))
         print(json.dumps(stack.addresses()), flush=True)
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
