@@ -32,16 +32,11 @@ MODEL = ["step_base_s=0.005", "step_per_seq_s=0", "prefill_per_token_s=0", "outp
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[dict[str, Any]]:
-    """The agent stack as its own process (the simulator as a child of it), stopped with SIGTERM."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.nemo_gym.stack", "--dead-agent", "crashed_agent", "--sim", *MODEL],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    assert process.stdout is not None
-    addresses = json.loads(process.stdout.readline())
-    yield addresses
-    process.terminate()
-    process.wait(timeout=30)
+    """The agent stack as its own process (the simulator as a child of it)."""
+    from tests.nemo_gym.stack import stack_process
+
+    with stack_process("--dead-agent", "crashed_agent", "--sim", *MODEL) as addresses:
+        yield addresses
 
 
 def write_tasks(path: Path, count: int) -> Path:

@@ -14,10 +14,12 @@ import contextlib
 import json
 import signal
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -33,7 +35,8 @@ from .servers import (
     normalise_params,
 )
 
-__all__ = ["PARAM_DEFAULTS", "AgentStack", "instance", "normalise_params", "running_stack"]
+__all__ = ["PARAM_DEFAULTS", "AgentStack", "instance", "normalise_params", "running_stack", "stack_process"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -119,6 +122,24 @@ def running_stack(model_base_url: str, **settings: Any) -> Iterator[AgentStack]:
         loop.close()
 
 
+@contextlib.contextmanager
+def stack_process(*arguments: str) -> Iterator[dict[str, Any]]:
+    """The stack in a process of its own (its simulator a child of it): no GIL or CPU shared with
+    the test. Yields the addresses it prints; stopped with SIGTERM."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.nemo_gym.stack", *arguments],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line, "the agent stack did not start"
+        yield json.loads(line)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
 def main() -> None:
     """``python -m tests.nemo_gym.stack [--agents a,b] [--sim KEY=VALUE ...]``: the stack and its
     simulator in processes of their own, until SIGTERM; one JSON line of addresses on stdout."""
@@ -127,12 +148,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--agents", default="simple_agent")
     parser.add_argument("--dead-agent", default=None, help="also list an agent of this name that is not running")
+    parser.add_argument("--agent", nargs="*", default=[], help="agent settings, KEY=VALUE (JSON values)")
     parser.add_argument("--sim", nargs="*", default=[], help="simulator settings, KEY=VALUE (JSON values)")
     args = parser.parse_args()
-    sim = start_sim_server(**{k: json.loads(v) for k, v in (item.split("=", 1) for item in args.sim)})
+    sim = start_sim_server(**_key_values(args.sim))
 
     async def serve() -> None:
-        stack = await AgentStack(sim.base_url, sim.config.model, tuple(args.agents.split(","))).start()
+        names = tuple(args.agents.split(","))
+        stack = await AgentStack(sim.base_url, sim.config.model, names, agent_settings=_key_values(args.agent)).start()
         if args.dead_agent:
             stack.head.instances.append(instance(args.dead_agent, AGENT_TYPE, "simple_agent", unused_port()))
         print(json.dumps(stack.addresses()), flush=True)
@@ -146,6 +169,10 @@ def main() -> None:
     finally:
         sim.stop()
     sys.exit(0)
+
+
+def _key_values(items: list[str]) -> dict[str, Any]:
+    return {key: json.loads(value) for key, value in (item.split("=", 1) for item in items)}
 
 
 if __name__ == "__main__":

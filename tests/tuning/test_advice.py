@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from gymbench.harness.tune import diagnose_run
 from gymbench.harness.tune_config import DiagnoseConfig
-from gymbench.sim import SimServerHandle, start_sim_server
 from gymbench.testing import make_plugins
 from gymbench.tuning.advice import AGENT_STACK, AGENT_STACK_STEPS, MODEL_SERVER, backend_kind
 from gymbench.tuning.diagnose import NEXT_STEPS, diagnose
 from gymbench.tuning.probe import ProbeResult
-from tests.nemo_gym.stack import running_stack
+from tests.nemo_gym.stack import stack_process
 
 from .test_tune_and_diagnose import config
 
@@ -44,22 +41,19 @@ def test_every_verdict_has_advice_for_either_kind(verdict: str) -> None:
     assert backend_kind("openai") == backend_kind("a-plugin") == MODEL_SERVER
 
 
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimServerHandle]:
-    handle = start_sim_server(step_base_s=0.002, step_per_seq_s=0.0, prefill_per_token_s=0.0, output_tokens_mean=8)
-    yield handle
-    handle.stop()
+def test_diagnose_against_an_agent_stack_whose_agent_saturates() -> None:
+    """An agent server that serves one run at a time: parallelism only queues at the agent.
 
-
-def test_diagnose_against_an_agent_stack_whose_agent_saturates(sim: SimServerHandle) -> None:
-    """An agent server that serves one run at a time: parallelism only queues at the agent."""
-    saturated = {"concurrency": 1, "overhead_s": 0.03}
-    with running_stack(sim.base_url, model=sim.config.model, agent_settings=saturated) as stack:
+    The verdict is the model server's (the slow part behind the client) unless the machine is so
+    loaded that the client's own event loop lags 50 ms, when it is rightly the client's; either
+    way the advice is the agent stack's, and never "raise parallelism"."""
+    saturated = ["--agent", "concurrency=1", "overhead_s=0.03", "--sim", "step_base_s=0.002", "output_tokens_mean=8"]
+    with stack_process(*saturated) as stack:
         settings = config(
-            "agent_name=simple_agent", f"head_server.port={stack.head_port}", "low=2", "high=8", "sample_size=40",
+            "agent_name=simple_agent", f"head_server.port={stack['head_port']}", "low=2", "high=8", "sample_size=40",
             schema=DiagnoseConfig,
         )  # fmt: skip
         diagnosis = diagnose_run(settings, make_plugins())
-    assert diagnosis.backend_kind == AGENT_STACK
-    assert diagnosis.verdict == "model server", diagnosis.evidence
-    assert diagnosis.next_step == AGENT_STACK_STEPS["model server"]
+    assert diagnosis.backend_kind == AGENT_STACK and diagnosis.gain < 1.5, diagnosis.evidence
+    assert diagnosis.verdict in ("model server", "client"), diagnosis.evidence
+    assert diagnosis.next_step == AGENT_STACK_STEPS.get(diagnosis.verdict, NEXT_STEPS[diagnosis.verdict])
