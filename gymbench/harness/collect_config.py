@@ -38,7 +38,10 @@ class ServerConfig:
     )
     agent_name: str | None = field(
         default=None,
-        metadata=_help("NeMo Gym agent for rows without an agent_ref, found through the head server (nemo-gym)"),
+        metadata=_help(
+            "NeMo Gym agent for rows without an agent_ref, found through the head server "
+            "(+head_server.host=H +head_server.port=P, default 127.0.0.1:11000)"
+        ),
     )
     head_server: dict[str, Any] = field(
         default_factory=dict,
