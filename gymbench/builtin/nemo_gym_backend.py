@@ -145,10 +145,12 @@ async def _read_run(answer: aiohttp.ClientResponse, started: float) -> Generatio
 
 
 async def agents_aggregate_metrics(
-    settings: Mapping[str, Any], routes: Mapping[str, str], entries: Mapping[str, list[dict[str, Any]]]
+    settings: Mapping[str, Any], routes: Mapping[str, str], entries: Mapping[str, Any]
 ) -> dict[str, dict[str, Any] | str]:
     """Each agent's own ``/aggregate_metrics`` over its rows, as ``ng_collect_rollouts`` asks after
-    a run (benchmark metrics such as pass@k live there); a reason instead where an agent cannot."""
+    a run (benchmark metrics such as pass@k live there); a reason where an agent cannot.
+
+    ``entries`` maps an agent to its rows' JSON texts (anything with ``json_array()``)."""
     client = RetryingClient({**settings, "preflight": False}, "agent server")
     await client.open(None)
     found: dict[str, dict[str, Any] | str] = {}
@@ -156,7 +158,7 @@ async def agents_aggregate_metrics(
         for name, rows in entries.items():
             if name not in routes:
                 continue
-            body = orjson.dumps({"verify_responses": rows}, default=str)
+            body = b'{"verify_responses":' + rows.json_array() + b"}"
             try:
                 found[name] = (await client.post(routes[name] + "/aggregate_metrics", body, _read_metrics)).value
             except GenerationFailed as exc:

@@ -15,7 +15,13 @@ from typing import Any
 
 from gymbench.harness.progress import warn
 from gymbench.jsonio import write_json_atomic
-from gymbench.rollout.agent_metrics import agent_entries, aggregate_metrics_path, baseline_metrics, read_rows
+from gymbench.rollout.agent_metrics import (
+    EncodedEntries,
+    agent_entries,
+    aggregate_metrics_path,
+    baseline_metrics,
+    read_rows,
+)
 from gymbench.types import Backend
 
 
@@ -37,7 +43,7 @@ def write_aggregate_metrics(output: Path, backend: Backend, backend_config: Mapp
 
 
 def _ask_agents(
-    backend: Backend, backend_config: Mapping[str, Any], entries: Mapping[str, list[dict[str, Any]]]
+    backend: Backend, backend_config: Mapping[str, Any], entries: Mapping[str, EncodedEntries]
 ) -> dict[str, Any]:
     """Agent backends name the servers they routed rows to in ``agent_routes``; others have none."""
     routes = getattr(backend, "agent_routes", None)

@@ -14,14 +14,15 @@ agent and per task, ``key_metrics`` the ``mean/*`` ones) for when no agent compu
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gymbench.jsonio import JSONReadError, loads
+from gymbench.jsonio import JSONReadError, dumps, loads
 
 TASK, ROLLOUT = "_ng_task_index", "_ng_rollout_index"
 HEAVY_FIELDS = (
@@ -41,9 +42,38 @@ def aggregate_metrics_path(output: Path) -> Path:
     return output.with_stem(output.stem + "_aggregate_metrics").with_suffix(".json")
 
 
-def agent_entries(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+class EncodedEntries:
+    """One agent's entries as JSON texts in one buffer, the form they are sent in.
+
+    No Python object per row outlives the reading, so memory stays near the text's size: kept
+    as objects (or as one ``bytes`` each, which fragment the small-object heap between the rows
+    parsed and freed) 100,000 rows took 260-390 MiB; in one buffer about their 36 MB of text."""
+
+    def __init__(self) -> None:
+        self.text = bytearray()
+        self.starts = array("Q")
+
+    def append(self, encoded: bytes) -> None:
+        if self.starts:
+            self.text += b","
+        self.starts.append(len(self.text))
+        self.text += encoded
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __iter__(self) -> Iterator[bytes]:
+        ends = [*self.starts[1:], len(self.text) + 1]
+        for start, end in zip(self.starts, ends, strict=True):
+            yield bytes(self.text[start : end - 1])
+
+    def json_array(self) -> bytes:
+        return b"[" + self.text + b"]"
+
+
+def agent_entries(rows: Iterable[Mapping[str, Any]]) -> dict[str, EncodedEntries]:
     """Completed rows with an agent, by agent name, stripped as NeMo Gym strips them."""
-    by_agent: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_agent: dict[str, EncodedEntries] = defaultdict(EncodedEntries)
     for row in rows:
         ref = row.get("agent_ref")
         name = ref.get("name") if isinstance(ref, Mapping) else None
@@ -53,7 +83,7 @@ def agent_entries(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str,
         usage = row.get("response", {}).get("usage") if isinstance(row.get("response"), Mapping) else None
         if usage:
             entry["response"] = {"usage": usage}
-        by_agent[name].append(entry)
+        by_agent[name].append(dumps(entry))
     return dict(by_agent)
 
 
@@ -70,15 +100,19 @@ def read_rows(path: Path) -> Iterable[dict[str, Any]]:
                 yield row
 
 
-def baseline_metrics(entries: list[dict[str, Any]]) -> dict[str, Any]:
+def baseline_metrics(encoded: Iterable[bytes]) -> dict[str, Any]:
     """NeMo Gym's default aggregation of one agent's entries (what an agent without its own returns)."""
-    numbers = [_numeric_fields(entry) for entry in entries]
+    rollouts: list[int] = []
+    numbers: list[dict[str, float]] = []
     by_task: dict[int, list[int]] = defaultdict(list)
-    for position, entry in enumerate(entries):
+    for position, raw in enumerate(encoded):
+        entry = loads(raw)
         by_task[int(entry.get(TASK, 0))].append(position)
+        rollouts.append(int(entry.get(ROLLOUT, 0)))
+        numbers.append(_numeric_fields(entry))
     agent_metrics = _describe(numbers)
     groups = [
-        _task_group(task, [entries[i] for i in at], [numbers[i] for i in at]) for task, at in sorted(by_task.items())
+        _task_group(task, [rollouts[i] for i in at], [numbers[i] for i in at]) for task, at in sorted(by_task.items())
     ]
     key_metrics = {key: value for key, value in agent_metrics.items() if key.startswith("mean/")}
     return {"agent_metrics": agent_metrics, "key_metrics": key_metrics, "group_level_metrics": groups}
@@ -112,16 +146,16 @@ def _statistic(statistic: str, values: np.ndarray) -> float:
     return float(getattr(np, statistic)(values))
 
 
-def _task_group(task: int, entries: list[dict[str, Any]], numbers: list[dict[str, float]]) -> dict[str, Any]:
+def _task_group(task: int, rollouts: list[int], numbers: list[dict[str, float]]) -> dict[str, Any]:
     infos = [
-        {"rollout_id": f"{task}:{entry.get(ROLLOUT, 0)}", TASK: task, ROLLOUT: entry.get(ROLLOUT, 0), **values}
-        for entry, values in zip(entries, numbers, strict=True)
+        {"rollout_id": f"{task}:{rollout}", TASK: task, ROLLOUT: rollout, **values}
+        for rollout, values in zip(rollouts, numbers, strict=True)
     ]
     return {
         TASK: task,
         **_describe(numbers),
-        "num_rollouts": len(entries),
-        "expected_num_rollouts": len(entries),
+        "num_rollouts": len(rollouts),
+        "expected_num_rollouts": len(rollouts),
         "missing_num_rollouts": 0,
         "reward_profile_completion_pct": 100.0,
         "rollout_infos": sorted(infos, key=lambda info: info[ROLLOUT]),

@@ -91,7 +91,9 @@ def test_the_baseline_aggregate_is_nemo_gyms_reward_profile() -> None:
          {"_ng_task_index": 2, "_ng_rollout_index": 1, "reward": 1.0}]  # fmt: skip
     entries = agent_entries(rows)
     assert list(entries) == ["a"] and len(entries["a"]) == 5
-    assert entries["a"][0]["response"] == {"usage": {"output_tokens": 10}} and "retries" not in entries["a"][0]
+    first_entry = json.loads(next(iter(entries["a"])))
+    assert json.loads(entries["a"].json_array()) == [json.loads(entry) for entry in entries["a"]]
+    assert first_entry["response"] == {"usage": {"output_tokens": 10}} and "retries" not in first_entry
     metrics = baseline_metrics(entries["a"])
     values = np.array(list(rewards.values()))
     agent = metrics["agent_metrics"]
