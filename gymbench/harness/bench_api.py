@@ -102,15 +102,14 @@ class Benchmark(Recorder):
         return coroutine
 
     async def _collect(self, config: ConfigSource, prefix: str, settings: Mapping[str, Any]) -> CollectResult:
-        from gymbench.harness.collection import Collection, backend_settings
+        from gymbench.harness.collection import Collection, backend_settings, chosen_backend
 
         try:
             collect_config = self._collect_config(config, settings)
             plugins = self.context.plugins()
             collection = Collection.prepare(collect_config, plugins)
             try:
-                needs_sim = collect_config.backend is None and not collect_config.agent_url
-                sim = self.context.sim() if needs_sim else None
+                sim = self.context.sim() if chosen_backend(collect_config)[1] else None
                 with backend_settings(collect_config, plugins, running_sim=sim) as (name, backend_config):
                     collection.attach(name, plugins.backend(name, backend_config))
                     await collection.run()

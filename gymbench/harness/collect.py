@@ -1,5 +1,5 @@
 """``gymbench collect``: a prepared collection with the embedded simulator when no server is named,
-a progress bar, a summary, the metrics file and the results record.
+a progress bar, a summary, the metrics files (gymbench's and NeMo Gym's) and the results record.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gymbench.harness.aggregate import write_aggregate_metrics
 from gymbench.harness.collect_config import CollectConfig
 from gymbench.harness.collection import UNBOUNDED_WARNING, Collection, backend_settings, metrics_path
 from gymbench.harness.progress import collect_progress, warn
@@ -31,11 +32,17 @@ def run_collect(config: CollectConfig, plugins: Plugins) -> int:
         if config.num_samples_in_parallel is None and config.strategy == "semaphore":
             warn(UNBOUNDED_WARNING)
         with backend_settings(config, plugins) as (backend_name, backend_config):
-            collector = collection.attach(backend_name, plugins.backend(backend_name, backend_config))
+            backend = plugins.backend(backend_name, backend_config)
+            collector = collection.attach(backend_name, backend)
             stats, interrupted = _collect(collection, config.progress)
-    output = collection.settings.output_path
+            output = collection.settings.output_path
+            aggregated = None
+            if not (interrupted or config.disable_aggregation or collector.problems.errors):
+                aggregated = write_aggregate_metrics(output, backend, backend_config)
     summary = stats.summary()
     print(format_summary(summary, output), file=sys.stderr)
+    if aggregated is not None:
+        print(f"aggregate metrics (NeMo Gym's): {aggregated}", file=sys.stderr)
     run.finish([collection.result()], save=config.save_results and not interrupted)
     write_json_atomic(metrics_path(output), {"summary": summary, "settings": settings_dict(config)})
     if run.saved_path is not None:

@@ -39,20 +39,35 @@ UNBOUNDED_WARNING = (
 )
 
 
+AGENT_SETTINGS = ("agent_url", "agent_name", "head_server")
+"""Settings that name a NeMo Gym agent: with no backend given, they choose ``nemo-gym``."""
+
+
+def chosen_backend(config: ServerConfig) -> tuple[str, bool]:
+    """The backend a run uses, and whether the simulator stands in for its server.
+
+    The simulator stands in only when nothing names a server: a backend, an agent or a base URL
+    given means that server or a clear error, never rows from the simulator instead."""
+    if config.backend:
+        return config.backend, False
+    if any(getattr(config, key) for key in AGENT_SETTINGS):
+        return "nemo-gym", False
+    return "openai", not config.base_url
+
+
 @contextlib.contextmanager
 def backend_settings(
     config: ServerConfig, plugins: Plugins, running_sim: Any = None
 ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The backend's name and settings; starts (and stops) the simulator when there is no server.
+    """The backend's name and settings; starts (and stops) the simulator when no server is named.
 
     A backend gets the server settings its schema declares, plus ``backend_options`` (checked
-    against the schema: a misspelt option is an error). No backend: the simulator behind the
-    ``openai`` backend. ``nemo-gym`` without ``agent_url``: the simulator's agent mode (``/run``).
-    ``running_sim`` (a started :class:`~gymbench.sim.SimServerHandle`, as the pytest fixture keeps
-    one per session) is used instead of starting one.
+    against the schema: a misspelt option is an error). No server named at all: the simulator
+    behind the ``openai`` backend; ``running_sim`` (a started
+    :class:`~gymbench.sim.SimServerHandle`, as the pytest fixture keeps one per session) is used
+    instead of starting one.
     """
     name, settings = checked_backend(config, plugins)
-    declared = plugins.options("backend", name)
     simulator = simulator_config(config)
     if simulator is None:
         yield name, settings
@@ -64,19 +79,17 @@ def backend_settings(
 
             server = stack.enter_context(running_sim_server(simulator))
             warn(
-                f"no server set: using the simulated server (preset {config.sim_preset}) at {server.url} "
-                f"through the {name} backend; set +backend=openai +base_url=... +model=... "
-                "(or +backend=nemo-gym +agent_url=...) for a real one"
+                f"no server set: using the simulated server (preset {config.sim_preset}) at {server.url}; "
+                "for a real one set +base_url=... +model=... (an OpenAI-compatible server), or "
+                "+agent_name=NAME (a NeMo Gym agent, found through its head server) or +agent_url=..."
             )
-        model = config.model or server.config.model
-        sim_values = {"base_url": server.base_url, "agent_url": server.url, "model": model}
-        settings.update({k: v for k, v in sim_values.items() if declared is None or k in declared})
+        settings.update({"base_url": server.base_url, "model": config.model or server.config.model})
         yield name, settings
 
 
 def checked_backend(config: ServerConfig, plugins: Plugins) -> tuple[str, dict[str, Any]]:
     """The backend's name and the settings it is given, checked against its schema now."""
-    name = config.backend or "openai"
+    name = chosen_backend(config)[0]
     declared = plugins.options("backend", name)
     settings = {key: value for key, value in config.backend_values().items() if declared is None or key in declared}
     settings.update(config.backend_options)
@@ -88,7 +101,7 @@ def checked_backend(config: ServerConfig, plugins: Plugins) -> tuple[str, dict[s
 def simulator_config(config: ServerConfig) -> SimConfig | None:
     """The simulator's configuration (``sim_preset``, ``+sim.*``, serving ``model`` when one is named)
     when no server is set, else None. Typed and checked like every setting."""
-    if config.backend is not None and (config.backend != "nemo-gym" or config.agent_url):
+    if not chosen_backend(config)[1]:
         return None
     from gymbench.sim.config import config_from_preset
 
@@ -122,6 +135,7 @@ def collect_settings(config: CollectConfig) -> CollectSettings:
         max_attempts=config.max_attempts,
         verify=config.verify_settings(),
         stop_after_failures=config.stop_after_failures,
+        row_defaults={"agent_ref": {"name": config.agent_name}} if config.agent_name else {},
     )
 
 
@@ -149,6 +163,7 @@ def run_identity(config: CollectConfig, settings: CollectSettings, regular_input
         "request": {
             "backend": config.backend, "model": config.model, "api": config.api, "agent_url": config.agent_url,
             "responses_create_params": config.responses_create_params, "extra_body": config.extra_body,
+            **({"agent_name": config.agent_name} if config.agent_name else {}),
         },
     }  # fmt: skip
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from gymbench.errors import GymbenchError
 from gymbench.harness.collect import run_loop
-from gymbench.harness.collection import backend_settings, checked_backend, make_strategy
+from gymbench.harness.collection import backend_settings, checked_backend, chosen_backend, make_strategy
 from gymbench.harness.progress import ProbeProgress
 from gymbench.harness.tune_config import DiagnoseConfig, ProbeConfig, TuneConfig
 from gymbench.jsonio import check_writable_file
@@ -20,6 +20,7 @@ from gymbench.rollout.dataset import TaskSlice, check_input_file, read_tasks
 from gymbench.rollout.engine import CollectSettings
 from gymbench.run import Run
 from gymbench.settings import settings_dict
+from gymbench.tuning.advice import backend_kind
 from gymbench.tuning.diagnose import Diagnosis, diagnose
 from gymbench.tuning.probe import Prober
 from gymbench.tuning.report import (
@@ -151,7 +152,9 @@ def diagnose_run(config: DiagnoseConfig, plugins: Plugins) -> Diagnosis:
     async def work(prober: Prober) -> Diagnosis:
         low = await prober.probe(config.low, strategies.fixed(config.low))
         high = await prober.probe(config.high, strategies.fixed(config.high))
-        return diagnose(low, high)
+        diagnosis = diagnose(low, high)
+        diagnosis.backend_kind = backend_kind(chosen_backend(config)[0])
+        return diagnosis
 
     return with_prober(config, plugins, work)
 

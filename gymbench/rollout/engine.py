@@ -65,6 +65,9 @@ class CollectSettings:
     verify: VerifySettings = field(default_factory=VerifySettings)
     stop_after_failures: int = 0
     """Stop after this many failed rollouts in a row (0: never; the command line's default is 20)."""
+    row_defaults: Mapping[str, Any] = field(default_factory=dict)
+    """Fields every row gets unless it has its own: NeMo Gym's ``+agent_name`` is each row's default
+    ``agent_ref``, so the backend routes by it and failed rows name their agent too."""
 
 
 def preflight(settings: CollectSettings) -> TaskStream:
@@ -196,6 +199,8 @@ class Collector:
         pair = (task.task_index, task.rollout_index)
         written = False
         where = "the backend"
+        if self.settings.row_defaults:
+            task = Task(task.task_index, task.rollout_index, {**self.settings.row_defaults, **task.row})
         try:
             params = {**task.row["responses_create_params"], **self.settings.overrides}
             request = GenerationRequest(task.task_index, task.rollout_index, params, task.row)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gymbench.record import load_record
+from gymbench.sim import start_sim_server
 
 from ..rollout.test_dataset import write_tasks
 
@@ -201,11 +202,17 @@ def test_server_faults_are_retried_through(tmp_path: Path) -> None:
 
 
 def test_nemo_gym_backend_against_the_simulators_agent_mode(tmp_path: Path) -> None:
+    """The simulator's ``/run`` stands in for an agent only when pointed at: naming it is no fallback."""
+    sim = start_sim_server(step_base_s=0.004, step_per_seq_s=0.0, output_tokens_mean=8)
     out = tmp_path / "out.jsonl"
-    done = gymbench(
-        "collect", "+backend=nemo-gym", f"+input_jsonl_fpath={EXAMPLES}", f"+output_jsonl_fpath={out}",
-        "+limit=30", "+num_samples_in_parallel=8", "+save_results=false", "+agent_name=simple_agent", *FAST_SIM,
-    )  # fmt: skip
+    try:
+        done = gymbench(
+            "collect", "+backend=nemo-gym", f"+agent_url={sim.url}", f"+input_jsonl_fpath={EXAMPLES}",
+            f"+output_jsonl_fpath={out}", "+limit=30", "+num_samples_in_parallel=8", "+save_results=false",
+            "+agent_name=simple_agent",
+        )  # fmt: skip
+    finally:
+        sim.stop()
     assert done.returncode == 0, done.stderr
     written = rows(out)
     assert len(written) == 30 and all(r["status"] == "ok" for r in written)
@@ -213,5 +220,5 @@ def test_nemo_gym_backend_against_the_simulators_agent_mode(tmp_path: Path) -> N
         assert row["response"]["object"] == "response"
         text = row["response"]["output"][0]["content"][0]["text"]
         assert row["reward"] == (1.0 if text.splitlines()[-1] == row["expected_answer"] else 0.0)
-        assert row["verifier"]["details"] == {"source": "backend"}
+        assert row["verifier"]["name"] == "agent" and row["agent_ref"] == {"name": "simple_agent"}
     assert 0 < sum(r["reward"] for r in written) < 30
