@@ -89,7 +89,8 @@ REFUSED_ROWS: list[tuple[str, Damage, int]] = [
     ("row-is-a-number", set_line(4, b"1"), 4),
     ("row-is-a-string", set_line(1, b'"x"'), 1),
     ("row-is-null", set_line(2, b"null"), 2),
-    ("no-indices", edit_row(2, task_index=..., rollout_index=...), 2),
+    ("no-indices", edit_row(2, task_index=..., rollout_index=..., _ng_task_index=..., _ng_rollout_index=...), 2),
+    ("indices-disagree", edit_row(2, _ng_task_index=7), 2),
     ("unknown-row", set_line(2, b'{"foo": 1}'), 2),
     ("rollout-index-beyond-24-bits", edit_row(2, rollout_index=1 << 24), 2),
 ]
@@ -103,7 +104,7 @@ ACCEPTED: list[tuple[str, Damage]] = [
     ("truncated-last-row", cut_last),
     ("huge-attempt", failed_with_attempt(10**30)),
     ("failed-row", failed_with_attempt(1)),
-    ("task-index-beyond-64-bits", edit_row(2, task_index=1 << 70)),
+    ("task-index-beyond-64-bits", edit_row(2, task_index=1 << 70, _ng_task_index=1 << 70)),
     ("nemo-gym-row", set_line(2, b'{"_ng_task_index": 1, "_ng_rollout_index": 0, "reward": 1.0}')),
     ("row-without-status", edit_row(2, status=...)),
     ("bom", lambda o, s: o.write_bytes(b"\xef\xbb\xbf" + o.read_bytes())),
