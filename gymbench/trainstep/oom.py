@@ -60,10 +60,13 @@ class Trial:
     batch: int
     fits: bool
     used_bytes: int = 0
-    """Memory the trial used above its baseline (for the next guess; 0 when unknown)."""
+    """Memory the trial used above its baseline, as the cap counts it (for the next guess; 0 when
+    unknown): address space on the CPU, the CUDA allocator's reserve on a GPU."""
     seconds: float = 0.0
     error: str | None = None
     purpose: str = "search"
+    rss_bytes: int = 0
+    """CPU: this trial's own resident-memory peak above the RSS before it (0 when unknown)."""
 
 
 @dataclass
@@ -73,6 +76,8 @@ class SearchResult:
     first_failure: int | None = None
     chosen: int = 0
     verification: list[Trial] = field(default_factory=list)
+    allocator: str = ""
+    """The allocator settings the trials and verification ran under, in words."""
     expected: dict[int, bool] = field(default_factory=dict, repr=False)
     """Whether each predicted probe was expected to fit: a wrong guess turns predictions off."""
 
@@ -93,6 +98,7 @@ class SearchResult:
             "chosen": self.chosen,
             "search_trials": self.search_trials,
             "verification_pass_rate": self.pass_rate,
+            "allocator": self.allocator,
             "trials": [asdict(trial) for trial in self.trials + self.verification],
         }
 
@@ -160,15 +166,27 @@ def _next_probe(result: SearchResult, plan: SearchPlan) -> int | None:
     if fail is None:
         if fit >= plan.max_batch:
             return None
-        guess = _predicted(result, plan)
-        step = max(fit + 1, math.ceil(fit * plan.growth))
-        if guess is not None and guess > fit and _predictions_hold(result):
-            step = min(step * 4, max(guess, fit + _gap(fit, plan)), plan.max_batch)
-            result.expected[step] = True
-        return min(step, plan.max_batch)
+        return min(_grow(result, plan, fit), plan.max_batch)
     if fit >= (1 - plan.tolerance) * (fail - 1):
         return None  # the true largest is at most fail - 1, and fit is within tolerance of it
     return _narrow(result, plan, fit, fail)
+
+
+def _grow(result: SearchResult, plan: SearchPlan, fit: int) -> int:
+    """×growth until the first failure; guided, the prediction itself and never past it.
+
+    A prediction at or below ``fit`` says ``fit`` is about the answer: confirm that ``fit + gap``
+    fails instead of trying a size the prediction already says is hopeless. Each such confirmation
+    that fits after all doubles the gap, so a line that keeps underestimating still gets there.
+    """
+    step = max(fit + 1, math.ceil(fit * plan.growth))
+    guess = _predicted(result, plan)
+    if guess is None:
+        return step
+    misses = sum(1 for t in result.trials if t.batch in result.expected and result.expected[t.batch] != t.fits)
+    probe = min(step * 4, max(guess, fit + _gap(fit, plan) * 2**misses))
+    result.expected[probe] = probe <= guess
+    return probe
 
 
 def _gap(fit: int, plan: SearchPlan) -> int:
@@ -218,7 +236,7 @@ def _predicted(result: SearchResult, plan: SearchPlan) -> int | None:
     slope, intercept = np.polyfit(batches, used, 1)
     if slope <= 0:
         return None
-    return int((plan.budget_bytes - intercept) // slope)
+    return math.floor((plan.budget_bytes - intercept) / slope + 1e-6)  # 8.9999999 from the fit means 9
 
 
 def halving_sizes(start: int) -> list[int]:

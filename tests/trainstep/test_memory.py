@@ -37,13 +37,15 @@ def test_unpicklable_factory_is_a_clear_error() -> None:
         run_job(WorkerJob("memory", lambda config: None, WIDE))
 
 
-def test_leaky_model_is_flagged_and_a_sound_one_is_not() -> None:
-    config = TrainConfig(model="leaky", batch=4, steps=8, warmup=1)
+@pytest.mark.parametrize("steps", [5, 12])
+def test_leak_verdict_is_per_step_so_it_does_not_depend_on_the_step_count(steps: int) -> None:
+    config = TrainConfig(model="leaky", batch=4, steps=steps, warmup=1)
     leaky = run_steps(TrainSession(build_leaky, config))
     sound = run_steps(TrainSession(build_tiny_mlp, replace(config, model="mlp")))
-    bound = 8 * MiB
+    bound = 1 * MiB  # per step
     flagged = check_leak(leaky.memory_bytes, bound, leaky.memory_source)
-    assert flagged.leaked and flagged.growth_bytes == pytest.approx(7 * 4 * MiB, rel=0.25)
+    assert flagged.leaked and flagged.growth_per_step_bytes == pytest.approx(4 * MiB, rel=0.25)
+    assert flagged.steps == steps
     assert not check_leak(sound.memory_bytes, bound, sound.memory_source).leaked
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+from dataclasses import replace
 
 import pytest
 import torch
@@ -10,7 +12,10 @@ import torch
 from gymbench import GymbenchError
 from gymbench.trainstep.backoff import cpu_trials, find_largest_batch, halve_until_it_fits
 from gymbench.trainstep.config import TrainConfig
+from gymbench.trainstep.memory import SHARP_MALLOC_ENV, proc_status_bytes
 from gymbench.trainstep.oom import SearchPlan, Trial, attempt, is_out_of_memory, largest_batch_that_fits
+from gymbench.trainstep.session import TrainSession
+from gymbench.trainstep.worker import WorkerJob, _try, child_environment
 from tests.trainstep.models_for_tests import build_tiny_mlp
 
 MiB = 1 << 20
@@ -54,6 +59,15 @@ def test_search_brackets_the_true_size_within_tolerance(largest: int, guided: bo
     assert result.chosen == max(1, math.floor(result.largest_fit * 0.95)) and result.pass_rate == 1.0
 
 
+def test_guided_search_never_probes_past_its_own_prediction() -> None:
+    """1 and 8 fit; their memory predicts 9, which fits; the prediction (9) now says 9 is the answer,
+    so the search confirms 10 fails instead of trying 72, a size the prediction says cannot fit."""
+    device = Threshold(9)
+    result = largest_batch_that_fits(device, SearchPlan(budget_bytes=(50 + 9) * MiB, verify_runs=0))
+    assert device.calls == [1, 8, 9, 10]
+    assert (result.largest_fit, result.first_failure) == (9, 10)
+
+
 def test_search_reports_when_nothing_fits() -> None:
     with pytest.raises(GymbenchError, match="even batch 4 does not fit"):
         largest_batch_that_fits(Threshold(2), SearchPlan(start=4))
@@ -72,9 +86,38 @@ def test_capped_subprocess_trials_fit_small_and_oom_large() -> None:
 
 
 def test_halving_in_one_process_settles_below_the_cap() -> None:
-    trials = halve_until_it_fits(build_tiny_mlp, TrainConfig(**{**CONFIG.to_dict(), "batch": 200_000}), 64 * MiB)
+    trials = halve_until_it_fits(build_tiny_mlp, replace(CONFIG, batch=200_000), 64 * MiB)
     assert [t.fits for t in trials][-1] and not any(t.fits for t in trials[:-1])
     assert [t.batch for t in trials][:2] == [200_000, 100_000]
+
+
+def test_trials_in_one_process_report_their_own_memory_not_the_running_peak() -> None:
+    session = TrainSession(build_tiny_mlp, CONFIG)
+    session.step()
+    baseline = proc_status_bytes("VmSize")
+    large = _try(session, 4096, 1, baseline, proc_status_bytes("VmPeak"), "halve")
+    small = _try(session, 64, 1, baseline, proc_status_bytes("VmPeak"), "halve")
+    assert large.fits and small.fits
+    assert large.rss_bytes > 4 * MiB  # 4096 x 256 floats, several activations per block
+    assert small.rss_bytes < large.rss_bytes / 4
+    assert small.used_bytes == 0  # no new address-space peak: its own use is unknown, not the old peak
+
+
+def test_trials_run_under_the_allocator_a_user_process_has_unless_asked() -> None:
+    memory = child_environment(WorkerJob("memory", build_tiny_mlp, CONFIG))
+    default = child_environment(WorkerJob("trial", build_tiny_mlp, CONFIG))
+    fixed = child_environment(WorkerJob("trial", build_tiny_mlp, CONFIG, allocator="fixed"))
+    for name, value in SHARP_MALLOC_ENV.items():
+        assert memory[name] == value and fixed[name] == value
+        assert default.get(name) == os.environ.get(name)
+
+
+def test_a_search_says_which_allocator_its_trials_ran_under() -> None:
+    plan = SearchPlan(start=4, max_batch=8, budget_bytes=64 * MiB, verify_runs=1)
+    result = find_largest_batch(build_tiny_mlp, CONFIG, plan, steps=1)
+    assert result.largest_fit == 8 and result.pass_rate == 1.0
+    assert result.allocator.startswith("the default allocator settings a user's training process has")
+    assert result.to_dict()["allocator"] == result.allocator
 
 
 @pytest.mark.slow
