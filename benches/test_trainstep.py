@@ -8,6 +8,7 @@ its speed drifts between runs. ``--gymbench-quick`` shrinks every workload to pr
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -21,6 +22,7 @@ from gymbench.trainstep.bench import BenchOptions, record_metrics, run_benchmark
 from gymbench.trainstep.config import TrainConfig
 from gymbench.trainstep.oom import SearchPlan, largest_batch_that_fits
 from gymbench.trainstep.plugin import build_mlp, build_transformer
+from gymbench.trainstep.precision import cpu_flags, native_fp16
 from gymbench.trainstep.runner import PhaseClock, StepTimings, keep_step, run_steps
 from gymbench.trainstep.session import TrainSession
 from gymbench.trainstep.worker import WorkerJob, run_job
@@ -110,6 +112,18 @@ def test_bf16_against_fp32(gymbench: Recorder, model: str) -> None:
     sessions = [TrainSession(FACTORIES[model], replace(config, precision=p)) for p in ("fp32", "bf16")]
     ratios = paired_ratio(2 if gymbench.quick else 10, median_step(sessions[1]), median_step(sessions[0]))
     record_ratio(gymbench, "bf16_speedup", ratios, "x")
+
+
+def test_fp16_against_fp32_on_this_cpu(gymbench: Recorder) -> None:
+    """The figure the fp16 note quotes: it depends on whether the CPU computes fp16 natively."""
+    config = replace(FULL["transformer"], steps=2, warmup=1)
+    if gymbench.quick:
+        config = replace(config, model_config={"size": "tiny"}, batch=2, seq_len=16)
+    sessions = [TrainSession(build_transformer, replace(config, precision=p)) for p in ("fp32", "fp16")]
+    ratios = paired_ratio(2 if gymbench.quick else 6, median_step(sessions[0]), median_step(sessions[1]))
+    record_ratio(gymbench, "fp16_time_vs_fp32", ratios, "x")
+    flags = cpu_flags()
+    gymbench.extra.update(native_fp16=native_fp16(flags), avx512_bf16="avx512_bf16" in flags, load=os.getloadavg())
 
 
 def bare_loop(session: TrainSession, steps: int) -> float:
