@@ -164,6 +164,7 @@ def test_oom_search_holds_in_a_default_allocator_process(gymbench: Recorder, sha
     gymbench.record("chosen", result.chosen, "samples", "higher")
     gymbench.record("search_trials", result.search_trials, "trials", "lower")
     gymbench.record("verification_pass_rate", result.pass_rate, "ratio", "higher")
+    gymbench.record("verification_backoffs", result.backoffs, "backoffs", "lower")
     gymbench.extra.update(search=result.to_dict(), budget_mib=budget_mib, config=config.to_dict())
     if not gymbench.quick:
         low = min(result.chosen, result.largest_fit)
@@ -171,6 +172,8 @@ def test_oom_search_holds_in_a_default_allocator_process(gymbench: Recorder, sha
         truth, trials = bisect_boundary(try_batch, low // 2, 2 * high)
         gymbench.record("true_boundary", truth, "samples", "higher")
         gymbench.record("chosen_below_boundary", 1 - result.chosen / truth, "ratio", "lower")
+        boundary_runs = [try_batch(truth, "verify").fits for _ in range(3)]
+        gymbench.record("boundary_pass_rate", sum(boundary_runs) / 3, "ratio", "higher")
         gymbench.extra["bisection_trials"] = trials
         fixed = largest_batch_that_fits(cpu_trials(build, config, budget, steps=2, allocator="fixed"), plan)
         in_default = [try_batch(fixed.chosen, "verify").fits for _ in range(3)]

@@ -174,6 +174,7 @@ def _search(prepared: PreparedTrain, recorder: Recorder) -> tuple[Any, list[str]
     recorder.record("search_trials", result.search_trials, "trials", "lower")
     if result.verification:
         recorder.record("verification_pass_rate", result.pass_rate, "ratio", "higher")
+        recorder.record("verification_backoffs", result.backoffs, "backoffs", "lower")
     note = _checkpoint_note(prepared)
     recorder.extra.update(result.to_dict(), notes=[note] if note else [])
     return result, search_lines(result, config, _longest(config)) + _note_lines(note)

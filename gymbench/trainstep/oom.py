@@ -6,6 +6,9 @@ trials; the memory each successful trial used only chooses where to probe next (
 those points predicts where the budget runs out), with plain bisection when predictions miss.
 Then a safety margin, and fresh verification runs of the chosen size: Lightning's finder returns
 sizes that OOM later (its issues #8028, #9625, #20231), so the pass rate is part of the answer.
+Near the boundary the same size can fit in one process and fail in the next (under glibc's
+default, dynamic malloc settings a process's footprint varies by a few percent from run to run),
+so a verification failure backs the chosen size off by another margin and verifies again.
 """
 
 from __future__ import annotations
@@ -86,10 +89,18 @@ class SearchResult:
         return sum(1 for trial in self.trials if trial.purpose == "search")
 
     @property
+    def final_verification(self) -> list[Trial]:
+        """The verification runs of the size finally chosen (earlier sizes failed theirs)."""
+        return [trial for trial in self.verification if trial.batch == self.chosen]
+
+    @property
+    def backoffs(self) -> int:
+        return len({trial.batch for trial in self.verification} - {self.chosen})
+
+    @property
     def pass_rate(self) -> float:
-        if not self.verification:
-            return float("nan")
-        return sum(trial.fits for trial in self.verification) / len(self.verification)
+        final = self.final_verification
+        return sum(trial.fits for trial in final) / len(final) if final else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +109,7 @@ class SearchResult:
             "chosen": self.chosen,
             "search_trials": self.search_trials,
             "verification_pass_rate": self.pass_rate,
+            "backoffs": self.backoffs,
             "allocator": self.allocator,
             "trials": [asdict(trial) for trial in self.trials + self.verification],
         }
@@ -116,6 +128,8 @@ class SearchPlan:
     margin: float = 0.05
     """The chosen size is the largest fit less this share."""
     verify_runs: int = 3
+    max_backoffs: int = 4
+    """How many times a failed verification may lower the chosen size by another margin."""
     budget_bytes: int = 0
     """The memory cap above baseline; with it, trial memory predicts the next probe."""
     guided: bool = True
@@ -145,11 +159,23 @@ def largest_batch_that_fits(try_batch: TryBatch, plan: SearchPlan, progress: boo
             "raise the budget or shrink the model"
         )
     result.chosen = max(1, math.floor(result.largest_fit * (1 - plan.margin)))
-    for _ in range(plan.verify_runs):
-        result.verification.append(try_batch(result.chosen, "verify"))
-        bar.update(1)
+    _verify(try_batch, plan, result, bar)
     bar.close()
     return result
+
+
+def _verify(try_batch: TryBatch, plan: SearchPlan, result: SearchResult, bar: tqdm) -> None:
+    """``verify_runs`` fresh runs of the chosen size; on a failure, back off a margin and start over."""
+    for backoff in range(plan.max_backoffs + 1):
+        for _ in range(plan.verify_runs):
+            result.verification.append(try_batch(result.chosen, "verify"))
+            bar.update(1)
+            if not result.verification[-1].fits:
+                break
+        if all(trial.fits for trial in result.final_verification) or result.chosen == 1:
+            return
+        if backoff < plan.max_backoffs:
+            result.chosen = max(1, min(result.chosen - 1, math.floor(result.chosen * (1 - plan.margin))))
 
 
 def _absorb(result: SearchResult, trial: Trial) -> None:

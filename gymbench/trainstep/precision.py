@@ -22,7 +22,7 @@ NATIVE_FP16_FLAGS = ("avx512_fp16", "amx_fp16")
 """CPU instructions that compute in fp16 natively; without them torch converts, and fp16 crawls."""
 FP16_SLOWDOWN_MEASURED = (
     "on gymbench's development machine (AMD EPYC, avx512_bf16 but no avx512_fp16 or amx_fp16) an fp16 "
-    "step of the transformer (d_model 128, batch 8 x 128 tokens) took about 11x as long as fp32"
+    "step of the transformer (d_model 128, batch 8 x 128 tokens, one thread) took about 10x as long as fp32"
 )
 
 

@@ -101,7 +101,8 @@ def trial_lines(trials: list[Trial]) -> list[str]:
 
 
 def search_lines(result: SearchResult, config: TrainConfig, longest: str) -> list[str]:
-    passed = sum(trial.fits for trial in result.verification)
+    final = result.final_verification
+    passed = sum(trial.fits for trial in final)
     lines = trial_lines(result.trials + result.verification)
     if longest:
         lines.append(f"trials ran  every sequence at its longest: {longest}")
@@ -109,8 +110,7 @@ def search_lines(result: SearchResult, config: TrainConfig, longest: str) -> lis
         f"allocator   trials and verification ran under {result.allocator}",
         f"largest fit {result.largest_fit}, first failure {result.first_failure}, {result.search_trials} search "
         f"trials (log2(size) + 4 = {math.log2(result.largest_fit) + 4:.1f})",
-        f"chosen {result.chosen} (safety margin), verification {passed}/{len(result.verification)} passed "
-        "in fresh processes",
+        f"chosen {result.chosen} ({_how_chosen(result)}), verification {passed}/{len(final)} passed in fresh processes",
     ]
     if config.step == "rl" and config.group_size > 1:
         groups = result.chosen // config.group_size
@@ -118,6 +118,16 @@ def search_lines(result: SearchResult, config: TrainConfig, longest: str) -> lis
     if config.base_batch is not None:
         lines.append(lr_line(config, result.chosen))
     return lines
+
+
+def _how_chosen(result: SearchResult) -> str:
+    if not result.backoffs:
+        return "safety margin below the largest fit"
+    failed = sorted({t.batch for t in result.verification if not t.fits and t.batch != result.chosen}, reverse=True)
+    return (
+        f"safety margin, then {result.backoffs} back-off(s) after failed verification of "
+        f"{', '.join(map(str, failed))}: near the boundary a size can fit in one process and fail in the next"
+    )
 
 
 def halving_lines(trials: list[Trial], config: TrainConfig) -> list[str]:

@@ -68,6 +68,32 @@ def test_guided_search_never_probes_past_its_own_prediction() -> None:
     assert (result.largest_fit, result.first_failure) == (9, 10)
 
 
+class Flaky(Threshold):
+    """Fits up to ``largest`` once, but only up to ``steady`` every time: a noisy boundary."""
+
+    def __init__(self, largest: int, steady: int) -> None:
+        super().__init__(largest)
+        self.steady = steady
+
+    def __call__(self, batch: int, purpose: str) -> Trial:
+        trial = super().__call__(batch, purpose)
+        return Trial(batch, batch <= self.steady, purpose=purpose) if purpose == "verify" else trial
+
+
+def test_a_failed_verification_backs_off_until_the_size_verifies() -> None:
+    result = largest_batch_that_fits(Flaky(100, 85), SearchPlan(verify_runs=3))
+    assert result.largest_fit == 99  # within the 3% tolerance; 5% below it is 94
+    assert [t.batch for t in result.verification] == [94, 89, 84, 84, 84]
+    assert (result.chosen, result.pass_rate, result.backoffs) == (84, 1.0, 2)
+    assert result.to_dict()["backoffs"] == 2
+
+
+def test_backing_off_is_bounded_and_the_pass_rate_stays_honest() -> None:
+    result = largest_batch_that_fits(Flaky(100, 10), SearchPlan(verify_runs=3, max_backoffs=1))
+    assert [t.batch for t in result.verification] == [94, 89]
+    assert result.chosen == 89 and result.pass_rate == 0.0
+
+
 def test_search_reports_when_nothing_fits() -> None:
     with pytest.raises(GymbenchError, match="even batch 4 does not fit"):
         largest_batch_that_fits(Threshold(2), SearchPlan(start=4))
