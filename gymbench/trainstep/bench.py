@@ -88,7 +88,6 @@ def run_benchmark(factory: ModelFactory, config: TrainConfig, options: BenchOpti
     with GpuMonitor(session.device.index or 0) as monitor:
         timings = run_steps(session, progress=options.progress)
     peak, source = device_peak_flops(session, options.peak_tflops)
-    kind = getattr(session.kind, "batches", None)
     report = TrainReport(
         config=config,
         timings=timings,
@@ -97,7 +96,7 @@ def run_benchmark(factory: ModelFactory, config: TrainConfig, options: BenchOpti
         scaling=session.precision.scaling,
         leak=check_leak(timings.memory_bytes, options.leak_bound_per_step_bytes, timings.memory_source),
         gpu=monitor.report,
-        lengths=kind.source.describe() if kind is not None else "",
+        lengths=session.kind.lengths,
         flops=flops,
         peak_flops=peak,
         peak_source=source,

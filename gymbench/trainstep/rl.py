@@ -81,6 +81,7 @@ class RLStep:
 
     def __init__(self, session: TrainSession) -> None:
         self.batches = SequenceBatches(session, completion_only=True)
+        self.lengths = self.batches.source.describe()
         self.reference = frozen_copy(session.model)
 
     def run(self, session: TrainSession, observer: PhaseObserver) -> torch.Tensor:

@@ -26,7 +26,6 @@ from gymbench.trainstep.packing import StepCount
 from gymbench.trainstep.precision import Precision
 
 LM_PHASES = ("data", "forward", "backward", "optimizer")
-PHASES = LM_PHASES
 ModelFactory = Callable[[Mapping[str, Any]], nn.Module]
 
 
@@ -55,6 +54,8 @@ class StepKind(Protocol):
     """One kind of training step: its phase names, and how it runs on a session."""
 
     phases: tuple[str, ...]
+    lengths: str
+    """Where sequence lengths come from, in words; empty for the model's own fixed-shape batch."""
 
     def run(self, session: TrainSession, observer: PhaseObserver) -> torch.Tensor: ...
 

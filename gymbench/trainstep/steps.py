@@ -26,6 +26,7 @@ class FixedLMStep:
     """The model's own ``make_batch`` and ``forward(inputs, targets) -> loss``."""
 
     phases = LM_PHASES
+    lengths = ""
 
     def run(self, session: TrainSession, observer: PhaseObserver) -> torch.Tensor:
         config = session.config
@@ -96,6 +97,7 @@ class SequenceLMStep:
 
     def __init__(self, session: TrainSession) -> None:
         self.batches = SequenceBatches(session, completion_only=False)
+        self.lengths = self.batches.source.describe()
 
     def run(self, session: TrainSession, observer: PhaseObserver) -> torch.Tensor:
         with observer.phase("data"):
