@@ -125,7 +125,8 @@ def _shrink_fp16_on_cpu(prepared: PreparedTrain) -> None:
         "(--allow-slow-fp16 keeps yours)"
     )
     model_config = {**config.model_config, "size": "tiny"}
-    prepared.config = replace(config, model_config=model_config, min_len=min(config.min_len, shrunk["seq_len"]), **shrunk)
+    shrunk["min_len"] = min(config.min_len, shrunk["seq_len"])
+    prepared.config = replace(config, model_config=model_config, **shrunk)
 
 
 def _benchmark(prepared: PreparedTrain, recorder: Recorder) -> tuple[Any, list[str]]:

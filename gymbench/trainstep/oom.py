@@ -81,6 +81,7 @@ class SearchResult:
     verification: list[Trial] = field(default_factory=list)
     allocator: str = ""
     """The allocator settings the trials and verification ran under, in words."""
+    budget_bytes: int = 0
     expected: dict[int, bool] = field(default_factory=dict, repr=False)
     """Whether each predicted probe was expected to fit: a wrong guess turns predictions off."""
 
@@ -98,6 +99,14 @@ class SearchResult:
         return len({trial.batch for trial in self.verification} - {self.chosen})
 
     @property
+    def headroom(self) -> float | None:
+        """The budget's share left by the most the chosen size used in verification (None: unknown)."""
+        used = [trial.used_bytes for trial in self.final_verification if trial.used_bytes > 0]
+        if not used or self.budget_bytes <= 0:
+            return None
+        return 1 - max(used) / self.budget_bytes
+
+    @property
     def pass_rate(self) -> float:
         final = self.final_verification
         return sum(trial.fits for trial in final) / len(final) if final else float("nan")
@@ -110,6 +119,7 @@ class SearchResult:
             "search_trials": self.search_trials,
             "verification_pass_rate": self.pass_rate,
             "backoffs": self.backoffs,
+            "verification_headroom": self.headroom,
             "allocator": self.allocator,
             "trials": [asdict(trial) for trial in self.trials + self.verification],
         }
@@ -142,7 +152,7 @@ class SearchPlan:
 
 
 def largest_batch_that_fits(try_batch: TryBatch, plan: SearchPlan, progress: bool = False) -> SearchResult:
-    result = SearchResult()
+    result = SearchResult(budget_bytes=plan.budget_bytes)
     bar = tqdm(desc="OOM search trials", unit="trial", disable=not progress)
     batch: int | None = plan.start
     while batch is not None:

@@ -15,6 +15,9 @@ from gymbench.trainstep.flops import flop_rate_text
 from gymbench.trainstep.oom import SearchResult, Trial
 
 MiB = 1 << 20
+THIN_HEADROOM = 0.05
+"""Less room than this in verification: the same step's footprint varies about this much between
+ordinary processes (glibc's default malloc settings), so the size may still fail now and then."""
 
 
 def benchmark_lines(report: TrainReport) -> list[str]:
@@ -112,11 +115,29 @@ def search_lines(result: SearchResult, config: TrainConfig, longest: str) -> lis
         f"trials (log2(size) + 4 = {math.log2(result.largest_fit) + 4:.1f})",
         f"chosen {result.chosen} ({_how_chosen(result)}), verification {passed}/{len(final)} passed in fresh processes",
     ]
+    lines += _headroom_lines(result)
     if config.step == "rl" and config.group_size > 1:
         groups = result.chosen // config.group_size
         lines.append(f"for GRPO groups of {config.group_size}: {groups * config.group_size} samples ({groups} groups)")
     if config.base_batch is not None:
         lines.append(lr_line(config, result.chosen))
+    return lines
+
+
+def _headroom_lines(result: SearchResult) -> list[str]:
+    headroom = result.headroom
+    if headroom is None:
+        return []
+    used = [trial.used_bytes / MiB for trial in result.final_verification if trial.used_bytes > 0]
+    lines = [
+        f"headroom    verification used {min(used):.0f}-{max(used):.0f} MiB of the "
+        f"{result.budget_bytes / MiB:.0f} MiB budget: {headroom:.1%} left"
+    ]
+    if headroom < THIN_HEADROOM:
+        lines.append(
+            f"warning     under {THIN_HEADROOM:.0%} left: a step's footprint varies by a few percent between "
+            "ordinary processes, so this size may still fail now and then; a larger --margin leaves more room"
+        )
     return lines
 
 

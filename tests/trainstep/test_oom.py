@@ -15,6 +15,7 @@ from gymbench.trainstep.config import TrainConfig
 from gymbench.trainstep.memory import SHARP_MALLOC_ENV, proc_status_bytes
 from gymbench.trainstep.oom import SearchPlan, Trial, attempt, is_out_of_memory, largest_batch_that_fits
 from gymbench.trainstep.session import TrainSession
+from gymbench.trainstep.summary import search_lines
 from gymbench.trainstep.worker import WorkerJob, _try, child_environment
 from tests.trainstep.models_for_tests import build_tiny_mlp
 
@@ -86,6 +87,15 @@ def test_a_failed_verification_backs_off_until_the_size_verifies() -> None:
     assert [t.batch for t in result.verification] == [94, 89, 84, 84, 84]
     assert (result.chosen, result.pass_rate, result.backoffs) == (84, 1.0, 2)
     assert result.to_dict()["backoffs"] == 2
+    assert result.headroom is None  # this device reports no memory for verification runs
+
+
+def test_the_verification_headroom_is_the_budget_the_chosen_size_left() -> None:
+    result = largest_batch_that_fits(Threshold(100), SearchPlan(budget_bytes=(50 + 100) * MiB))
+    assert result.chosen == 95 and result.headroom == pytest.approx(1 - 145 / 150)
+    lines = search_lines(result, TrainConfig(), "")
+    assert any("verification used 145-145 MiB of the 150 MiB budget: 3.3% left" in line for line in lines)
+    assert any("under 5% left" in line for line in lines)
 
 
 def test_backing_off_is_bounded_and_the_pass_rate_stays_honest() -> None:
