@@ -78,7 +78,7 @@ def test_rl_step_phases_by_precision_and_checkpointing(gymbench: Recorder) -> No
     config = TINY_RL if gymbench.quick else RL
     sessions = {name: TrainSession(build_transformer, replace(config, **changes)) for name, changes in VARIANTS.items()}
     started = load()
-    timings = interleaved(sessions, 2 if gymbench.quick else 8)
+    timings = interleaved(sessions, 2 if gymbench.quick else 12)
     base_step = median_of(timings["fp32"], lambda t: t.step_s)
     for name, rounds in timings.items():
         step = median_of(rounds, lambda t: t.step_s)
