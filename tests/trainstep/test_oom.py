@@ -149,7 +149,7 @@ def test_trials_run_under_the_allocator_a_user_process_has_unless_asked() -> Non
 
 
 def test_a_search_says_which_allocator_its_trials_ran_under() -> None:
-    plan = SearchPlan(start=4, max_batch=8, budget_bytes=64 * MiB, verify_runs=1)
+    plan = SearchPlan(start=8, max_batch=8, budget_bytes=64 * MiB, verify_runs=1)
     result = find_largest_batch(build_tiny_mlp, CONFIG, plan, steps=1)
     assert result.largest_fit == 8 and result.pass_rate == 1.0
     assert result.allocator.startswith("the default allocator settings a user's training process has")
