@@ -76,13 +76,17 @@ def test_collect_in_pytest_versus_the_command_line(
     for _ in range(pairs):
         cpu["cli"].append(cli_cpu_per_rollout(server, repeats, tmp_path) * 1e6)
         cpu["pytest"].append(pytest_cpu_per_rollout(server, repeats, tmp_path) * 1e6)
-    gymbench.record("cli_cpu_per_rollout", cpu["cli"], "µs", "lower")
-    gymbench.record("pytest_cpu_per_rollout", cpu["pytest"], "µs", "lower")
-    ratios = [p / c for p, c in zip(cpu["pytest"], cpu["cli"], strict=True)]
-    gymbench.record("pytest_over_cli_per_pair", ratios, "ratio", "lower")
-    gymbench.record(
-        "pytest_over_cli", statistics.median(cpu["pytest"]) / statistics.median(cpu["cli"]), "ratio", "lower"
-    )
+    record_pairs(gymbench, cpu, "cpu_per_rollout", "µs", "")
+
+
+def record_pairs(gymbench: Recorder, pairs: dict[str, list[float]], metric: str, unit: str, prefix: str) -> None:
+    """Both sides' samples, the per-pair ratios, and the ratio of the medians (the headline)."""
+    gymbench.record(f"cli_{metric}", pairs["cli"], unit, "lower")
+    gymbench.record(f"pytest_{metric}", pairs["pytest"], unit, "lower")
+    ratios = [p / c for p, c in zip(pairs["pytest"], pairs["cli"], strict=True)]
+    gymbench.record(f"{prefix}pytest_over_cli_per_pair", ratios, "ratio", "lower")
+    headline = statistics.median(pairs["pytest"]) / statistics.median(pairs["cli"])
+    gymbench.record(f"{prefix}pytest_over_cli", headline, "ratio", "lower")
 
 
 TRAIN = {"model": "transformer", "size": "small", "batch": 4, "seq_len": 64, "warmup": 2, "memory": False, "threads": 1}
@@ -119,10 +123,4 @@ def test_train_step_in_pytest_versus_the_command_line(gymbench: Recorder, tmp_pa
     for _ in range(pairs):
         times["cli"].append(cli_step_time(train, steps, tmp_path))
         times["pytest"].append(pytest_step_time(train, steps, tmp_path))
-    gymbench.record("cli_step_time", times["cli"], "s", "lower")
-    gymbench.record("pytest_step_time", times["pytest"], "s", "lower")
-    ratios = [p / c for p, c in zip(times["pytest"], times["cli"], strict=True)]
-    gymbench.record("train_pytest_over_cli_per_pair", ratios, "ratio", "lower")
-    gymbench.record(
-        "train_pytest_over_cli", statistics.median(times["pytest"]) / statistics.median(times["cli"]), "ratio", "lower"
-    )
+    record_pairs(gymbench, times, "step_time", "s", "train_")
