@@ -17,6 +17,7 @@ import pytest
 
 from gymbench.record import load_record
 from gymbench.sim import start_sim_server
+from gymbench.testing import terminal_sigint
 
 from ..rollout.test_dataset import write_tasks
 
@@ -102,12 +103,6 @@ def test_resume_after_sigkill_at_a_random_moment(tmp_path: Path) -> None:
     assert set(pairs) == {(t, k) for t in range(150) for k in range(2)}
 
 
-def default_sigint() -> None:
-    """A background job of a non-interactive shell (how CI may run the suite) starts with SIGINT
-    ignored, and its children inherit that: give the child the disposition a terminal would."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_sigint_stops_cleanly_and_the_run_resumes(tmp_path: Path) -> None:
     tasks = write_tasks(tmp_path / "tasks.jsonl", 400)
     out = tmp_path / "out.jsonl"
@@ -116,7 +111,7 @@ def test_sigint_stops_cleanly_and_the_run_resumes(tmp_path: Path) -> None:
         "+save_results=false", "+progress=false", *FAST_SIM,
     ]  # fmt: skip
     process = subprocess.Popen(
-        [sys.executable, "-m", "gymbench.cli", *args], stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint
+        [sys.executable, "-m", "gymbench.cli", *args], stderr=subprocess.PIPE, text=True, preexec_fn=terminal_sigint
     )
     deadline = time.monotonic() + 60
     while not out.exists() or out.stat().st_size == 0:
