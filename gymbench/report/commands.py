@@ -65,7 +65,7 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("candidate", nargs="?", default="latest", help="as for compare (default: latest)")
     parser.add_argument("-o", "--output", type=Path, default=Path("gymbench-report.html"))
     parser.add_argument("--history-metric", default="time", help="metric for the history and sample plots")
-    _add_compare_options(parser, fail_on_default="none")
+    _add_compare_options(parser, fail_on_default="inconclusive")  # the same verdict and exit code as compare
 
 
 def _configure_baselines(parser: argparse.ArgumentParser) -> None:

@@ -14,7 +14,7 @@ from gymbench.baseline.compare import detectable_change
 from gymbench.baseline.gate import GateResult, noise_for, run_gate
 from gymbench.baseline.guarded import gate_or_explain
 from gymbench.baseline.noise import NoiseTable
-from gymbench.baseline.pytest_benchmark import load_any, load_pytest_benchmark, to_pytest_benchmark
+from gymbench.baseline.pytest_benchmark import left_out, load_any, load_pytest_benchmark, to_pytest_benchmark
 from gymbench.baseline.settings import CompareSettings, build_settings
 from gymbench.baseline.store import BaselineStore, StoredRun, save_calibration
 from gymbench.errors import GymbenchError, ResultsFileError
@@ -140,7 +140,23 @@ def _run_import(args: argparse.Namespace, plugins: Plugins) -> int:
 
 def _run_export(args: argparse.Namespace, plugins: Plugins) -> int:
     check_writable_file(args.output, "export", "-o")
-    data = to_pytest_benchmark(load_any(args.path), args.metric)
+    record = load_any(args.path)
+    data, skipped = to_pytest_benchmark(record, args.metric), left_out(record, args.metric)
+    for bench_id, metrics in skipped.items():
+        others = f"; it has {', '.join(metrics)} (export one with --metric NAME)" if metrics else ""
+        print(f"gymbench: warning: left out {bench_id}: no {args.metric!r} metric{others}", file=sys.stderr)
+    if not data["benchmarks"]:
+        raise GymbenchError(
+            f"{args.path}: no benchmark has a {args.metric!r} metric, so nothing was exported; "
+            f"choose one of its metrics with --metric ({', '.join(_metric_names(skipped)) or 'it has none'})"
+        )
     args.output.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    print(f"exported {len(data['benchmarks'])} benchmarks to {args.output}")
+    print(
+        f"exported {len(data['benchmarks'])} benchmarks to {args.output}"
+        + (f", left out {len(skipped)}" if skipped else "")
+    )
     return 0
+
+
+def _metric_names(left_out: dict[str, list[str]]) -> list[str]:
+    return sorted({name for metrics in left_out.values() for name in metrics})
