@@ -16,11 +16,25 @@ def duration(seconds: float | None, digits: int = 3) -> str:
     """A duration in the largest of s, ms, µs, ns that keeps it at 1 or more (``-`` when unknown)."""
     if seconds is None or not math.isfinite(seconds):
         return "-" if seconds is None else str(seconds)
-    magnitude = abs(seconds)
+    if not seconds:
+        return "0 s"
+    scale, unit = duration_scale(seconds, digits)
+    return f"{seconds / scale:.{digits}g} {unit}"
+
+
+def duration_scale(seconds: float, digits: int = 3) -> tuple[float, str]:
+    """The divisor and unit :func:`duration` writes ``seconds`` in (999.97 ms reads ``1 s``)."""
+    magnitude = abs(seconds) * (1 + 0.5 * 10**-digits)
     for scale, unit in DURATION_SCALES:
         if magnitude >= scale:
-            return f"{seconds / scale:.{digits}g} {unit}"
-    return f"{seconds / 1e-9:.{digits}g} ns" if magnitude else "0 s"
+            return scale, unit
+    return DURATION_SCALES[-1]
+
+
+def interval(value: float, low: float, high: float, digits: int = 3) -> str:
+    """``24 ms [23–25]``: the interval in the value's unit, written once."""
+    scale, unit = duration_scale(value, digits)
+    return f"{value / scale:.{digits}g} {unit} [{low / scale:.{digits}g}–{high / scale:.{digits}g}]"
 
 
 def quantity(value: float, unit: str, digits: int = 4) -> str:
