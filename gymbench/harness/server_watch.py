@@ -96,6 +96,7 @@ class ServerWatch:
             self.before, self.note = scrape(self.url)
         if self.before is not None:
             self._started = time.monotonic()
+            self._add_point(self.before)
             self._thread = threading.Thread(target=self._sample, name="gymbench-metrics", daemon=True)
             self._thread.start()
         return self
@@ -109,14 +110,19 @@ class ServerWatch:
         self.after, note = scrape(self.url)
         if self.after is None:
             self.note = f"scraped before the run only: {note}"
+        else:
+            self._add_point(self.after)
 
     def _sample(self) -> None:
         assert self.url is not None
         while not self._stop.wait(self.interval_s):
             values, _ = scrape(self.url)
             if values is not None:
-                point = {key: highlight(values, key) for key in OVER_TIME}
-                self.samples.append({"t_s": time.monotonic() - self._started, **point})
+                self._add_point(values)
+
+    def _add_point(self, values: Mapping[str, float]) -> None:
+        point = {key: highlight(values, key) for key in OVER_TIME}
+        self.samples.append({"t_s": time.monotonic() - self._started, **point})
 
     def record(self) -> dict[str, Any]:
         """What goes into the summary and the results record (``summary.server_metrics``)."""

@@ -61,7 +61,12 @@ def _configure_calibrate(parser: argparse.ArgumentParser) -> None:
 
 
 def _configure_report(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("baseline", nargs="?", help="as for compare (default: the run before the candidate)")
+    parser.add_argument(
+        "baseline",
+        nargs="?",
+        help="as for compare (default: the run before the candidate); alone, a collect or tune record: "
+        "a report on that run (percentiles, over time, stages, the server's /metrics)",
+    )
     parser.add_argument("candidate", nargs="?", default="latest", help="as for compare (default: latest)")
     parser.add_argument("-o", "--output", type=Path, default=Path("gymbench-report.html"))
     parser.add_argument("--history-metric", default="time", help="metric for the history and sample plots")

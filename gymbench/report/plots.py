@@ -25,7 +25,7 @@ def short_name(bench_id: str) -> str:
     return bench_id.rsplit("::", 1)[-1]
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -37,7 +37,7 @@ def _pyplot() -> Any:
 def to_base64_png(figure: Any) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
-    _pyplot().close(figure)
+    pyplot().close(figure)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
@@ -51,7 +51,7 @@ def ratio_figure(comparisons: Sequence[MetricComparison]) -> Any:
     Every ratio is inside the axis; an interval reaching far beyond the ratios is drawn to the
     edge with an arrow and its end written there, so nothing is cut silently.
     """
-    plt = _pyplot()
+    plt = pyplot()
     height = max(2.0, 0.28 * len(comparisons) + 1)
     figure, axes = plt.subplots(figsize=(8, height))
     low_limit, high_limit = ratio_limits(comparisons)
@@ -122,7 +122,7 @@ def history_figure(history: dict[str, list[tuple[str, float]]], metric: str, uni
     two lines, so they never run into each other.
     """
     items = list(history.items())[:MAX_PANELS]
-    plt = _pyplot()
+    plt = pyplot()
     columns = 3
     rows = max(1, math.ceil(len(items) / columns))
     figure, grid = plt.subplots(rows, columns, figsize=(11, 2.6 * rows), squeeze=False)
@@ -171,7 +171,7 @@ def distribution_plot(samples: dict[str, tuple[Sequence[float], Sequence[float]]
 def distribution_figure(samples: dict[str, tuple[Sequence[float], Sequence[float]]], unit: str) -> Any:
     """Box plots of the baseline's and the candidate's samples, one panel per benchmark."""
     items = [(k, v) for k, v in samples.items() if v[0] and v[1]][:MAX_PANELS]
-    plt = _pyplot()
+    plt = pyplot()
     columns = 4
     rows = max(1, math.ceil(len(items) / columns))
     figure, grid = plt.subplots(rows, columns, figsize=(11, 2.6 * rows), squeeze=False)

@@ -23,6 +23,7 @@ from gymbench.jsonio import check_writable_file
 from gymbench.record import ResultsRecord, save_record, store_path, utc_now, validate_record_dict
 from gymbench.report.html import render_report, write_report
 from gymbench.report.markdown import comparison_markdown, write_step_summary
+from gymbench.report.run_report import RUN_KINDS, render_run_report
 from gymbench.report.terminal import comparison_lines, table
 
 if TYPE_CHECKING:
@@ -92,6 +93,11 @@ def _run_report(args: argparse.Namespace, plugins: Plugins) -> int:
     check_writable_file(args.output, "report", "-o")
     if args.markdown:
         check_writable_file(args.markdown, "markdown summary", "--markdown")
+    single = _single_run(args)
+    if single is not None:
+        path = write_report(render_run_report(single), args.output)
+        print(f"report on {single.kind} run {single.name} written to {path}")
+        return 0
     store = BaselineStore(args.results_dir)
     key = machine_info()["key"]
     runs = store.runs(key) or store.runs()
@@ -107,6 +113,15 @@ def _run_report(args: argparse.Namespace, plugins: Plugins) -> int:
     _publish(result, args)
     print(f"report written to {path}")
     return result.enforced.cli_code
+
+
+def _single_run(args: argparse.Namespace) -> ResultsRecord | None:
+    """The record of ``gymbench report RECORD`` when it is one collection or tuning sweep."""
+    path = Path(args.baseline) if args.baseline else None
+    if path is None or args.candidate != "latest" or not path.is_file():
+        return None
+    record = load_any(path)
+    return record if record.kind in RUN_KINDS else None
 
 
 def _run_baselines(args: argparse.Namespace, plugins: Plugins) -> int:

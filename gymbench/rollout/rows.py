@@ -91,7 +91,8 @@ def count_row(
         elif verdict is not None:
             stats.verify_failures += 1
         stats.latency.add(timings["total"])
-        stats.add_latencies(rollout_latencies(timings, generation.usage.completion_tokens))
+        tokens = generation.usage.completion_tokens
+        stats.add_latencies(rollout_latencies(timings, tokens), tokens)
     elif failure is not None:
         stats.failed += 1
         stats.failure_kinds[failure.kind] += 1

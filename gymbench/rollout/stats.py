@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from gymbench.rollout.latency import LATENCY_METRICS, Slo, percentile_table
+from gymbench.rollout.timeline import Timeline
 
 STAGES = ("slot_wait", "connection_wait", "ttft", "generation", "verification", "total")
 RESERVOIR = 20_000
@@ -68,14 +69,16 @@ class CollectStats:
     """TTFT, ITL, TPOT and e2e (the backend call alone, without slot waits): see ``latency.py``."""
     slo: Slo = field(default_factory=Slo)
     slo_met: int = 0
+    timeline: Timeline = field(default_factory=Timeline)
 
     @property
     def request_latency(self) -> Reservoir:
         return self.latencies["e2e"]
 
-    def add_latencies(self, latencies: dict[str, float]) -> None:
+    def add_latencies(self, latencies: dict[str, float], output_tokens: int = 0) -> None:
         for name, value in latencies.items():
             self.latencies[name].add(value)
+        self.timeline.add(self.clock() - self.started, output_tokens, latencies["e2e"])
         if self.slo.active and self.slo.met(latencies):
             self.slo_met += 1
 
@@ -136,6 +139,7 @@ class CollectStats:
             "request_latency_s": {"p50": r50, "p90": r90, "p99": r99},
             "latency_percentiles_s": self.percentile_tables(),
             "goodput": self.goodput(elapsed),
+            "timeline": self.timeline.to_dict(),
             "stage_mean_s": {
                 stage: self.stage_sums[stage] / self.stage_counts[stage] if self.stage_counts[stage] else None
                 for stage in STAGES

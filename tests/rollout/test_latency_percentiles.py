@@ -91,3 +91,15 @@ def test_a_streamed_collection_reports_inter_token_latency(tmp_path: Path) -> No
         stats = asyncio.run(collect(backend, tmp_path, Slo()))
     itl = stats.summary()["latency_percentiles_s"]["itl"]
     assert itl["count"] == 40 and itl["p50"]["value"] > 0
+
+
+def test_the_timeline_adds_up_and_stays_bounded() -> None:
+    from gymbench.rollout.timeline import MAX_BUCKETS, Timeline
+
+    timeline = Timeline()
+    for second in range(3 * MAX_BUCKETS):
+        timeline.add(second + 0.5, 10, 0.2)
+    found = timeline.to_dict()
+    assert len(found["start_s"]) <= MAX_BUCKETS and found["bucket_s"] == 4.0
+    assert sum(r * found["bucket_s"] for r in found["rollouts_per_s"]) == 3 * MAX_BUCKETS
+    assert found["mean_e2e_s"] == pytest.approx([0.2] * len(found["start_s"]))
