@@ -12,7 +12,7 @@ Definitions (per rollout, seconds):
 
 Intervals are distribution-free order-statistic intervals (binomial ranks): exact coverage of at
 least the confidence for any distribution, no resampling. When the sample is too small for an
-interval on both sides (p99 needs about 300 rollouts at 95%), the percentile is marked
+interval on both sides (p99 needs 368 rollouts at 95%, p95 72, p90 36, p50 6), the percentile is marked
 ``small_sample`` and printed with a ``*``, as guidellm does.
 """
 
