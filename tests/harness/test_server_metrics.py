@@ -35,7 +35,7 @@ def test_without_metrics_nothing_is_scraped_and_one_line_says_why(tmp_path: Path
     with running_sim_server(SimConfig()) as server:
         with ServerWatch(server.base_url, enabled=False) as off:
             pass
-        with ServerWatch(server.base_url.replace("/v1", "/nothing-here") + "/../../v1") as on:
+        with ServerWatch(server.base_url + "/deeper/path") as on:
             pass
         values, note = scrape(server.base_url + "/models")
         missing, why_missing = scrape(server.base_url.rsplit("/v1", 1)[0] + "/no-metrics")
