@@ -78,7 +78,7 @@ def ratio_figure(comparisons: Sequence[MetricComparison]) -> Any:
     axes.set_xlabel("candidate / baseline (shift-corrected), with interval")
     handles, labels = axes.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))
-    axes.legend(unique.values(), unique.keys(), fontsize=7, loc="best")
+    axes.legend(unique.values(), unique.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return figure
 
 
@@ -126,9 +126,10 @@ def history_figure(history: dict[str, list[tuple[str, float]]], metric: str, uni
     columns = 3
     rows = max(1, math.ceil(len(items) / columns))
     figure, grid = plt.subplots(rows, columns, figsize=(11, 2.6 * rows), squeeze=False)
-    scale, shown_unit = _axis_unit([v for _, points in items for _, v in points], unit)
     for axes, (bench_id, points) in zip(grid.flat, items, strict=False):
+        scale, shown_unit = _axis_unit([v for _, v in points], unit)
         axes.plot(range(len(points)), [v / scale for _, v in points], "o-", markersize=3)
+        axes.ticklabel_format(axis="y", useOffset=False)
         axes.set_title(wrapped(short_name(bench_id)), fontsize=7)
         axes.set_ylabel(f"{metric} ({shown_unit})", fontsize=7)
         ticks = list(range(0, len(points), max(1, math.ceil(len(points) / 4))))
@@ -181,6 +182,7 @@ def distribution_figure(samples: dict[str, tuple[Sequence[float], Sequence[float
                      showfliers=False)  # fmt: skip
         axes.set_title(wrapped(short_name(bench_id), 26), fontsize=7)
         axes.set_ylabel(shown_unit, fontsize=7)
+        axes.ticklabel_format(axis="y", useOffset=False)
         axes.tick_params(labelsize=6)
     for axes in list(grid.flat)[len(items) :]:
         axes.axis("off")

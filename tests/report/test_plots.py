@@ -75,3 +75,13 @@ def test_history_labels_are_few_short_and_apart() -> None:
 def test_run_label_keeps_what_it_does_not_recognise() -> None:
     assert run_label("baseline 0102T0304") == "01-02\n03:04"
     assert run_label("something else") == "something else"
+
+
+def test_each_history_panel_reads_in_its_own_unit_without_an_offset() -> None:
+    fast = [(f"r 0101T{hour:02d}00", 9.3e-6 + hour * 1e-9) for hour in range(3)]
+    slow = [(f"r 0101T{hour:02d}00", 0.1 + hour * 1e-4) for hour in range(3)]
+    figure = history_figure({"a.py::fast": fast, "a.py::slow": slow}, "time", "s")
+    figure.canvas.draw()
+    assert [axes.get_ylabel() for axes in figure.axes[:2]] == ["time (µs)", "time (ms)"]
+    assert figure.axes[0].yaxis.get_offset_text().get_text() == ""
+    close(figure)
