@@ -82,6 +82,8 @@ def ratio_figure(comparisons: Sequence[MetricComparison]) -> Any:
     return figure
 
 
+SMALLEST_RATIO = 1e-300
+"""Axis limits stay finite (and their logarithms too) whatever a broken record holds."""
 WIDEST_INTERVAL = 4.0
 """How far (as a factor) beyond the outermost ratios the axis follows an interval before marking it."""
 NICE_RATIOS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0,
@@ -96,7 +98,7 @@ def ratio_limits(comparisons: Sequence[MetricComparison]) -> tuple[float, float]
     high = max(ratios + [1.1]) * WIDEST_INTERVAL
     low = max(min(ends + ratios + [0.9]), low)
     high = min(max(ends + ratios + [1.1]), high)
-    return low / 1.08, high * 1.08
+    return max(low / 1.08, SMALLEST_RATIO), min(high * 1.08, 1 / SMALLEST_RATIO)
 
 
 def _ratio_ticks(axes: Any, low: float, high: float) -> None:
