@@ -6,6 +6,8 @@ import re
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+
 try:
     import tomllib
 except ImportError:  # Python 3.10
@@ -36,3 +38,16 @@ def test_no_runtime_dependency_brings_a_pytest_plugin_into_other_suites() -> Non
         "with gymbench (pytest-asyncio warns there): make it an optional extra"
     )
     assert "pytest-benchmark" in plugins  # the check sees entry points at all
+
+
+pytest_plugins = ["pytester"]
+
+
+def test_a_plain_suite_runs_warning_free_with_gymbench_loaded(pytester: pytest.Pytester) -> None:
+    """With pytest-asyncio absent (as in a user's environment now), gymbench's own plugin adds no
+    warning and no failure to a plain pytest-benchmark suite, even with warnings as errors."""
+    pytester.makepyfile("def test_sum(benchmark):\n    benchmark(sum, range(10))\n")
+    result = pytester.runpytest_subprocess("-p", "no:asyncio", "-p", "no:cacheprovider", "-W", "error",
+                                           "--benchmark-disable")  # fmt: skip
+    result.assert_outcomes(passed=1)
+    assert "Warning" not in result.stdout.str()
