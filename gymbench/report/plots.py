@@ -101,14 +101,26 @@ def ratio_limits(comparisons: Sequence[MetricComparison]) -> tuple[float, float]
     return max(low / 1.08, SMALLEST_RATIO), min(high * 1.08, 1 / SMALLEST_RATIO)
 
 
+def spaced_ticks(low: float, high: float, most: int = 8) -> list[float]:
+    """Nice ratios inside ``[low, high]``, outward from 1×, at least 1/``most`` of the axis apart."""
+    gap = math.log(high / low) / most
+    inside = [t for t in NICE_RATIOS if low <= t <= high]
+    centre = min(inside or [1.0], key=lambda t: abs(math.log(t)))
+    kept = [centre]
+    for side in ([t for t in inside if t > centre], [t for t in reversed(inside) if t < centre]):
+        last = centre
+        for tick in side:
+            if abs(math.log(tick / last)) >= gap:
+                kept.append(tick)
+                last = tick
+    return sorted(kept)
+
+
 def _ratio_ticks(axes: Any, low: float, high: float) -> None:
     """Plain ratios (0.5×, 1×, 2×) on the log axis instead of matplotlib's 3×10⁻¹ labels."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    ticks = [t for t in NICE_RATIOS if low <= t <= high]
-    step = max(1, math.ceil(len(ticks) / 9))
-    ticks = sorted(set(ticks[::step]) | {1.0} if low <= 1.0 <= high else set(ticks[::step]))
-    axes.xaxis.set_major_locator(FixedLocator(ticks))
+    axes.xaxis.set_major_locator(FixedLocator(spaced_ticks(low, high)))
     axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}×"))
     axes.xaxis.set_minor_locator(NullLocator())
 

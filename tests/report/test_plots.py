@@ -85,3 +85,12 @@ def test_each_history_panel_reads_in_its_own_unit_without_an_offset() -> None:
     assert [axes.get_ylabel() for axes in figure.axes[:2]] == ["time (µs)", "time (ms)"]
     assert figure.axes[0].yaxis.get_offset_text().get_text() == ""
     close(figure)
+
+
+def test_ratio_ticks_keep_their_distance() -> None:
+    from gymbench.report.plots import spaced_ticks
+
+    for low, high in ((8e-4, 1.1e3), (0.85, 1.2), (0.2, 5.5)):
+        ticks = spaced_ticks(low, high)
+        gaps = [math.log(b / a) for a, b in zip(ticks, ticks[1:], strict=False)]
+        assert 1.0 in ticks and len(ticks) >= 3 and min(gaps) >= math.log(high / low) / 8 - 1e-12
