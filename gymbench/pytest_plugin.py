@@ -6,6 +6,7 @@ no aiohttp. The plugin manager and fingerprint are only built when a benchmark a
 
 from __future__ import annotations
 
+import argparse
 import re
 import statistics
 from collections.abc import Generator, Iterator
@@ -35,8 +36,18 @@ class BenchSession:
     saved_path: Path | None = None
     compare: str | None = None
     gate: Any = None
-    """The :class:`gymbench.baseline.gate.GateResult` when ``--gymbench-compare`` was given."""
+    """The :class:`gymbench.baseline.gate.GateResult` of ``--gymbench-compare`` or ``--gymbench-ab``."""
     gate_error: str | None = None
+    instructions: bool = False
+    """``--gymbench-instructions``: count instructions of these benchmarks under callgrind afterwards."""
+    to_count: list[str] = field(default_factory=list)
+    """Node ids of the benchmarks whose calls the callgrind session will count."""
+    instructions_note: str | None = None
+    counter: Any = None
+    """In the callgrind child session: the :class:`gymbench.callgrind.InstructionCounter`."""
+    count_dir: Path | None = None
+    ab_link: Any = None
+    """In an A/B worker: the :class:`gymbench.abtest.worker.WorkerLink` to the runner."""
 
     def start_run(self) -> None:
         """Build the plugin manager and announce the run when the first benchmark records."""
@@ -92,13 +103,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gymbench-calibration", metavar="FILE", default=None, help="calibration file (default: latest)")
     group.addoption("--gymbench-min-rounds", type=int, default=None, help="minimum measured rounds per case")
     group.addoption("--gymbench-max-time", type=float, default=None, help="seconds per case, at most")
+    group.addoption(
+        "--gymbench-instructions",
+        action="store_true",
+        default=False,
+        help="also count each benchmark's instructions under valgrind's callgrind (metric 'instructions'; "
+        "needs valgrind; slow, so few calls)",
+    )
+    group.addoption(
+        "--gymbench-ab",
+        metavar="BASE_REF",
+        default=None,
+        help="instead of running the benchmarks here, compare this working tree with git ref BASE_REF: "
+        "interleaved rounds in two worker processes pinned to one CPU (gymbench compare --ab)",
+    )
+    group.addoption("--gymbench-ab-repeats", type=int, default=None, help="A/B worker pairs (default 3)")
+    group.addoption("--gymbench-instructions-worker", metavar="DIR", default=None, help=argparse.SUPPRESS)
+    group.addoption("--gymbench-ab-worker", action="store_true", default=False, help=argparse.SUPPRESS)
+    group.addoption("--gymbench-ab-list", metavar="FILE", default=None, help=argparse.SUPPRESS)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "gymbench(group=None, **options): options for a gymbench benchmark, "
-        "e.g. min_effect=0.1 (the smallest change that matters)",
+        "e.g. min_effect=0.1 (the smallest change that matters), instructions=False (never count it "
+        "under callgrind), ab=False (leave it out of interleaved A/B runs)",
     )
     save_name = config.getoption("--gymbench-save")
     if save_name is not None and not SAFE_NAME.match(save_name):
@@ -113,13 +143,64 @@ def pytest_configure(config: pytest.Config) -> None:
         max_time_s=config.getoption("--gymbench-max-time"),
     )
     results_dir = config.getoption("--gymbench-results-dir")
-    config.stash[session_key] = BenchSession(
+    bench = BenchSession(
         settings=settings,
         results_dir=Path(results_dir) if results_dir else config.rootpath / "results",
         save_name=save_name,
         rootpath=config.rootpath,
         compare=config.getoption("--gymbench-compare"),
+        instructions=config.getoption("--gymbench-instructions"),
     )
+    config.stash[session_key] = bench
+    if config.getoption("--gymbench-instructions-worker") or config.getoption("--gymbench-ab-worker"):
+        _become_worker(config, bench)
+
+
+def _become_worker(config: pytest.Config, bench: BenchSession) -> None:
+    """A child session measures for its parent: it never saves, compares or counts on its own."""
+    bench.save_name = bench.compare = None
+    bench.instructions = False
+    count_dir = config.getoption("--gymbench-instructions-worker")
+    if count_dir:
+        from gymbench.callgrind import CountingUnavailable, InstructionCounter
+        from gymbench.instructions import write_note
+
+        bench.count_dir = Path(count_dir)
+        bench.counter = InstructionCounter(bench.count_dir)
+        try:
+            bench.counter.prepare()
+        except CountingUnavailable as exc:
+            write_note(bench.count_dir, f"instruction counts not recorded: {exc}")
+            pytest.exit("callgrind cannot count here", returncode=0)
+    if config.getoption("--gymbench-ab-worker"):
+        from gymbench.abtest.worker import WorkerLink
+
+        bench.ab_link = WorkerLink.from_environment()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    listing = session.config.getoption("--gymbench-ab-list")
+    if listing:
+        from gymbench.abtest.worker import write_listing
+
+        write_listing(session.items, Path(listing))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """``--gymbench-ab``: the selected benchmarks run in the A/B runner's workers, not here."""
+    ref = session.config.getoption("--gymbench-ab")
+    bench = session.config.stash.get(session_key, None)
+    if ref is None or bench is None or bench.ab_link is not None or session.config.option.collectonly:
+        return None
+    from gymbench.abtest.pytest_side import run_ab_session
+    from gymbench.errors import GymbenchError
+
+    try:
+        bench.gate = run_ab_session(session, ref, session.config.getoption("--gymbench-ab-repeats"))
+    except GymbenchError as exc:
+        bench.gate_error = str(exc)
+    return True
 
 
 @pytest.hookimpl(wrapper=True)
@@ -139,7 +220,8 @@ def gymbench(request: pytest.FixtureRequest) -> Iterator[Recorder]:
     an ``async def`` test, ``gymbench.record(name, value, unit, direction)`` for computed figures.
     """
     session = request.config.stash[session_key]
-    recorder = Recorder(session.settings)
+    pacer = session.ab_link.pacer(request.node.nodeid) if session.ab_link is not None else None
+    recorder = Recorder(session.settings, counter=session.counter, pacer=pacer)
     yield recorder
     call_report = request.node.stash.get(report_key, {}).get("call")
     if call_report is None or not call_report.passed or not recorder.metrics:
@@ -148,21 +230,36 @@ def gymbench(request: pytest.FixtureRequest) -> Iterator[Recorder]:
     options = dict(marker.kwargs) if marker else {}
     group = options.pop("group", None)
     callspec = getattr(request.node, "callspec", None)
-    session.start_run()
-    session.results.append(
-        recorder.result(
-            name=request.node.nodeid.split("[", 1)[0],
-            params=dict(callspec.params) if callspec else {},
-            group=group,
-            options=options,
-        )
+    result = recorder.result(
+        name=request.node.nodeid.split("[", 1)[0],
+        params=dict(callspec.params) if callspec else {},
+        group=group,
+        options=options,
     )
+    if session.count_dir is not None:
+        from gymbench.instructions import write_counts
+
+        write_counts(session.count_dir, result)
+        return
+    if session.ab_link is not None:
+        return
+    if session.instructions and recorder.measured_sync and options.get("instructions", True) is not False:
+        session.to_count.append(request.node.nodeid)
+    session.start_run()
+    session.results.append(result)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     bench = session.config.stash.get(session_key, None)
-    if bench is None or bench.run is None:
+    if bench is None:
         return
+    if bench.ab_link is not None:
+        bench.ab_link.close()
+    _gate_exit_status(session, bench)
+    if bench.run is None:
+        return
+    if bench.instructions:
+        bench.results = _count_instructions(session.config, bench)
     record = bench.run.make_record(bench.results)
     if bench.compare:
         _compare(session, bench, record)
@@ -176,7 +273,6 @@ def _compare(session: pytest.Session, bench: BenchSession, record: ResultsRecord
     from gymbench.baseline.settings import build_settings
     from gymbench.baseline.store import BaselineStore
     from gymbench.errors import GymbenchError
-    from gymbench.report.markdown import comparison_markdown, write_step_summary
 
     config = session.config
     key = record.fingerprint["machine"]["key"]
@@ -189,20 +285,46 @@ def _compare(session: pytest.Session, bench: BenchSession, record: ResultsRecord
         bench.gate = run_gate(baseline, in_memory(record), settings, noise, config.getoption("--gymbench-fail-on"))
     except GymbenchError as exc:
         bench.gate_error = str(exc)
+    _gate_exit_status(session, bench)
+
+
+def _gate_exit_status(session: pytest.Session, bench: BenchSession) -> None:
+    """The gate's verdict (or error) becomes the exit status unless a test already failed."""
+    if bench.gate_error is not None:
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
-        return
-    write_step_summary(comparison_markdown(bench.gate))
-    if session.exitstatus == pytest.ExitCode.OK:
+    elif bench.gate is not None and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        from gymbench.report.markdown import comparison_markdown, write_step_summary
+
+        write_step_summary(comparison_markdown(bench.gate))
         session.exitstatus = bench.gate.enforced.pytest_code
+
+
+def _count_instructions(config: pytest.Config, bench: BenchSession) -> list[BenchmarkResult]:
+    """Rerun the timed benchmarks under callgrind and add their ``instructions`` metric."""
+    from gymbench.instructions import count_in_child
+
+    if not bench.to_count:
+        bench.instructions_note = "instruction counts: no benchmark here measures synchronous calls to count"
+        return bench.results
+    child_args = ["--gymbench-quick"] if bench.settings.quick else []
+    counted = count_in_child(bench.to_count, config.rootpath, child_args)
+    bench.instructions_note = counted.note
+    return counted.merge_into(bench.results)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     bench = terminalreporter.config.stash.get(session_key, None)
-    if bench is None or not bench.results:
+    if bench is None:
         return
-    terminalreporter.section("gymbench")
-    for line in summary_lines(bench.results):
-        terminalreporter.write_line(line)
+    if bench.results:
+        terminalreporter.section("gymbench")
+        for line in summary_lines(bench.results):
+            terminalreporter.write_line(line)
+    if bench.instructions_note:
+        terminalreporter.write_line(f"gymbench: {bench.instructions_note}", yellow=True)
+    if not bench.results:
+        _comparison_summary(terminalreporter, bench)
+        return
     if bench.settings.quick:
         terminalreporter.write_line("quick mode: figures prove the benchmarks run; do not compare them")
     if bench.saved_path is not None:

@@ -42,13 +42,18 @@ class Outcome(enum.Enum):
 
 
 def outcome_of(suite: SuiteComparison) -> Outcome:
-    """Regression beats inconclusive; a missing or renamed benchmark counts as inconclusive."""
+    """Regression beats inconclusive; a missing or renamed benchmark, or an inconclusive skip, too."""
     counts = suite.counts
     if counts["regressed"]:
         return Outcome.REGRESSION
-    if counts["inconclusive"] or suite.match.missing or suite.match.renamed:
+    if counts["inconclusive"] or suite.match.missing or suite.match.renamed or _judged_nothing(suite):
         return Outcome.INCONCLUSIVE
     return Outcome.PASS
+
+
+def _judged_nothing(suite: SuiteComparison) -> bool:
+    """Something was left out that might hide a regression (see :class:`Skipped`)."""
+    return any(skipped.inconclusive for skipped in suite.skipped)
 
 
 def enforced(outcome: Outcome, fail_on: str) -> Outcome:
