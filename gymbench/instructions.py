@@ -52,12 +52,7 @@ class CountedBenchmarks:
     note: str | None = None
 
     def merge_into(self, results: Sequence[BenchmarkResult]) -> list[BenchmarkResult]:
-        return [
-            replace(result, metrics={**result.metrics, **self.metrics[result.id]})
-            if result.id in self.metrics
-            else result
-            for result in results
-        ]
+        return [replace(r, metrics={**r.metrics, **self.metrics.get(r.id, {})}) for r in results]
 
 
 def count_in_child(nodeids: Sequence[str], rootdir: Path, child_args: Sequence[str]) -> CountedBenchmarks:
