@@ -176,6 +176,7 @@ def _become_worker(config: pytest.Config, bench: BenchSession) -> None:
         from gymbench.abtest.worker import WorkerLink
 
         bench.ab_link = WorkerLink.from_environment()
+        config.pluginmanager.register(bench.ab_link, "gymbench-ab-worker")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -154,7 +154,7 @@ def compare_runs(
     ]
     shift = _estimate_shift(raw, settings)
     corrected = [_correct(c, shift, settings.confidence) if is_speed_unit(c.unit) else c for c in raw]
-    decided = _decide(corrected, settings)
+    decided = decide(corrected, settings)
     return SuiteComparison(
         baseline=labels[0],
         candidate=labels[1],
@@ -311,7 +311,7 @@ def _correct(c: MetricComparison, shift: Shift, confidence: float) -> MetricComp
     return MetricComparison(**{**c.__dict__, "effect": effect, "p": p})
 
 
-def _decide(comparisons: list[MetricComparison], settings: CompareSettings) -> list[MetricComparison]:
+def decide(comparisons: list[MetricComparison], settings: CompareSettings) -> list[MetricComparison]:
     q_values = benjamini_hochberg([c.p for c in comparisons])
     decided = []
     for c, q in zip(comparisons, q_values, strict=True):

@@ -22,7 +22,7 @@ from pathlib import Path
 from gymbench.baseline.compare import SuiteComparison, compare_runs
 from gymbench.baseline.noise import NoiseTable
 from gymbench.baseline.settings import FAIL_ON, CompareSettings
-from gymbench.baseline.store import Selection, latest_calibration, load_calibration
+from gymbench.baseline.store import CALIBRATION_DIR, Selection, latest_calibration, load_calibration
 from gymbench.errors import GymbenchError
 from gymbench.record import ResultsRecord
 
@@ -76,11 +76,13 @@ class GateResult:
     candidate_records: list[ResultsRecord] = field(default_factory=list)
 
 
-def noise_for(results_dir: Path, machine_key: str, calibration: str | None) -> NoiseTable | None:
+def noise_for(
+    results_dir: Path, machine_key: str, calibration: str | None, directory: str = CALIBRATION_DIR
+) -> NoiseTable | None:
     """An explicit calibration file, else this machine's latest calibration, else none."""
     if calibration:
         return load_calibration(Path(calibration))
-    return latest_calibration(results_dir, machine_key)
+    return latest_calibration(results_dir, machine_key, directory)
 
 
 def run_gate(
