@@ -53,10 +53,10 @@ def collect(side: Side, pytest_args: Sequence[str], timeout_s: float) -> list[Li
                    "--rootdir", str(side.cwd), "--gymbench-ab-list", str(listing)]  # fmt: skip
         done = subprocess.run(command, cwd=side.cwd, env=side.environment(), capture_output=True, text=True,
                               timeout=timeout_s, check=False)  # fmt: skip
-        if listing.exists():
+        if done.returncode == 0 and listing.exists():
             return [Listed(e["nodeid"], e["id"], e["options"]) for e in json.loads(listing.read_text())]
-        if done.returncode in (4, 5) and "gymbench-ab-list" not in done.stderr:
-            return []  # the paths do not exist on this side, or hold no tests
+        if done.returncode == 5 or (done.returncode == 4 and "not found" in done.stdout + done.stderr):
+            return []  # the paths hold no tests on this side, or do not exist there yet
         raise GymbenchError(
             f"{side.label}: collecting the benchmarks failed (pytest exit {done.returncode}); a commit whose "
             f"gymbench predates the A/B runner cannot be a side:\n{_tail(done.stdout + done.stderr)}"

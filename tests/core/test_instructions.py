@@ -1,0 +1,108 @@
+"""Instruction counts under callgrind: proportional to the work, equal across runs, honest without valgrind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gymbench import load_record
+from gymbench.callgrind import CountingUnavailable, InstructionCounter, valgrind_version
+from gymbench.instructions import instruction_metric, unavailable_note
+from gymbench.measure import MeasureSettings, Recorder
+
+LOOP_BENCH = """
+import pytest
+
+
+def loop(n):
+    total = 0
+    for i in range(n):
+        total += i & 7
+    return total
+
+
+@pytest.mark.parametrize("n", {sizes})
+def test_loop(gymbench, n):
+    gymbench.measure(loop, n)
+
+
+@pytest.mark.gymbench(instructions=False)
+def test_not_counted(gymbench):
+    gymbench.measure(loop, 10)
+
+
+@pytest.mark.asyncio
+async def test_async_is_timed_only(gymbench):
+    async def tick():
+        return 1
+
+    await gymbench.ameasure(tick)
+"""
+needs_valgrind = pytest.mark.skipif(valgrind_version() is None, reason="valgrind is not installed")
+
+
+def counts(pytester: pytest.Pytester, sizes: list[int], name: str) -> dict[str, tuple[float, ...]]:
+    """Run the loop benchmarks with ``--gymbench-instructions``; instruction samples by benchmark id."""
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_loop=LOOP_BENCH.format(sizes=sizes))
+    result = pytester.runpytest(
+        "--gymbench-instructions", "--gymbench-quick", "--gymbench-save", name,
+        "--gymbench-results-dir", str(pytester.path / "results"),
+    )  # fmt: skip
+    result.assert_outcomes(passed=len(sizes) + 2)
+    (saved,) = (pytester.path / "results").glob(f"*/*_{name}.json")
+    record = load_record(saved)
+    assert record.fingerprint["software"]["valgrind"] == valgrind_version()
+    found = {b.id: b.metrics["instructions"].samples for b in record.benchmarks if "instructions" in b.metrics}
+    assert {b.id for b in record.benchmarks} - set(found) == {"test_loop.py::test_not_counted",
+                                                            "test_loop.py::test_async_is_timed_only"}  # fmt: skip
+    return found
+
+
+@needs_valgrind
+@pytest.mark.slow
+def test_counts_are_proportional_to_the_work_and_repeat_across_runs(pytester: pytest.Pytester) -> None:
+    first = counts(pytester, [20_000, 40_000], "first")
+    small, large = first["test_loop.py::test_loop[n=20000]"], first["test_loop.py::test_loop[n=40000]"]
+    assert 1.98 < min(large) / max(small) and max(large) / min(small) < 2.02
+    again = counts(pytester, [20_000], "again")["test_loop.py::test_loop[n=20000]"]
+    assert max(again + small) / min(again + small) < 1.005
+
+
+def test_without_valgrind_the_metric_is_absent_with_a_note(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(pytester.path))  # no valgrind on it
+    valgrind_version.cache_clear()
+    try:
+        assert unavailable_note() is not None
+        pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+        pytester.makepyfile(test_loop=LOOP_BENCH.format(sizes=[100]))
+        result = pytester.runpytest(
+            "--gymbench-instructions", "--gymbench-quick", "--gymbench-save", "plain",
+            "--gymbench-results-dir", str(pytester.path / "results"),
+        )  # fmt: skip
+    finally:
+        valgrind_version.cache_clear()
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["gymbench: instruction counts not recorded: valgrind is not installed*"])
+    (saved,) = (pytester.path / "results").glob("*/*_plain.json")
+    record = load_record(saved)
+    assert record.fingerprint["software"]["valgrind"] is None
+    assert all(set(b.metrics) == {"time", "time_cpu"} for b in record.benchmarks)
+
+
+def test_outside_callgrind_counting_is_refused_not_zero(tmp_path: Path) -> None:
+    counter = InstructionCounter(tmp_path)
+    with pytest.raises(CountingUnavailable, match="no instructions"):
+        counter.count(lambda: None)
+    recorder = Recorder(MeasureSettings(), counter=counter)
+    with pytest.raises(CountingUnavailable):
+        recorder.measure(sum, [1, 2])
+    assert "instructions" not in recorder.metrics
+
+
+def test_instruction_metric_names() -> None:
+    assert instruction_metric("time") == "instructions"
+    assert instruction_metric("step") == "step_instructions"
