@@ -66,8 +66,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     git(root, "init", "-q")
     git(root, "config", "user.email", "ab@example.com")
     git(root, "config", "user.name", "ab")
-    files = {"pyproject.toml": PYPROJECT, "slowpkg/__init__.py": PACKAGE.format(passes=1), "benches/test_work.py": BENCH}
-    commit(root, "base", files)
+    package = PACKAGE.format(passes=1)
+    commit(root, "base", {"pyproject.toml": PYPROJECT, "slowpkg/__init__.py": package, "benches/test_work.py": BENCH})
     git(root, "checkout", "-q", "-b", "side")
     commit(root, "broken", {"benches/test_work.py": BENCH + "\ndef broken(:\n"})
     git(root, "checkout", "-q", "-")

@@ -13,7 +13,7 @@ from gymbench.record import BenchmarkResult, Metric, ResultsRecord
 from tests.baseline.synthetic import fingerprint
 
 
-def counted_suite(seed: int, slow: float = 0.0, python: str = "3.11.7", valgrind: str | None = "3.19.0") -> ResultsRecord:
+def counted_suite(seed: int, slow: float = 0.0, python: str = "3.11.7", valgrind: str = "3.19.0") -> ResultsRecord:
     """Three benchmarks with timings (10 % noise) and instruction counts (0.01 % noise)."""
     rng = np.random.default_rng(seed)
     benchmarks = []
