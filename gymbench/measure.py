@@ -31,8 +31,8 @@ class RoundPacer(Protocol):
     def next_round(self, metric: str, iterations: int) -> int | None:
         """Block until the next round may run; its number of calls, or ``None`` when done."""
 
-    def round_done(self, seconds_per_call: float) -> None:
-        """The round just timed, in seconds per call."""
+    def round_done(self, wall_s: float, cpu_s: float) -> None:
+        """The round just timed: wall and CPU seconds per call."""
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ class Recorder:
             walls.append((time.perf_counter() - wall0) / calls)
             cpus.append((time.process_time() - cpu0) / calls)
             if self.pacer is not None:
-                self.pacer.round_done(walls[-1])
+                self.pacer.round_done(walls[-1], cpus[-1])
         if walls:
             self._store_times(metric, walls, cpus)
 

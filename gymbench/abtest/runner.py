@@ -100,12 +100,13 @@ class Worker:
             elif message[0] in ("ready", "end"):
                 return message
 
-    def round(self, calls: int) -> float:
+    def round(self, calls: int) -> tuple[float, float]:
+        """One round of ``calls``: wall and CPU seconds per call."""
         self.connection.send(("round", calls))
         message = self.receive()
         if message[0] != "time":
             raise GymbenchError(f"{self.side.label}: the worker answered {message[0]!r} to a round")
-        return float(message[1])
+        return float(message[1]), float(message[2])
 
     def finish_measurement(self) -> None:
         self.connection.send(("done",))
@@ -224,7 +225,9 @@ class _Interleaving:
             keys = {name: self._key(event) for name, event in events.items()}
             if keys["base"] == keys["cand"]:
                 _, nodeid, metric, _, iterations = events["base"]
-                self.data.add((self.ids[nodeid], metric), self._pair(int(iterations)))
+                wall, cpu = self._pair(int(iterations))
+                self.data.add((self.ids[nodeid], metric), wall)
+                self.data.add((self.ids[nodeid], f"{metric}_cpu"), cpu)
                 self.advance(1)
                 movers = list(self.workers)
             else:
@@ -239,12 +242,17 @@ class _Interleaving:
         what = f"{self.ids.get(event[1], event[1])} {event[2]}"
         self.data.skipped.append(Skipped(what, f"measured only on {side.label}", inconclusive=False))
 
-    def _pair(self, iterations: int) -> PairedRounds:
+    def _pair(self, iterations: int) -> tuple[PairedRounds, PairedRounds]:
+        """ABBA rounds of one measurement: the paired wall times, and the paired CPU times."""
         first, second = (self.workers[name] for name in self.order)
-        per_call = (first.round(iterations) + second.round(iterations)) / 2  # a probe round each, not kept
+        per_call = (first.round(iterations)[1] + second.round(iterations)[1]) / 2  # a probe round each, not kept
         calls = max(iterations, min(MAX_CALLS_PER_ROUND, math.ceil(self.settings.round_time_s / max(per_call, 1e-9))))
-        times: dict[str, list[float]] = {"base": [], "cand": []}
+        times: dict[str, list[tuple[float, float]]] = {"base": [], "cand": []}
         for _ in range(max(1, self.settings.rounds // 2)):
             for worker in (first, second, second, first):
                 times[worker.name].append(worker.round(calls))
-        return PairedRounds(tuple(times["base"]), tuple(times["cand"]))
+        base, cand = times["base"], times["cand"]
+        return (
+            PairedRounds(tuple(w for w, _ in base), tuple(w for w, _ in cand)),
+            PairedRounds(tuple(c for _, c in base), tuple(c for _, c in cand)),
+        )

@@ -30,14 +30,19 @@ class WorkerLink:
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.calls: dict[str, int] = {}
+        self.pinned = False
+
+    def pin(self) -> None:
+        """Onto the runner's CPU, once, just before the first measurement: start-up may use every core."""
+        cpu = os.environ.get(CPU_ENV)
+        if cpu and not self.pinned:
+            os.sched_setaffinity(0, {int(cpu)})
+        self.pinned = True
 
     @classmethod
     def from_environment(cls) -> WorkerLink:
         if FD_ENV not in os.environ:
             raise pytest.UsageError("--gymbench-ab-worker is started by gymbench's A/B runner, not by hand")
-        cpu = os.environ.get(CPU_ENV)
-        if cpu:
-            os.sched_setaffinity(0, {int(cpu)})
         link = cls(Connection(int(os.environ[FD_ENV])))
         link.connection.send(("hello", os.getpid()))
         return link
@@ -73,6 +78,7 @@ class NodePacer:
     def next_round(self, metric: str, iterations: int) -> int | None:
         connection = self.link.connection
         if not self.announced:
+            self.link.pin()
             connection.send(("ready", self.nodeid, metric, self.link.next_call(self.nodeid), iterations))
             self.announced = True
         command = connection.recv()
@@ -81,8 +87,8 @@ class NodePacer:
         self.announced = False
         return None
 
-    def round_done(self, seconds_per_call: float) -> None:
-        self.link.connection.send(("time", seconds_per_call))
+    def round_done(self, wall_s: float, cpu_s: float) -> None:
+        self.link.connection.send(("time", wall_s, cpu_s))
 
 
 def write_listing(items: Sequence[pytest.Item], path: Path) -> None:
