@@ -76,7 +76,9 @@ def _configure_calibrate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-effect", type=float, help="report which metrics can see this effect")
     parser.add_argument("pytest_args", nargs="*", default=["benches/"], help="the suite (default: benches/)")
     ab = parser.add_argument_group("interleaved A/B: the same commit on both sides (A/A) gives the A/B gate its noise")
-    ab.add_argument("--ab", nargs="?", const="HEAD", metavar="REF", help="calibrate the A/B gate on REF (default HEAD)")
+    ab.add_argument(
+        "--ab", nargs="?", const="", metavar="REF", help="calibrate the A/B gate on REF (default: the working tree)"
+    )
     ab.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression selecting benchmarks")
     from gymbench.abtest.settings import ABSettings
     from gymbench.settings import add_settings_flags
