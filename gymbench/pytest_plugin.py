@@ -153,30 +153,9 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.stash[session_key] = bench
     if config.getoption("--gymbench-instructions-worker") or config.getoption("--gymbench-ab-worker"):
-        _become_worker(config, bench)
+        from gymbench.pytest_children import become_worker
 
-
-def _become_worker(config: pytest.Config, bench: BenchSession) -> None:
-    """A child session measures for its parent: it never saves, compares or counts on its own."""
-    bench.save_name = bench.compare = None
-    bench.instructions = False
-    count_dir = config.getoption("--gymbench-instructions-worker")
-    if count_dir:
-        from gymbench.callgrind import CountingUnavailable, InstructionCounter
-        from gymbench.instructions import write_note
-
-        bench.count_dir = Path(count_dir)
-        bench.counter = InstructionCounter(bench.count_dir)
-        try:
-            bench.counter.prepare()
-        except CountingUnavailable as exc:
-            write_note(bench.count_dir, f"instruction counts not recorded: {exc}")
-            pytest.exit("callgrind cannot count here", returncode=0)
-    if config.getoption("--gymbench-ab-worker"):
-        from gymbench.abtest.worker import WorkerLink
-
-        bench.ab_link = WorkerLink.from_environment()
-        config.pluginmanager.register(bench.ab_link, "gymbench-ab-worker")
+        become_worker(config, bench)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -260,7 +239,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if bench.run is None:
         return
     if bench.instructions:
-        bench.results = _count_instructions(session.config, bench)
+        from gymbench.pytest_children import count_instructions
+
+        bench.results = count_instructions(session.config, bench)
     record = bench.run.make_record(bench.results)
     if bench.compare:
         _compare(session, bench, record)
@@ -298,19 +279,6 @@ def _gate_exit_status(session: pytest.Session, bench: BenchSession) -> None:
 
         write_step_summary(comparison_markdown(bench.gate))
         session.exitstatus = bench.gate.enforced.pytest_code
-
-
-def _count_instructions(config: pytest.Config, bench: BenchSession) -> list[BenchmarkResult]:
-    """Rerun the timed benchmarks under callgrind and add their ``instructions`` metric."""
-    from gymbench.instructions import count_in_child
-
-    if not bench.to_count:
-        bench.instructions_note = "instruction counts: no benchmark here measures synchronous calls to count"
-        return bench.results
-    child_args = ["--gymbench-quick"] if bench.settings.quick else []
-    counted = count_in_child(bench.to_count, config.rootpath, child_args)
-    bench.instructions_note = counted.note
-    return counted.merge_into(bench.results)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

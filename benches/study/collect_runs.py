@@ -6,11 +6,15 @@ Three kinds of job, interleaved at random so that the machine's drift lands on a
   such runs): unchanged (A/A), or with one case slowed by 5, 10 or 20 %;
 * ``instructions``: the same with ``--gymbench-instructions`` (and ``--gymbench-quick``: the counts
   do not depend on the rounds); unchanged, or with every case slowed (counts of one case do not
-  depend on the others, so one run gives every case's slowed count);
+  depend on the others, so one run gives every case's slowed count). Each process keeps a random
+  number of small objects alive (``GYMBENCH_STUDY_JITTER``): identical processes would count
+  identically, while a real change elsewhere in the code leaves the allocator in another state;
 * ``ab``: one interleaved A/B comparison (three worker pairs, as ``gymbench compare --ab`` runs it)
   of the workloads against themselves, unchanged or with every case slowed on the candidate side.
 
-Every job's wall time (what the gate costs in CI) and the load average around it are kept.
+Every job runs with one BLAS/OpenMP thread (as the A/B workers and the callgrind child do), so
+the three gates measure the same work. Every job's wall time (what the gate costs in CI) and the
+load average around it are kept.
 
     python benches/study/collect_runs.py --out benches/study/runs
 """
@@ -32,14 +36,16 @@ from tqdm import tqdm
 from gymbench.abtest.runner import ABRunner
 from gymbench.abtest.settings import ABSettings
 from gymbench.abtest.sides import Side, code_path
+from gymbench.callgrind import DETERMINISTIC_ENV
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
-from injection import SLOWDOWNS, calibrate, slow_spec  # noqa: E402
+from injection import SLOWDOWNS, slow_spec  # noqa: E402
 
 WORKLOADS = HERE / "aa_workloads.py"
+ONE_THREAD = {name: value for name, value in DETERMINISTIC_ENV.items() if name != "PYTHONHASHSEED"}
 
 
 def schedule(args: argparse.Namespace, cases: list[str]) -> list[dict[str, str]]:
@@ -49,7 +55,8 @@ def schedule(args: argparse.Namespace, cases: list[str]) -> list[dict[str, str]]
         for case in cases
         for s in SLOWDOWNS
     ]
-    jobs += [{"kind": "instructions", "name": f"aa-{i:03d}", "slow": ""} for i in range(args.instr_aa)]
+    first = args.instr_first
+    jobs += [{"kind": "instructions", "name": f"aa-{i:03d}", "slow": ""} for i in range(first, first + args.instr_aa)]
     jobs += [{"kind": "instructions", "name": f"slow-all-{round(s * 100):02d}", "slow": f"*:{s}"} for s in SLOWDOWNS]
     jobs += [{"kind": "ab", "name": f"aa-{i:03d}", "slow": ""} for i in range(args.ab_aa)]
     jobs += [
@@ -83,10 +90,10 @@ def run_pytest(job: dict[str, str], out: Path, env: dict[str, str]) -> None:
     subprocess.run(command, env={**os.environ, **env}, check=True, capture_output=True, cwd=REPO)
 
 
-def run_ab(job: dict[str, str], out: Path, env: dict[str, str], repeats: int, rng: random.Random) -> None:
+def run_ab(job: dict[str, str], out: Path, env: dict[str, str], repeats: int) -> None:
     """One A/B comparison; its paired rounds saved as JSON (per benchmark, per worker pair)."""
-    base = Side("base", REPO, REPO, {**code_path(REPO), **jitter(rng)})
-    cand = Side("candidate", REPO, REPO, {**code_path(REPO), **jitter(rng), **env})
+    base = Side("base", REPO, REPO, code_path(REPO))
+    cand = Side("candidate", REPO, REPO, {**code_path(REPO), **env})
     data = ABRunner(base, cand, ABSettings(repeats=repeats)).run([str(WORKLOADS.relative_to(REPO))])
     rounds = {f"{b}|{m}": [asdict(r) for r in repeats_] for (b, m), repeats_ in data.rounds.items()}
     (out / "ab").mkdir(parents=True, exist_ok=True)
@@ -97,9 +104,9 @@ def run_job(job: dict[str, str], args: argparse.Namespace, injection: dict, rng:
     """Run one job; what it cost (wall seconds) and the load average around it."""
     env, load_before, started = environment_for(job["slow"], injection), os.getloadavg()[0], time.perf_counter()
     if job["kind"] == "ab":
-        run_ab(job, args.out, env, args.repeats, rng)
+        run_ab(job, args.out, env, args.repeats)
     else:
-        run_pytest(job, args.out, {**env, **jitter(rng)})
+        run_pytest(job, args.out, {**env, **(jitter(rng) if job["kind"] == "instructions" else {})})
     wall_s = time.perf_counter() - started
     return {**job, "wall_s": wall_s, "load_before": load_before, "load_after": os.getloadavg()[0]}
 
@@ -107,17 +114,19 @@ def run_job(job: dict[str, str], args: argparse.Namespace, injection: dict, rng:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=HERE / "runs")
-    parser.add_argument("--stored-aa", type=int, default=20, help="unchanged stored runs")
-    parser.add_argument("--instr-aa", type=int, default=6, help="unchanged instruction-count runs")
-    parser.add_argument("--ab-aa", type=int, default=10, help="unchanged A/B comparisons (3 worker pairs each)")
+    parser.add_argument("--stored-aa", type=int, default=16, help="unchanged stored runs")
+    parser.add_argument("--instr-aa", type=int, default=12, help="unchanged instruction-count runs")
+    parser.add_argument("--instr-first", type=int, default=0, help="number of the first (to add to earlier ones)")
+    parser.add_argument("--ab-aa", type=int, default=8, help="unchanged A/B comparisons (3 worker pairs each)")
     parser.add_argument("--ab-slow", type=int, default=3, help="A/B comparisons per slowdown")
     parser.add_argument("--repeats", type=int, default=3, help="worker pairs per A/B comparison")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    os.environ.update(ONE_THREAD)  # every job, and the calibration below, with one BLAS thread
     injection_file = args.out / "injection.json"
     if not injection_file.exists():
-        injection_file.write_text(json.dumps(calibrate(2.0), indent=1))
+        subprocess.run([sys.executable, str(HERE / "injection.py"), "--out", str(injection_file)], check=True)
     injection = json.loads(injection_file.read_text())
     rng = random.Random(args.seed + 1)
     with (args.out / "jobs.jsonl").open("a") as log:

@@ -1,9 +1,11 @@
 """Calibrate the study's injected slowdowns: loop iterations that cost 5, 10 and 20 % of each case.
 
-In one process, each case's call and a fixed-size run of the injected loop (``aa_workloads.burn``)
-are timed alternately, many times; the medians give the loop's cost per iteration in units of
-the case's own time. The counts are then fixed for every run of the study, so all processes do
-exactly the same extra work, and the slowdown each gate sees can be checked against the nominal.
+In one process (one BLAS thread, as every job of the study), each case's call and a fixed-size
+run of the injected loop (``aa_workloads.burn``) are timed alternately, many times, in CPU time
+(a preempted call would otherwise look slower on this shared machine); the medians give the
+loop's cost per iteration in units of the case's own time. The counts are then fixed for every
+run of the study, so all processes do exactly the same extra work, and the slowdown each gate
+sees can be checked against the nominal.
 
     python benches/study/injection.py --out benches/study/runs/injection.json
 """
@@ -29,9 +31,9 @@ PROBE_ITERATIONS = 20_000
 
 
 def _seconds(call: Callable[[], Any]) -> float:
-    start = time.perf_counter()
+    start = time.process_time()
     call()
-    return time.perf_counter() - start
+    return time.process_time() - start
 
 
 def calibrate_case(work: Callable[[], Any], budget_s: float) -> dict[str, Any]:
@@ -39,7 +41,7 @@ def calibrate_case(work: Callable[[], Any], budget_s: float) -> dict[str, Any]:
     work()  # warm up
     works, loops = [], []
     started = time.perf_counter()
-    while time.perf_counter() - started < budget_s or len(works) < 20:
+    while time.perf_counter() - started < budget_s or len(works) < 50:
         works.append(_seconds(work))
         loops.append(_seconds(lambda: burn(PROBE_ITERATIONS)) / PROBE_ITERATIONS)
     work_s, per_iteration = statistics.median(works), statistics.median(loops)

@@ -93,26 +93,37 @@ def with_case_from(record: ResultsRecord, donor: ResultsRecord, case: str) -> Re
     return replace(record, benchmarks=[taken[b.id] if case_of(b.id) == case else b for b in record.benchmarks])
 
 
-def instruction_gate(aa: list[ResultsRecord], slow: dict[float, ResultsRecord]) -> dict[str, object]:
-    """All A/A pairs (uncalibrated: the brackets' spread is the interval), and each case slowed alone."""
+def instruction_gate(aa: list[ResultsRecord], slow: dict[float, ResultsRecord], calibration_runs: int) -> dict:
+    """Calibrated on some A/A runs, judged on pairs of the others; each case slowed alone."""
     aa = [counts_only(r) for r in aa]
+    calib, held = aa[:calibration_runs], aa[calibration_runs:]
+    noise = learn_noise(calib, aa[0].fingerprint["machine"]["key"], "study")
     settings = CompareSettings()
-    pairs = list(itertools.combinations(aa, 2))
-    false_alarms = (sum(flagged(compare_runs([a], [b], settings)) for a, b in pairs), len(pairs))
+    pairs = list(itertools.combinations(held, 2))
+    false_alarms = (sum(flagged(compare_runs([a], [b], settings, noise)) for a, b in pairs), len(pairs))
+    all_pairs = list(itertools.combinations(aa, 2))
+    uncalibrated = (sum(flagged(compare_runs([a], [b], settings)) for a, b in all_pairs), len(all_pairs))
     cases = [case_of(b.id) for b in aa[0].benchmarks]
     detection, realised = {}, {}
     for fraction, record in slow.items():
         record = counts_only(record)
         hits = trials = 0
-        for index, base in enumerate(aa):
-            other = aa[(index + 1) % len(aa)]
+        for index, base in enumerate(held):
+            other = held[(index + 1) % len(held)]
             for case in cases:
-                hits += flagged(compare_runs([base], [with_case_from(other, record, case)], settings), case)
+                hits += flagged(compare_runs([base], [with_case_from(other, record, case)], settings, noise), case)
                 trials += 1
         detection[fraction] = (hits, trials)
-        realised[fraction] = {case_of(b.id): _ratio(aa, b.id, b.metrics["instructions"].value) for b in record.benchmarks}
+        realised[fraction] = {
+            case_of(b.id): _ratio(aa, b.id, b.metrics["instructions"].value) for b in record.benchmarks
+        }
     spread = {case_of(b): _log_spread(aa, b) for b in (x.id for x in aa[0].benchmarks)}
-    return {"aa": false_alarms, "detection": detection, "realised": realised, "spread": spread}
+    mde = {}
+    for bench_id in noise.metrics:
+        sd, df = noise.moderated(bench_id, "instructions") or (math.inf, 1.0)
+        mde[case_of(bench_id)] = detectable_change(sd, df, settings)
+    return {"aa": false_alarms, "aa_uncalibrated": uncalibrated, "detection": detection, "realised": realised,
+            "spread": spread, "mde": mde, "held": len(held)}  # fmt: skip
 
 
 def _ratio(aa: list[ResultsRecord], bench_id: str, value: float) -> float:
@@ -144,7 +155,11 @@ def as_measurements(repeats: Sequence[dict[tuple[str, str], PairedRounds]]) -> A
 
 def split_repeats(jobs: list[dict[tuple[str, str], list[PairedRounds]]]) -> list[dict[tuple[str, str], PairedRounds]]:
     """Every worker pair of every job, as its own measurement of every benchmark."""
-    return [{key: rounds[i] for key, rounds in job.items()} for job in jobs for i in range(len(next(iter(job.values()))))]
+    return [{key: rounds[i] for key, rounds in job.items()} for job in jobs for i in range(_pairs_in(job))]
+
+
+def _pairs_in(job: dict[tuple[str, str], list[PairedRounds]]) -> int:
+    return len(next(iter(job.values())))
 
 
 def ab_gate(aa_jobs: list[Path], slow_jobs: dict[float, list[Path]], calibration_jobs: int, draws: int) -> dict:
@@ -154,7 +169,8 @@ def ab_gate(aa_jobs: list[Path], slow_jobs: dict[float, list[Path]], calibration
     noise = learn_paired_noise(as_measurements(split_repeats(calib)), "study", "study A/A pairs")
     settings, rng = CompareSettings(), random.Random(2)
     held_pairs = split_repeats(held)
-    as_run = (sum(flagged(compare_paired(as_measurements(split_repeats([j])), settings, noise)) for j in held), len(held))
+    as_run = (sum(flagged(compare_paired(as_measurements(split_repeats([j])), settings, noise)) for j in held),
+              len(held))  # fmt: skip
     triples = [rng.sample(held_pairs, 3) for _ in range(draws)]
     resampled = (sum(flagged(compare_paired(as_measurements(t), settings, noise)) for t in triples), draws)
     detection, realised = {}, {}
@@ -173,7 +189,8 @@ def ab_gate(aa_jobs: list[Path], slow_jobs: dict[float, list[Path]], calibration
             for case in cases:
                 hits += _detected(chosen, rng.sample(held_pairs, 3), case, settings, noise)
                 trials += 1
-        detection[fraction] = {"as_run": (hits_run, trials_run), "resampled": (hits, trials)}
+        per_case = _per_case(slowed_pairs, held_pairs, cases, settings, noise, rng)
+        detection[fraction] = {"as_run": (hits_run, trials_run), "resampled": (hits, trials), "per_case": per_case}
         realised[fraction] = {
             (case_of(b), m): math.expm1(float(np.median([p[(b, m)].effect for p in slowed_pairs]))) for b, m in keys
         }
@@ -183,7 +200,7 @@ def ab_gate(aa_jobs: list[Path], slow_jobs: dict[float, list[Path]], calibration
         for m in by
     }
     return {"aa_as_run": as_run, "aa_resampled": resampled, "detection": detection, "realised": realised, "mde": mde,
-            "calibration_pairs": sum(len(next(iter(j.values()))) for j in calib), "held_pairs": len(held_pairs)}  # fmt: skip
+            "calibration_pairs": sum(_pairs_in(j) for j in calib), "held_pairs": len(held_pairs)}  # fmt: skip
 
 
 def _detected(
@@ -196,3 +213,20 @@ def _detected(
     """The suite as a CI job would see it: this case slowed, every other case from A/A pairs."""
     mixed = [{k: (s[k] if case_of(k[0]) == case else o[k]) for k in o} for s, o in zip(slowed, others, strict=True)]
     return flagged(compare_paired(as_measurements(mixed), settings, noise), case)
+
+
+def _per_case(
+    slowed_pairs: list[dict[tuple[str, str], PairedRounds]],
+    held_pairs: list[dict[tuple[str, str], PairedRounds]],
+    cases: list[str],
+    settings: CompareSettings,
+    noise: NoiseTable,
+    rng: random.Random,
+    draws: int = 60,
+) -> dict[str, Rate]:
+    found = {}
+    for case in cases:
+        picks = [(rng.sample(slowed_pairs, 3), rng.sample(held_pairs, 3)) for _ in range(draws)]
+        hits = sum(_detected(slowed, others, case, settings, noise) for slowed, others in picks)
+        found[case] = (hits, draws)
+    return found
