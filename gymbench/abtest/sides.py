@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +77,7 @@ class Checkouts:
         self.relative = start.resolve().relative_to(self.repo)
         self.tmp = Path(tempfile.mkdtemp(prefix="gymbench-ab-"))
         self.made: dict[str, Path] = {}
+        self._previous: Any = None
 
     def side(self, label: str, ref: str | None, env: Mapping[str, str] | None = None) -> Side:
         """``ref`` checked out (once per commit), or the working tree itself when ``ref`` is ``None``."""
@@ -109,13 +112,22 @@ class Checkouts:
         ]
 
     def __enter__(self) -> Checkouts:
+        """A terminated run (a cancelled CI job sends SIGTERM) still removes its worktrees."""
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, _exit_on_terminate)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
         for path in self.made.values():
             subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=self.repo, capture_output=True)
         subprocess.run(["git", "worktree", "prune"], cwd=self.repo, capture_output=True)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _exit_on_terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _declared(pyproject: Path) -> dict[str, Any]:
