@@ -2,7 +2,7 @@
 
 The session itself times its benchmarks as usual; afterwards one child session reruns the
 benchmarks that measured synchronous calls under valgrind (about 50 times slower, so only
-those, a warm-up call and three counted brackets each), with the settings that make counts
+those, a warm-up call and five counted brackets each), with the settings that make counts
 repeat (:data:`~gymbench.callgrind.DETERMINISTIC_ENV`). The child writes one JSON line per
 benchmark; the parent adds an ``instructions`` metric to each result. Without valgrind, or where
 callgrind cannot count, the session says why in one line and records no such metric: never a 0.
@@ -25,8 +25,9 @@ from gymbench.record import BenchmarkResult, Metric
 
 COUNTS_FILE = "counts.jsonl"
 NOTE_FILE = "note.txt"
-INSTRUCTION_SAMPLES = 3
-"""Counted brackets per benchmark: enough for the comparison's interval, few because each is slow."""
+INSTRUCTION_SAMPLES = 5
+"""Counted brackets per benchmark, each after its own heap layout: enough for the comparison's
+interval to see the allocator's share of the count, few because each is slow under callgrind."""
 WORKER_OPTION = "--gymbench-instructions-worker"
 
 

@@ -182,7 +182,7 @@ class Recorder:
             for _ in range(iterations):
                 last[0] = fn(*args, **kwargs)
 
-        counts = [self.counter.count(calls) / iterations for _ in range(INSTRUCTION_SAMPLES)]
+        counts = [self.counter.count(calls, sample) / iterations for sample in range(INSTRUCTION_SAMPLES)]
         self.record(instruction_metric(metric), counts, unit=INSTRUCTIONS_UNIT, direction="lower")
         return last[0]
 

@@ -65,7 +65,7 @@ def schedule(args: argparse.Namespace, cases: list[str]) -> list[dict[str, str]]
         for i in range(args.ab_slow)
     ]
     random.Random(args.seed).shuffle(jobs)
-    return jobs
+    return [job for job in jobs if not args.only or job["kind"] in args.only]
 
 
 def environment_for(slow: str, injection: dict[str, dict[str, object]]) -> dict[str, str]:
@@ -121,6 +121,7 @@ def main() -> int:
     parser.add_argument("--ab-slow", type=int, default=3, help="A/B comparisons per slowdown")
     parser.add_argument("--repeats", type=int, default=3, help="worker pairs per A/B comparison")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", action="append", choices=("stored", "instructions", "ab"), help="only these jobs")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.update(ONE_THREAD)  # every job, and the calibration below, with one BLAS thread

@@ -173,6 +173,8 @@ def ab_gate(aa_jobs: list[Path], slow_jobs: dict[float, list[Path]], calibration
               len(held))  # fmt: skip
     triples = [rng.sample(held_pairs, 3) for _ in range(draws)]
     resampled = (sum(flagged(compare_paired(as_measurements(t), settings, noise)) for t in triples), draws)
+    wall_flags = [flagged(compare_paired(as_measurements(t), settings, noise, gate_wall_time=True)) for t in triples]
+    with_wall = (sum(wall_flags), draws)
     detection, realised = {}, {}
     for fraction, paths in slow_jobs.items():
         slowed = [load_ab(p) for p in paths]
@@ -199,8 +201,11 @@ def ab_gate(aa_jobs: list[Path], slow_jobs: dict[float, list[Path]], calibration
         for b, by in noise.metrics.items()
         for m in by
     }
-    return {"aa_as_run": as_run, "aa_resampled": resampled, "detection": detection, "realised": realised, "mde": mde,
-            "calibration_pairs": sum(_pairs_in(j) for j in calib), "held_pairs": len(held_pairs)}  # fmt: skip
+    return {
+        "aa_as_run": as_run, "aa_resampled": resampled, "aa_with_wall": with_wall, "detection": detection,
+        "realised": realised, "mde": mde, "calibration_pairs": sum(_pairs_in(j) for j in calib),
+        "held_pairs": len(held_pairs),
+    }  # fmt: skip
 
 
 def _detected(

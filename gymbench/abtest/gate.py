@@ -43,7 +43,8 @@ def ab_gate(
     only: set[str] | None = None,
 ) -> GateResult:
     data, (base, cand), warnings = measure_ab(start, base_ref, cand_ref, pytest_args, settings, only)
-    return paired_gate(data, compare, noise, fail_on, (base.label, cand.label), warnings)
+    labels = (base.label, cand.label)
+    return paired_gate(data, compare, noise, fail_on, labels, warnings, settings.gate_wall_time)
 
 
 def calibrate_ab(

@@ -15,6 +15,9 @@ class ABSettings:
         default=0.02, metadata={"help": "calls per round are chosen so that a round lasts about this long"}
     )
     cpu: int | None = field(default=None, metadata={"help": "the CPU both workers are pinned to (default: the last)"})
+    gate_wall_time: bool = field(
+        default=False, metadata={"help": "gate wall time too, not only CPU time (for a dedicated, quiet runner)"}
+    )
     timeout_s: float = field(
         default=900.0, metadata={"help": "longest wait for a worker's next message (a test's set-up included)"}
     )

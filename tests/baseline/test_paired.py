@@ -31,7 +31,7 @@ def measurements(seed: int, slow: dict[int, float], repeats: int = 3, benches: i
     data = ABMeasurements()
     for _ in range(repeats):
         for index in range(benches):
-            data.add((f"bench.py::test_{index}", "time"), pair(rng, slow.get(index, 0.0)))
+            data.add((f"bench.py::test_{index}", "time_cpu"), pair(rng, slow.get(index, 0.0)))
     return data
 
 
@@ -79,14 +79,28 @@ def test_a_noisy_benchmark_is_reported_with_its_mde_not_gated_at_the_minimum_eff
     aa, data = ABMeasurements(), ABMeasurements()
     for _ in range(10):
         for name, process_sd in spread.items():
-            aa.add((name, "time"), pair(rng, 0.0, process_sd))
+            aa.add((name, "time_cpu"), pair(rng, 0.0, process_sd))
     for _ in range(3):
         for name, process_sd in spread.items():
-            data.add((name, "time"), pair(rng, 0.10 if name == "latency_bound" else 0.0, process_sd))
+            data.add((name, "time_cpu"), pair(rng, 0.10 if name == "latency_bound" else 0.0, process_sd))
     found = {c.benchmark: c for c in compare_paired(data, CompareSettings(), learn_paired_noise(aa, "m")).comparisons}
     assert found["quiet_0"].gated
     noisy = found["latency_bound"]
     assert not noisy.gated and noisy.mde is not None and noisy.mde > 0.10 and noisy.verdict != "regressed"
+
+
+def test_wall_time_is_listed_not_gated_unless_asked() -> None:
+    data = measurements(5, {0: 1.0})
+    for key in list(data.rounds):
+        data.rounds[(key[0], "time")] = data.rounds[key]  # the same rounds as wall time
+    suite = compare_paired(data, CompareSettings(), None)
+    assert {c.metric for c in suite.comparisons} == {"time_cpu"}
+    (skipped,) = suite.skipped
+    assert skipped.what == "wall time (6 metrics)" and not skipped.inconclusive
+    assert {c.metric for c in compare_paired(data, CompareSettings(), None, gate_wall_time=True).comparisons} == {
+        "time",
+        "time_cpu",
+    }
 
 
 def test_calibration_keeps_a_bias_between_worker_slots_as_noise() -> None:
