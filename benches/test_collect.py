@@ -73,7 +73,7 @@ def test_driver_overhead(gymbench: Recorder, tmp_path: Path, parallelism: int) -
 
 
 async def _littles_law(parallelism: int, rounds: int, tasks: Path, out: Path, base_url: str) -> tuple[float, float]:
-    backend = OpenAIBackend({"base_url": base_url, "model": "m"})
+    backend = OpenAIBackend({"base_url": base_url, "model": "gymbench-sim"})
     settings = CollectSettings(tasks, out, overwrite=True)
     stats = await Collector(settings, backend, ExactMatchVerifier(), SemaphoreStrategy(parallelism)).run()
     assert stats.completed == parallelism * rounds

@@ -8,6 +8,7 @@ its speed drifts between runs. ``--gymbench-quick`` shrinks every workload to pr
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -21,8 +22,9 @@ from gymbench.trainstep.bench import BenchOptions, record_metrics, run_benchmark
 from gymbench.trainstep.config import TrainConfig
 from gymbench.trainstep.oom import SearchPlan, largest_batch_that_fits
 from gymbench.trainstep.plugin import build_mlp, build_transformer
+from gymbench.trainstep.precision import cpu_flags, native_fp16
 from gymbench.trainstep.runner import PhaseClock, StepTimings, keep_step, run_steps
-from gymbench.trainstep.session import PHASES, TrainSession
+from gymbench.trainstep.session import TrainSession
 from gymbench.trainstep.worker import WorkerJob, run_job
 
 MiB = 1 << 20
@@ -112,6 +114,18 @@ def test_bf16_against_fp32(gymbench: Recorder, model: str) -> None:
     record_ratio(gymbench, "bf16_speedup", ratios, "x")
 
 
+def test_fp16_against_fp32_on_this_cpu(gymbench: Recorder) -> None:
+    """The figure the fp16 note quotes: it depends on whether the CPU computes fp16 natively."""
+    config = replace(FULL["transformer"], steps=2, warmup=1)
+    if gymbench.quick:
+        config = replace(config, model_config={"size": "tiny"}, batch=2, seq_len=16)
+    sessions = [TrainSession(build_transformer, replace(config, precision=p)) for p in ("fp32", "fp16")]
+    ratios = paired_ratio(2 if gymbench.quick else 6, median_step(sessions[0]), median_step(sessions[1]))
+    record_ratio(gymbench, "fp16_time_vs_fp32", ratios, "x")
+    flags = cpu_flags()
+    gymbench.extra.update(native_fp16=native_fp16(flags), avx512_bf16="avx512_bf16" in flags, load=os.getloadavg())
+
+
 def bare_loop(session: TrainSession, steps: int) -> float:
     """The same steps as the runner with no clock, no memory sample, no bookkeeping."""
     model, optimizer, config = session.model, session.optimizer, session.config
@@ -159,11 +173,12 @@ def test_harness_overhead_against_a_bare_loop(gymbench: Recorder) -> None:
 
 
 def harness_bookkeeping(session: TrainSession) -> StepTimings:
-    """Everything ``run_steps`` adds to a step, on its own: four phase laps and the bookkeeping."""
+    """Everything ``run_steps`` adds to a step, on its own: four timed phases and the bookkeeping."""
     clock, timings = PhaseClock(session), StepTimings()
     clock.start()
-    for phase in PHASES:
-        clock.lap(phase)
+    for phase in session.phases:
+        with clock.phase(phase):
+            pass
     keep_step(timings, clock, 0.0, session)
     return timings
 

@@ -43,8 +43,9 @@ class CompareSettings:
         if not 0 < self.alpha < 1:
             raise GymbenchError(f"alpha must be between 0 and 1, got {self.alpha}")
         for name in ("min_effect", "instructions_min_effect"):
-            if getattr(self, name) <= 0:
-                raise GymbenchError(f"{name} must be positive (0.05 = 5 %), got {getattr(self, name)}")
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise GymbenchError(f"{name} must be positive (0.05 = 5 %), got {value}")
 
     @property
     def confidence(self) -> float:
@@ -83,15 +84,9 @@ def settings_from_pyproject(path: Path) -> dict[str, Any]:
     The per-benchmark table maps benchmark-id globs to minimum effects, for suites whose code
     cannot carry a marker (imported pytest-benchmark suites) or where CI wants a looser gate.
     """
-    import tomllib
+    from gymbench.settings import pyproject_table
 
-    if not path.is_file():
-        return {}
-    try:
-        section = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("gymbench", {})
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise GymbenchError(f"{path}: cannot read [tool.gymbench.compare] ({exc})") from None
-    table = section.get("compare", {})
+    table = pyproject_table(path, "compare")
     known = ("min_effect", "instructions_min_effect", "alpha", "power", "metrics", "per_benchmark")
     unknown = set(table) - set(known)
     if unknown:

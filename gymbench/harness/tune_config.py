@@ -51,6 +51,9 @@ class TuneConfig(ProbeConfig):
         require(self.factor > 1, "factor", self.factor, "a multiplier above 1")
         require(self.max_parallelism >= self.start, "max_parallelism", self.max_parallelism, "at least start")
         require(0 < self.fraction <= 1, "fraction", self.fraction, "a share in (0, 1]")
+        at_least("plateau_gain", self.plateau_gain, 0.0)
+        at_least("degrade", self.degrade, 0.0, 1.0)
+        at_least("error_rate", self.error_rate, 0.0, 1.0)
         at_least("stability_rollouts", self.stability_rollouts, 0)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gymbench.tuning import advice
 from gymbench.tuning.probe import ProbeResult
 
 NEXT_STEPS = {
@@ -34,10 +35,11 @@ class Diagnosis:
     high: ProbeResult
     evidence: list[str] = field(default_factory=list)
     symptoms: list[str] = field(default_factory=list)
+    backend_kind: str = advice.MODEL_SERVER
 
     @property
     def next_step(self) -> str:
-        return NEXT_STEPS[self.verdict]
+        return advice.next_step(self.verdict, self.backend_kind, NEXT_STEPS)
 
 
 def stage_share(probe: ProbeResult, stage: str) -> float:

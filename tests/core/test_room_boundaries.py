@@ -29,6 +29,7 @@ CORE = {
     "gymbench.curves",
     "gymbench.callgrind",
     "gymbench.instructions",
+    "gymbench.lazy",
 }
 ROOMS = ("builtin", "rollout", "sim", "trainstep", "baseline")
 

@@ -67,3 +67,10 @@ def test_unknown_setting_and_preset() -> None:
         config_from_preset(None, {"max_seqs": 3})
     with pytest.raises(GymbenchError, match="known presets: vllm-like"):
         config_from_preset("tgi", {})
+
+
+def test_non_finite_numbers_are_refused_however_the_configuration_is_made() -> None:
+    with pytest.raises(GymbenchError, match="step_base_s must be a finite number, got nan"):
+        SimConfig(step_base_s=float("nan"))
+    with pytest.raises(GymbenchError, match="setting 'rpm_limit': got inf"):
+        config_from_preset(None, {"rpm_limit": float("inf")})
