@@ -29,6 +29,8 @@ INSTRUCTION_SAMPLES = 5
 """Counted brackets per benchmark, each after its own heap layout: enough for the comparison's
 interval to see the allocator's share of the count, few because each is slow under callgrind."""
 WORKER_OPTION = "--gymbench-instructions-worker"
+DEFAULT_TIMEOUT_S = 3600.0
+"""How long the callgrind child may run (``--gymbench-instructions-timeout``) before it is stopped."""
 
 
 def instruction_metric(metric: str) -> str:
@@ -56,8 +58,13 @@ class CountedBenchmarks:
         return [replace(r, metrics={**r.metrics, **self.metrics.get(r.id, {})}) for r in results]
 
 
-def count_in_child(nodeids: Sequence[str], rootdir: Path, child_args: Sequence[str]) -> CountedBenchmarks:
-    """Run ``nodeids`` once more, under callgrind, and read what they counted."""
+def count_in_child(
+    nodeids: Sequence[str], rootdir: Path, child_args: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S
+) -> CountedBenchmarks:
+    """Run ``nodeids`` once more, under callgrind, and read what they counted.
+
+    A child still running after ``timeout_s`` is killed; what it counted until then is kept.
+    """
     note = unavailable_note()
     if note is not None:
         return CountedBenchmarks(note=note)
@@ -71,19 +78,31 @@ def count_in_child(nodeids: Sequence[str], rootdir: Path, child_args: Sequence[s
                 callgrind_command(out_dir, argv), cwd=rootdir, env={**os.environ, **DETERMINISTIC_ENV},
                 stdout=sink, stderr=subprocess.STDOUT,
             )  # fmt: skip
-            _follow(child, out_dir / COUNTS_FILE, len(nodeids))
-        return _read_counts(out_dir, child.returncode, log, len(nodeids))
+            finished = _follow(child, out_dir / COUNTS_FILE, len(nodeids), timeout_s)
+        found = _read_counts(out_dir, child.returncode, log, len(nodeids))
+        if not finished:
+            found.note = (
+                f"instruction counts: callgrind stopped after {timeout_s:g} s (--gymbench-instructions-timeout) "
+                f"with {len(found.metrics)} of {len(nodeids)} benchmarks counted; count fewer or allow longer"
+            )
+        return found
 
 
-def _follow(child: subprocess.Popen[bytes], counts: Path, total: int) -> None:
-    """A progress bar over benchmarks counted, while the (slow) child runs."""
+def _follow(child: subprocess.Popen[bytes], counts: Path, total: int, timeout_s: float) -> bool:
+    """A progress bar over benchmarks counted while the (slow) child runs; ``False`` if it ran out of time."""
     from tqdm import tqdm
 
+    deadline = time.monotonic() + timeout_s
     with tqdm(total=total, desc="gymbench: counting instructions under callgrind", unit="bench",
               file=sys.__stderr__, leave=False, disable=None) as bar:  # fmt: skip
         while child.poll() is None:
+            if time.monotonic() > deadline:
+                child.kill()
+                child.wait()
+                return False
             time.sleep(0.5)
             bar.update(_lines(counts) - bar.n)
+    return True
 
 
 def _lines(path: Path) -> int:

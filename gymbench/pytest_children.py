@@ -45,6 +45,7 @@ def count_instructions(config: pytest.Config, bench: BenchSession) -> list[Bench
         bench.instructions_note = "instruction counts: no benchmark here measures synchronous calls to count"
         return bench.results
     child_args = ["--gymbench-quick"] if bench.settings.quick else []
-    counted = count_in_child(bench.to_count, config.rootpath, child_args)
+    timeout_s = config.getoption("--gymbench-instructions-timeout")
+    counted = count_in_child(bench.to_count, config.rootpath, child_args, timeout_s)
     bench.instructions_note = counted.note
     return counted.merge_into(bench.results)

@@ -123,6 +123,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "needs valgrind; slow, so few calls)",
     )
     group.addoption(
+        "--gymbench-instructions-timeout",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="stop counting under callgrind after this long, keeping what was counted (default 3600)",
+    )
+    group.addoption(
         "--gymbench-ab",
         metavar="BASE_REF",
         default=None,
@@ -139,8 +146,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "gymbench(group=None, **options): options for a gymbench benchmark, "
-        "e.g. min_effect=0.1 (the smallest change that matters), instructions=False (never count it "
-        "under callgrind), ab=False (leave it out of interleaved A/B runs)",
+        "e.g. min_effect=0.1 (the smallest change that matters), instructions=True/False (always/never "
+        "count it under callgrind), ab=False (leave it out of interleaved A/B runs)",
     )
     save_name = config.getoption("--gymbench-save")
     if save_name is not None and not SAFE_NAME.match(save_name):
@@ -191,7 +198,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
 
 def _measure_settings(config: pytest.Config) -> MeasureSettings:
     """Measurement options, checked now: a bad one is a usage error (exit 4), not a failure later."""
-    for option in ("--gymbench-min-effect", "--gymbench-max-time"):
+    for option in ("--gymbench-min-effect", "--gymbench-max-time", "--gymbench-instructions-timeout"):
         value = config.getoption(option)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise pytest.UsageError(f"{option} {value}: expected a finite number above 0")
@@ -260,8 +267,8 @@ def gymbench(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         return
     if session.ab_link is not None:
         return
-    if session.instructions and recorder.measured_sync and options.get("instructions", True) is not False:
-        session.to_count.append(request.node.nodeid)
+    if recorder.measured_sync and options.get("instructions", session.instructions) is True:
+        session.to_count.append(request.node.nodeid)  # the flag, or the marker's instructions=True
     session.start_run()
     session.results.append(result)
 
@@ -292,7 +299,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     _gate_exit_status(session, bench)
     if bench.run is None:
         return
-    if bench.instructions:
+    if bench.instructions or bench.to_count:
         from gymbench.pytest_children import count_instructions
 
         bench.results = count_instructions(session.config, bench)

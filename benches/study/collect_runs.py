@@ -111,6 +111,13 @@ def run_job(job: dict[str, str], args: argparse.Namespace, injection: dict, rng:
     return {**job, "wall_s": wall_s, "load_before": load_before, "load_after": os.getloadavg()[0]}
 
 
+def finished_jobs(log: Path) -> set[tuple[str, str]]:
+    """Jobs an interrupted collection already ran: a resumed one does not run them twice."""
+    if not log.exists():
+        return set()
+    return {(job["kind"], job["name"]) for job in map(json.loads, log.read_text().splitlines())}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=HERE / "runs")
@@ -122,6 +129,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="worker pairs per A/B comparison")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", action="append", choices=("stored", "instructions", "ab"), help="only these jobs")
+    parser.add_argument("--resume", action="store_true", help="skip the jobs jobs.jsonl already lists")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.update(ONE_THREAD)  # every job, and the calibration below, with one BLAS thread
@@ -129,9 +137,12 @@ def main() -> int:
     if not injection_file.exists():
         subprocess.run([sys.executable, str(HERE / "injection.py"), "--out", str(injection_file)], check=True)
     injection = json.loads(injection_file.read_text())
-    rng = random.Random(args.seed + 1)
+    done = finished_jobs(args.out / "jobs.jsonl") if args.resume else set()
+    rng = random.Random(args.seed + 1 + len(done))  # a resumed collection draws other jitter than the first
     with (args.out / "jobs.jsonl").open("a") as log:
         for job in tqdm(schedule(args, sorted(injection)), desc="study jobs"):
+            if (job["kind"], job["name"]) in done:
+                continue
             log.write(json.dumps(run_job(job, args, injection, rng)) + "\n")
             log.flush()
     return 0

@@ -48,7 +48,7 @@ def counts(pytester: pytest.Pytester, sizes: list[int], name: str) -> dict[str, 
     pytester.makepyfile(test_loop=LOOP_BENCH.format(sizes=sizes))
     result = pytester.runpytest(
         "--gymbench-instructions", "--gymbench-quick", "--gymbench-save", name,
-        "--gymbench-results-dir", str(pytester.path / "results"),
+        "--gymbench-results-dir", str(pytester.path / "results"), "--gymbench-instructions-timeout", "600",
     )  # fmt: skip
     result.assert_outcomes(passed=len(sizes) + 2)
     (saved,) = (pytester.path / "results").glob(f"*/*_{name}.json")
@@ -91,6 +91,50 @@ def test_without_valgrind_the_metric_is_absent_with_a_note(
     record = load_record(saved)
     assert record.fingerprint["software"]["valgrind"] is None
     assert all(set(b.metrics) == {"time", "time_cpu"} for b in record.benchmarks)
+
+
+def test_the_marker_asks_for_counts_without_the_flag(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``instructions=True`` on one benchmark counts it (here: says valgrind is missing); others are not asked."""
+    monkeypatch.setenv("PATH", str(pytester.path))
+    valgrind_version.cache_clear()
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(
+        test_marked="""
+import pytest
+
+
+@pytest.mark.gymbench(instructions=True)
+def test_marked(gymbench):
+    gymbench.measure(sum, range(10))
+"""
+    )
+    try:
+        marked = pytester.runpytest("--gymbench-quick")
+        pytester.makepyfile(test_marked="def test_plain(gymbench):\n    gymbench.measure(sum, range(10))\n")
+        plain = pytester.runpytest("--gymbench-quick")
+    finally:
+        valgrind_version.cache_clear()
+    marked.assert_outcomes(passed=1)
+    marked.stdout.fnmatch_lines(["gymbench: instruction counts not recorded: valgrind is not installed*"])
+    plain.assert_outcomes(passed=1)
+    assert "instruction counts" not in plain.stdout.str()
+
+
+@needs_valgrind
+def test_a_callgrind_child_past_its_time_is_stopped_with_a_note(pytester: pytest.Pytester) -> None:
+    """Bounded: pytest alone takes seconds to start under callgrind, far more than the 0.2 s allowed."""
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_loop=LOOP_BENCH.format(sizes=[100]))
+    result = pytester.runpytest(
+        "--gymbench-instructions", "--gymbench-quick", "--gymbench-save", "stopped",
+        "--gymbench-results-dir", str(pytester.path / "results"), "--gymbench-instructions-timeout", "0.2",
+    )  # fmt: skip
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["gymbench: instruction counts: callgrind stopped after 0.2 s*0 of 1 benchmarks*"])
+    (saved,) = (pytester.path / "results").glob("*/*_stopped.json")
+    assert all(set(b.metrics) == {"time", "time_cpu"} for b in load_record(saved).benchmarks)
 
 
 def test_outside_callgrind_counting_is_refused_not_zero(tmp_path: Path) -> None:
