@@ -35,8 +35,7 @@ def test_compare_fifty_benchmarks(gymbench: Recorder, samples: int) -> None:
     """One ``gymbench compare`` of a 50-benchmark suite (100 metrics) with 2000 bootstrap resamples."""
     base, cand = make_suite(1, 50, samples), make_suite(2, 50, samples)
     result = gymbench.measure(compare_runs, [base], [cand], CompareSettings())
-    assert {c.metric for c in result.comparisons} == {"time_cpu"}  # wall time is listed, not gated
-    assert len(result.comparisons) == 50
+    assert len(result.comparisons) == 100
 
 
 def test_compare_paired_fifty_benchmarks(gymbench: Recorder) -> None:
