@@ -27,7 +27,7 @@ from gymbench.sim import running_sim_server
 from gymbench.testing import make_plugins
 
 CODE_TASKS = Path(__file__).resolve().parents[1] / "gymbench" / "data" / "example_code_tasks.jsonl"
-FAST_SIM = {"step_base_s": 0.002, "step_per_seq_s": 0.0, "output_tokens_mean": 8, "seed": 3}
+FAST_SIM = {"model": "m", "step_base_s": 0.002, "step_per_seq_s": 0.0, "output_tokens_mean": 8, "seed": 3}
 
 
 async def judge_rows(runner: VerificationRunner, rows: list[tuple[Any, str]]) -> None:
