@@ -1,8 +1,9 @@
 """Where and on what a measurement ran: machine, software, commit.
 
 Figures from different machines or library versions are not comparable, so every results record
-carries this. ``machine.key`` hashes only fields that do not drift between runs of one machine
-(no clock speed, no load), so a baseline store can find "this machine" again.
+carries this; valgrind's version too, since instruction counts move with it and with Python's.
+``machine.key`` hashes only fields that do not drift between runs of one machine (no clock speed,
+no load), so a baseline store can find "this machine" again.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
+from gymbench.callgrind import valgrind_version
 
 KEY_PACKAGES = ("torch", "numpy", "scipy", "aiohttp", "pluggy", "pytest", "nvidia-ml-py", "uvloop")
 
@@ -111,6 +114,7 @@ def software_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "gymbench": package_version("gymbench") or "unknown",
+        "valgrind": valgrind_version(),
         "packages": {name: package_version(name) for name in KEY_PACKAGES},
     }
 

@@ -3,6 +3,10 @@
 Shared by the pytest fixture and the test kit so that a benchmark measures the same way wherever
 it runs. Sync and async callables are both measured; for async ones the timing brackets the
 ``await`` on the running loop, which is what pytest-benchmark cannot do (its issue #66).
+
+Two other drivers take the same benchmark code: an :class:`InstructionCounter` (the session runs
+under callgrind and counts instructions instead of timing) and a :class:`RoundPacer` (the
+interleaved A/B runner decides when each round runs and how many calls it makes).
 """
 
 from __future__ import annotations
@@ -10,12 +14,25 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gymbench.record import BenchmarkResult, Metric
 from gymbench.types import Direction
 
+if TYPE_CHECKING:
+    from gymbench.callgrind import InstructionCounter
+
 T = TypeVar("T")
+
+
+class RoundPacer(Protocol):
+    """Runs the measured rounds on someone else's schedule (the A/B runner's worker process)."""
+
+    def next_round(self, metric: str, iterations: int) -> int | None:
+        """Block until the next round may run; its number of calls, or ``None`` when done."""
+
+    def round_done(self, wall_s: float, cpu_s: float) -> None:
+        """The round just timed: wall and CPU seconds per call."""
 
 
 @dataclass(frozen=True)
@@ -50,10 +67,20 @@ class MeasureSettings:
 class Recorder:
     """Collects the metrics of one benchmark case."""
 
-    def __init__(self, settings: MeasureSettings | None = None) -> None:
+    def __init__(
+        self,
+        settings: MeasureSettings | None = None,
+        *,
+        counter: InstructionCounter | None = None,
+        pacer: RoundPacer | None = None,
+    ) -> None:
         self.settings = settings or MeasureSettings()
         self.metrics: dict[str, Metric] = {}
         self.extra: dict[str, Any] = {}
+        self.counter = counter
+        self.pacer = pacer
+        self.measured_sync = False
+        """Whether :meth:`measure` ran: its calls can be counted under callgrind, ``ameasure``'s cannot."""
 
     @property
     def quick(self) -> bool:
@@ -76,7 +103,13 @@ class Recorder:
         return metric
 
     def measure(self, fn: Callable[..., T], *args: Any, metric: str = "time", iterations: int = 1, **kwargs: Any) -> T:
-        """Call ``fn`` repeatedly; record seconds per call (wall and CPU). Returns the last result."""
+        """Call ``fn`` repeatedly; record seconds per call (wall and CPU). Returns the last result.
+
+        Under callgrind (a ``counter``) the calls are counted instead: ``instructions`` per call.
+        """
+        self.measured_sync = True
+        if self.counter is not None:
+            return self._count(fn, args, kwargs, metric, iterations)
         for calls in self._rounds(metric, iterations):
             for _ in range(calls):
                 result = fn(*args, **kwargs)
@@ -90,7 +123,13 @@ class Recorder:
         iterations: int = 1,
         **kwargs: Any,
     ) -> T:
-        """The ``async`` twin of :meth:`measure`: awaits ``fn(*args, **kwargs)`` each call."""
+        """The ``async`` twin of :meth:`measure`: awaits ``fn(*args, **kwargs)`` each call.
+
+        Awaited calls cannot be counted (the loop runs between them), so under callgrind this
+        only makes one call and records nothing.
+        """
+        if self.counter is not None:
+            return await fn(*args, **kwargs)
         for calls in self._rounds(metric, iterations):
             for _ in range(calls):
                 result = await fn(*args, **kwargs)
@@ -109,16 +148,43 @@ class Recorder:
         walls: list[float] = []
         cpus: list[float] = []
         started = time.perf_counter()
-        while self.settings.keep_going(len(walls), time.perf_counter() - started):
+        while (calls := self._next_round(metric, iterations, len(walls), started)) is not None:
             wall0, cpu0 = time.perf_counter(), time.process_time()
-            yield iterations
-            walls.append((time.perf_counter() - wall0) / iterations)
-            cpus.append((time.process_time() - cpu0) / iterations)
-        self._store_times(metric, walls, cpus)
+            yield calls
+            walls.append((time.perf_counter() - wall0) / calls)
+            cpus.append((time.process_time() - cpu0) / calls)
+            if self.pacer is not None:
+                self.pacer.round_done(walls[-1], cpus[-1])
+        if walls:
+            self._store_times(metric, walls, cpus)
+
+    def _next_round(self, metric: str, iterations: int, rounds_done: int, started: float) -> int | None:
+        if self.pacer is not None:
+            return self.pacer.next_round(metric, iterations)
+        return iterations if self.settings.keep_going(rounds_done, time.perf_counter() - started) else None
 
     def _store_times(self, metric: str, walls: list[float], cpus: list[float]) -> None:
         self.record(metric, walls, unit="s", direction="lower")
         self.record(f"{metric}_cpu", cpus, unit="s", direction="lower")
+
+    def _count(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], metric: str,
+               iterations: int) -> T:  # fmt: skip
+        """A warm-up call (first-call set-up is not the code's cost), then counted brackets."""
+        from gymbench.callgrind import INSTRUCTIONS_UNIT
+        from gymbench.instructions import INSTRUCTION_SAMPLES, instruction_metric
+
+        assert self.counter is not None
+        if iterations < 1:
+            raise ValueError(f"iterations must be at least 1, got {iterations}")
+        last = [fn(*args, **kwargs)]
+
+        def calls() -> None:
+            for _ in range(iterations):
+                last[0] = fn(*args, **kwargs)
+
+        counts = [self.counter.count(calls, sample) / iterations for sample in range(INSTRUCTION_SAMPLES)]
+        self.record(instruction_metric(metric), counts, unit=INSTRUCTIONS_UNIT, direction="lower")
+        return last[0]
 
     def result(
         self,

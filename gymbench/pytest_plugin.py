@@ -18,6 +18,7 @@ import pytest
 
 from gymbench.harness.bench_api import BenchContext, Benchmark
 from gymbench.measure import MeasureSettings
+from gymbench.pytest_options import add_options
 from gymbench.record import BenchmarkResult, ResultsRecord
 from gymbench.units import duration_scale
 
@@ -39,8 +40,18 @@ class BenchSession:
     saved_path: Path | None = None
     compare: str | None = None
     gate: Any = None
-    """The :class:`gymbench.baseline.gate.GateResult` when ``--gymbench-compare`` was given."""
+    """The :class:`gymbench.baseline.gate.GateResult` of ``--gymbench-compare`` or ``--gymbench-ab``."""
     gate_error: str | None = None
+    instructions: bool = False
+    """``--gymbench-instructions``: count instructions of these benchmarks under callgrind afterwards."""
+    to_count: list[str] = field(default_factory=list)
+    """Node ids of the benchmarks whose calls the callgrind session will count."""
+    instructions_note: str | None = None
+    counter: Any = None
+    """In the callgrind child session: the :class:`gymbench.callgrind.InstructionCounter`."""
+    count_dir: Path | None = None
+    ab_link: Any = None
+    """In an A/B worker: the :class:`gymbench.abtest.worker.WorkerLink` to the runner."""
 
     _plugins: Any = None
 
@@ -69,49 +80,15 @@ report_key = pytest.StashKey[dict[str, pytest.TestReport]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("gymbench", "gymbench benchmarks")
-    group.addoption(
-        "--gymbench-save",
-        metavar="NAME",
-        default=None,
-        help="save this session's results record as results/<machine>/<time>_NAME.json",
-    )
-    group.addoption(
-        "--gymbench-results-dir",
-        metavar="DIR",
-        default=None,
-        help="where results records go (default: results/ under the rootdir)",
-    )
-    group.addoption(
-        "--gymbench-quick",
-        action="store_true",
-        default=False,
-        help="run every benchmark briefly: proves they run, figures are not comparable",
-    )
-    group.addoption(
-        "--gymbench-compare",
-        metavar="BASELINE",
-        default=None,
-        help="compare this run with a baseline: a results file, saved name, name glob, git ref or 'latest'",
-    )
-    group.addoption(
-        "--gymbench-fail-on",
-        choices=("none", "regression", "inconclusive"),
-        default="none",
-        help="fail the session on a regression (exit 6) or also on an inconclusive result (exit 7); "
-        "default none: report only",
-    )
-    group.addoption("--gymbench-min-effect", type=float, default=None, help="smallest change that matters (0.05 = 5%%)")
-    group.addoption("--gymbench-calibration", metavar="FILE", default=None, help="calibration file (default: latest)")
-    group.addoption("--gymbench-min-rounds", type=int, default=None, help="minimum measured rounds per case")
-    group.addoption("--gymbench-max-time", type=float, default=None, help="seconds per case, at most")
+    add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "gymbench(group=None, **options): options for a gymbench benchmark, "
-        "e.g. min_effect=0.1 (the smallest change that matters)",
+        "e.g. min_effect=0.1 (the smallest change that matters), instructions=True/False (always/never "
+        "count it under callgrind), ab=False (leave it out of interleaved A/B runs)",
     )
     save_name = config.getoption("--gymbench-save")
     if save_name is not None and not SAFE_NAME.match(save_name):
@@ -120,18 +97,49 @@ def pytest_configure(config: pytest.Config) -> None:
             "(the name becomes part of a file name)"
         )
     results_dir = config.getoption("--gymbench-results-dir")
-    config.stash[session_key] = BenchSession(
+    bench = BenchSession(
         settings=_measure_settings(config),
         results_dir=_results_dir(config, Path(results_dir) if results_dir else config.rootpath / "results"),
         save_name=save_name,
         rootpath=config.rootpath,
         compare=config.getoption("--gymbench-compare"),
+        instructions=config.getoption("--gymbench-instructions"),
     )
+    config.stash[session_key] = bench
+    if config.getoption("--gymbench-instructions-worker") or config.getoption("--gymbench-ab-worker"):
+        from gymbench.pytest_children import become_worker
+
+        become_worker(config, bench)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    listing = session.config.getoption("--gymbench-ab-list")
+    if listing:
+        from gymbench.abtest.worker import write_listing
+
+        write_listing(session.items, Path(listing))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """``--gymbench-ab``: the selected benchmarks run in the A/B runner's workers, not here."""
+    ref = session.config.getoption("--gymbench-ab")
+    bench = session.config.stash.get(session_key, None)
+    if ref is None or bench is None or bench.ab_link is not None or session.config.option.collectonly:
+        return None
+    from gymbench.abtest.pytest_side import run_ab_session
+    from gymbench.errors import GymbenchError
+
+    try:
+        bench.gate = run_ab_session(session, ref, session.config.getoption("--gymbench-ab-repeats"))
+    except GymbenchError as exc:
+        bench.gate_error = str(exc)
+    return True
 
 
 def _measure_settings(config: pytest.Config) -> MeasureSettings:
     """Measurement options, checked now: a bad one is a usage error (exit 4), not a failure later."""
-    for option in ("--gymbench-min-effect", "--gymbench-max-time"):
+    for option in ("--gymbench-min-effect", "--gymbench-max-time", "--gymbench-instructions-timeout"):
         value = config.getoption(option)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise pytest.UsageError(f"{option} {value}: expected a finite number above 0")
@@ -176,7 +184,9 @@ def gymbench(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     and gymbench's own jobs: ``gymbench.collect(...)`` (``await`` it in an async test).
     """
     session = request.config.stash[session_key]
-    recorder = Benchmark(session.settings, bench_context(request, tmp_path_factory, session))
+    pacer = session.ab_link.pacer(request.node.nodeid) if session.ab_link is not None else None
+    context = bench_context(request, tmp_path_factory, session)
+    recorder = Benchmark(session.settings, context, counter=session.counter, pacer=pacer)
     yield recorder
     call_report = request.node.stash.get(report_key, {}).get("call")
     if call_report is None or not call_report.passed or not recorder.metrics:
@@ -185,15 +195,23 @@ def gymbench(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     options = dict(marker.kwargs) if marker else {}
     group = options.pop("group", None)
     callspec = getattr(request.node, "callspec", None)
-    session.start_run()
-    session.results.append(
-        recorder.result(
-            name=request.node.nodeid.split("[", 1)[0],
-            params=dict(callspec.params) if callspec else {},
-            group=group,
-            options=options,
-        )
+    result = recorder.result(
+        name=request.node.nodeid.split("[", 1)[0],
+        params=dict(callspec.params) if callspec else {},
+        group=group,
+        options=options,
     )
+    if session.count_dir is not None:
+        from gymbench.instructions import write_counts
+
+        write_counts(session.count_dir, result)
+        return
+    if session.ab_link is not None:
+        return
+    if recorder.measured_sync and options.get("instructions", session.instructions) is True:
+        session.to_count.append(request.node.nodeid)  # the flag, or the marker's instructions=True
+    session.start_run()
+    session.results.append(result)
 
 
 def bench_context(
@@ -215,8 +233,17 @@ def bench_context(
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     bench = session.config.stash.get(session_key, None)
-    if bench is None or bench.run is None:
+    if bench is None:
         return
+    if bench.ab_link is not None:
+        bench.ab_link.close()
+    _gate_exit_status(session, bench)
+    if bench.run is None:
+        return
+    if bench.instructions or bench.to_count:
+        from gymbench.pytest_children import count_instructions
+
+        bench.results = count_instructions(session.config, bench)
     record = bench.run.make_record(bench.results)
     if bench.compare:
         _compare(session, bench, record)
@@ -231,7 +258,6 @@ def _compare(session: pytest.Session, bench: BenchSession, record: ResultsRecord
     from gymbench.baseline.settings import build_settings
     from gymbench.baseline.store import BaselineStore
     from gymbench.errors import GymbenchError
-    from gymbench.report.markdown import comparison_markdown, write_step_summary
 
     config = session.config
     key = record.fingerprint["machine"]["key"]
@@ -248,20 +274,33 @@ def _compare(session: pytest.Session, bench: BenchSession, record: ResultsRecord
         )
     except GymbenchError as exc:
         bench.gate_error = str(exc)
+    _gate_exit_status(session, bench)
+
+
+def _gate_exit_status(session: pytest.Session, bench: BenchSession) -> None:
+    """The gate's verdict (or error) becomes the exit status unless a test already failed."""
+    if bench.gate_error is not None:
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
-        return
-    write_step_summary(comparison_markdown(bench.gate))
-    if session.exitstatus == pytest.ExitCode.OK:
+    elif bench.gate is not None and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        from gymbench.report.markdown import comparison_markdown, write_step_summary
+
+        write_step_summary(comparison_markdown(bench.gate))
         session.exitstatus = bench.gate.enforced.pytest_code
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     bench = terminalreporter.config.stash.get(session_key, None)
-    if bench is None or not bench.results:
+    if bench is None:
         return
-    terminalreporter.section("gymbench")
-    for line in summary_lines(bench.results):
-        terminalreporter.write_line(line)
+    if bench.results:
+        terminalreporter.section("gymbench")
+        for line in summary_lines(bench.results):
+            terminalreporter.write_line(line)
+    if bench.instructions_note:
+        terminalreporter.write_line(f"gymbench: {bench.instructions_note}", yellow=True)
+    if not bench.results:
+        _comparison_summary(terminalreporter, bench)
+        return
     if bench.settings.quick:
         terminalreporter.write_line("quick mode: figures prove the benchmarks run; do not compare them")
     if bench.saved_path is not None:

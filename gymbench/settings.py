@@ -51,9 +51,15 @@ def add_settings_arguments(
         help="settings as NeMo Gym spells them, e.g. +num_samples_in_parallel=32 (the + is optional)",
     )
     parser.add_argument("--config", dest="settings_file", metavar="FILE", help="a YAML or JSON file of settings")
-    group = parser.add_argument_group(title)
+    add_settings_flags(parser.add_argument_group(title), schema)
+
+
+def add_settings_flags(group: Any, schema: type[Any], skip: Sequence[str] = ()) -> None:
+    """Only the ``--key`` flags, for a command whose positionals are something else (``compare``)."""
     hints = typing.get_type_hints(schema)  # once: evaluating them per field costs a quadratic ~15 ms at start-up
     for field in dataclasses.fields(schema):
+        if field.name in skip:
+            continue
         kind = scalar_kind(hints[field.name])
         if kind is None:
             continue

@@ -4,8 +4,11 @@ Each case is a small piece of real CPU work of a different kind (sorting, JSON, 
 expressions, hashing, numpy, a results-record round trip, an event loop). The study reruns this
 file many times unchanged (A/A) to measure how often a gate flags a change that is not there.
 
-``GYMBENCH_STUDY_SLOW=<case>:<fraction>`` injects a real slowdown into one case: after the work,
-the call spins on the CPU until it has taken ``1 + fraction`` times as long.
+``GYMBENCH_STUDY_SLOW=<case>:<iterations>[,<case>:<iterations>...]`` injects a real slowdown: after
+the work, the call runs a pure-Python loop of that many iterations (``injection.py`` calibrates
+the count to cost 5, 10 or 20 % of the case's time). A loop, not a wait on the clock, so the extra
+cost is real work that instruction counts see too, and it is the same work in every process.
+``GYMBENCH_STUDY_JITTER=<n>`` keeps ``n`` small objects alive (see ``HEAP_JITTER``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import json
 import os
 import random
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,26 +38,37 @@ PATTERN = re.compile(r"answer:\s*(\d+)")
 BLOB = os.urandom(1 << 20)
 MATRIX = np.random.default_rng(1).random((160, 160))
 FINGERPRINT = collect_fingerprint()
+HEAP_JITTER = [bytes(i % 97) for i in range(int(os.environ.get("GYMBENCH_STUDY_JITTER", "0")))]
+"""Objects kept alive for the whole run, as many as the study says: the allocator's state then
+differs between runs as it would after an unrelated code change, so A/A runs see that noise too."""
 
 
-def _injected(case: str) -> float:
-    spec = os.environ.get("GYMBENCH_STUDY_SLOW", "")
-    name, _, fraction = spec.partition(":")
-    return float(fraction) if name == case else 0.0
+def injected(case: str) -> int:
+    """Iterations of extra loop the study asks this case to run (0: none)."""
+    for part in filter(None, os.environ.get("GYMBENCH_STUDY_SLOW", "").split(",")):
+        name, _, iterations = part.partition(":")
+        if name == case:
+            return int(iterations)
+    return 0
+
+
+def burn(iterations: int) -> int:
+    """Pure-Python work whose time and instructions grow with ``iterations``."""
+    total = 0
+    for i in range(iterations):
+        total += i & 7
+    return total
 
 
 def slowed(case: str, work: Callable[[], Any]) -> Callable[[], Any]:
-    """``work``, made ``1 + fraction`` times slower by a busy loop when the study asks for it."""
-    fraction = _injected(case)
-    if not fraction:
+    """``work``, followed by the injected loop when the study asks for one."""
+    iterations = injected(case)
+    if not iterations:
         return work
 
     def run() -> Any:
-        start = time.perf_counter()
         result = work()
-        until = start + (time.perf_counter() - start) * (1 + fraction)
-        while time.perf_counter() < until:
-            pass
+        burn(iterations)
         return result
 
     return run

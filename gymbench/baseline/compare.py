@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from gymbench.baseline.counts import counts_mismatch
 from gymbench.baseline.matching import SuiteMatch, match_benchmarks
 from gymbench.baseline.noise import NoiseTable
 from gymbench.baseline.settings import CompareSettings, is_speed_unit, log_threshold
@@ -26,6 +27,7 @@ from gymbench.baseline.stats import (
     two_sided_p,
     widen,
 )
+from gymbench.callgrind import INSTRUCTIONS_UNIT
 from gymbench.record import Metric, ResultsRecord
 from gymbench.types import Direction
 
@@ -97,6 +99,16 @@ class Shift:
 
 
 @dataclass(frozen=True)
+class Skipped:
+    """Something the comparison could not judge, and why (shown in every report)."""
+
+    what: str
+    why: str
+    inconclusive: bool = True
+    """Whether it makes the outcome inconclusive (it might hide a regression) or is only a note."""
+
+
+@dataclass(frozen=True)
 class SuiteComparison:
     baseline: str
     candidate: str
@@ -106,6 +118,9 @@ class SuiteComparison:
     settings: CompareSettings
     warnings: list[str] = field(default_factory=list)
     noise_source: str = ""
+    skipped: list[Skipped] = field(default_factory=list)
+    method: Literal["stored", "ab"] = "stored"
+    """How the effects were measured: stored runs compared, or interleaved A/B rounds."""
 
     def with_verdict(self, verdict: Verdict) -> list[MetricComparison]:
         return [c for c in self.comparisons if c.verdict == verdict]
@@ -126,13 +141,20 @@ def compare_runs(
     """The whole comparison: match benchmarks, measure effects, take out the shift, decide."""
     settings = settings or CompareSettings()
     match = match_benchmarks(baseline, candidate)
+    pairs = _pairs(match, baseline, candidate, settings)
+    skipped = []
+    mismatch = counts_mismatch(baseline, candidate)
+    if mismatch is not None:
+        counted = [(b, m) for b, m in pairs if _unit(candidate, b, m) == INSTRUCTIONS_UNIT]
+        pairs = [pair for pair in pairs if pair not in counted]
+        skipped.append(Skipped(f"instruction counts ({len(counted)} metrics)", mismatch))
     raw = [
         _measure(bench_id, metric, baseline, candidate, settings, noise, index)
-        for index, (bench_id, metric) in enumerate(_pairs(match, baseline, candidate, settings))
+        for index, (bench_id, metric) in enumerate(pairs)
     ]
     shift = _estimate_shift(raw, settings)
     corrected = [_correct(c, shift, settings.confidence) if is_speed_unit(c.unit) else c for c in raw]
-    decided = _decide(corrected, settings)
+    decided = decide(corrected, settings)
     return SuiteComparison(
         baseline=labels[0],
         candidate=labels[1],
@@ -141,6 +163,7 @@ def compare_runs(
         match=match,
         settings=settings,
         noise_source=noise.source if noise else "",
+        skipped=skipped,
     )
 
 
@@ -172,6 +195,10 @@ def _metric_maps(records: Sequence[ResultsRecord], bench_id: str) -> list[dict[s
 
 def _runs(records: Sequence[ResultsRecord], bench_id: str, metric: str) -> list[Metric]:
     return [maps[metric] for maps in _metric_maps(records, bench_id) if metric in maps]
+
+
+def _unit(records: Sequence[ResultsRecord], bench_id: str, metric: str) -> str:
+    return _runs(records, bench_id, metric)[-1].unit
 
 
 def _options(records: Sequence[ResultsRecord], bench_id: str) -> dict[str, object]:
@@ -214,7 +241,7 @@ def _measure(
         base_value=_median_of_runs(base_runs),
         cand_value=_median_of_runs(cand_runs),
         effect=effect,
-        min_effect=settings.min_effect_for(bench_id, _options(candidate, bench_id)),
+        min_effect=settings.min_effect_for(bench_id, _options(candidate, bench_id), first.unit),
         mde=mde,
         p=two_sided_p(effect.log_ratio, effect.se, effect.df),
     )
@@ -284,7 +311,7 @@ def _correct(c: MetricComparison, shift: Shift, confidence: float) -> MetricComp
     return MetricComparison(**{**c.__dict__, "effect": effect, "p": p})
 
 
-def _decide(comparisons: list[MetricComparison], settings: CompareSettings) -> list[MetricComparison]:
+def decide(comparisons: list[MetricComparison], settings: CompareSettings) -> list[MetricComparison]:
     q_values = benjamini_hochberg([c.p for c in comparisons])
     decided = []
     for c, q in zip(comparisons, q_values, strict=True):

@@ -22,7 +22,7 @@ from pathlib import Path
 from gymbench.baseline.compare import SuiteComparison, compare_runs
 from gymbench.baseline.noise import NoiseTable
 from gymbench.baseline.settings import FAIL_ON, CompareSettings
-from gymbench.baseline.store import Selection, latest_calibration, load_calibration
+from gymbench.baseline.store import CALIBRATION_DIR, Selection, latest_calibration, load_calibration
 from gymbench.errors import GymbenchError
 from gymbench.record import ResultsRecord
 
@@ -42,13 +42,18 @@ class Outcome(enum.Enum):
 
 
 def outcome_of(suite: SuiteComparison) -> Outcome:
-    """Regression beats inconclusive; a missing or renamed benchmark counts as inconclusive."""
+    """Regression beats inconclusive; a missing or renamed benchmark, or an inconclusive skip, too."""
     counts = suite.counts
     if counts["regressed"]:
         return Outcome.REGRESSION
-    if counts["inconclusive"] or suite.match.missing or suite.match.renamed:
+    if counts["inconclusive"] or suite.match.missing or suite.match.renamed or _judged_nothing(suite):
         return Outcome.INCONCLUSIVE
     return Outcome.PASS
+
+
+def _judged_nothing(suite: SuiteComparison) -> bool:
+    """Something was left out that might hide a regression (see :class:`Skipped`)."""
+    return any(skipped.inconclusive for skipped in suite.skipped)
 
 
 def enforced(outcome: Outcome, fail_on: str) -> Outcome:
@@ -71,11 +76,13 @@ class GateResult:
     candidate_records: list[ResultsRecord] = field(default_factory=list)
 
 
-def noise_for(results_dir: Path, machine_key: str, calibration: str | None) -> NoiseTable | None:
+def noise_for(
+    results_dir: Path, machine_key: str, calibration: str | None, directory: str = CALIBRATION_DIR
+) -> NoiseTable | None:
     """An explicit calibration file, else this machine's latest calibration, else none."""
     if calibration:
         return load_calibration(Path(calibration))
-    return latest_calibration(results_dir, machine_key)
+    return latest_calibration(results_dir, machine_key, directory)
 
 
 def run_gate(

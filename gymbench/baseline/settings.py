@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gymbench.callgrind import INSTRUCTIONS_UNIT
 from gymbench.errors import GymbenchError
 
 FAIL_ON = ("none", "regression", "inconclusive")
@@ -24,6 +25,8 @@ def is_speed_unit(unit: str) -> bool:
 class CompareSettings:
     min_effect: float = 0.05
     """The smallest relative change that matters (0.05 = 5 %), unless a benchmark overrides it."""
+    instructions_min_effect: float = 0.01
+    """The same for instruction counts, whose run-to-run noise is ~0.1 % at most, not ~10 %."""
     per_benchmark: Mapping[str, float] = field(default_factory=dict)
     """Glob pattern over benchmark ids → minimum effect; beats the marker and the default."""
     alpha: float = 0.01
@@ -39,8 +42,10 @@ class CompareSettings:
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
             raise GymbenchError(f"alpha must be between 0 and 1, got {self.alpha}")
-        if not (math.isfinite(self.min_effect) and self.min_effect > 0):
-            raise GymbenchError(f"the minimum effect must be positive (0.05 = 5 %), got {self.min_effect}")
+        for name in ("min_effect", "instructions_min_effect"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise GymbenchError(f"{name} must be positive (0.05 = 5 %), got {value}")
 
     @property
     def confidence(self) -> float:
@@ -49,15 +54,24 @@ class CompareSettings:
     def with_overrides(self, **changes: Any) -> CompareSettings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
-    def min_effect_for(self, bench_id: str, options: Mapping[str, Any]) -> float:
-        """Config pattern, else the benchmark's ``min_effect`` marker option, else the default."""
+    def min_effect_for(self, bench_id: str, options: Mapping[str, Any], unit: str = "s") -> float:
+        """Config pattern, else the benchmark's marker option, else the default.
+
+        Instruction counts have their own option and default (``instructions_min_effect``): a
+        looser threshold chosen for a noisy timing says nothing about a count's noise.
+        """
+        if unit == INSTRUCTIONS_UNIT:
+            return _positive(options.get("instructions_min_effect")) or self.instructions_min_effect
         for pattern, value in self.per_benchmark.items():
             if fnmatch.fnmatchcase(bench_id, pattern):
                 return float(value)
-        marked = options.get("min_effect")
-        if isinstance(marked, (int, float)) and not isinstance(marked, bool) and marked > 0:
-            return float(marked)
-        return self.min_effect
+        return _positive(options.get("min_effect")) or self.min_effect
+
+
+def _positive(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
 
 
 def log_threshold(min_effect: float) -> float:
@@ -65,7 +79,7 @@ def log_threshold(min_effect: float) -> float:
 
 
 def settings_from_pyproject(path: Path) -> dict[str, Any]:
-    """``[tool.gymbench.compare]`` of a pyproject.toml: ``min_effect``, ``alpha``, ``per_benchmark``.
+    """``[tool.gymbench.compare]`` of a pyproject.toml: minimum effects, ``alpha``, ``per_benchmark``.
 
     The per-benchmark table maps benchmark-id globs to minimum effects, for suites whose code
     cannot carry a marker (imported pytest-benchmark suites) or where CI wants a looser gate.
@@ -73,11 +87,11 @@ def settings_from_pyproject(path: Path) -> dict[str, Any]:
     from gymbench.settings import pyproject_table
 
     table = pyproject_table(path, "compare")
-    unknown = set(table) - {"min_effect", "alpha", "per_benchmark", "power", "metrics"}
+    known = ("min_effect", "instructions_min_effect", "alpha", "power", "metrics", "per_benchmark")
+    unknown = set(table) - set(known)
     if unknown:
         raise GymbenchError(
-            f"{path}: unknown keys in [tool.gymbench.compare]: {', '.join(sorted(unknown))}; "
-            "known: min_effect, alpha, power, metrics, per_benchmark"
+            f"{path}: unknown keys in [tool.gymbench.compare]: {', '.join(sorted(unknown))}; known: {', '.join(known)}"
         )
     if "metrics" in table:
         table = {**table, "metrics": tuple(table["metrics"])}

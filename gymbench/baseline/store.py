@@ -4,7 +4,8 @@ A baseline is chosen by file path, by name (the latest run saved under it), by a
 (every match, as repeated runs), by git ref (every run of that commit), or ``latest`` (the newest
 run on this machine). A baseline from another machine is used with a warning rather than an
 error: an honest comparison across machines is worth less, not nothing.
-Calibrations live beside the records, in ``results/<machine key>/calibration/``.
+Calibrations live beside the records, in ``results/<machine key>/calibration/`` (stored runs) and
+``calibration-ab/`` (interleaved A/B runs).
 """
 
 from __future__ import annotations
@@ -173,10 +174,14 @@ def read_json(path: Path, what: str) -> dict[str, object]:
 
 
 CALIBRATION_DIR = "calibration"
+AB_CALIBRATION_DIR = "calibration-ab"
+"""Interleaved A/B noise is of another kind (paired rounds, not stored runs): kept apart."""
 
 
-def save_calibration(table: NoiseTable, root: Path, name: str, created_at: str) -> Path:
-    path = root / table.machine_key / CALIBRATION_DIR / f"{file_stamp(created_at)}_{name}.json"
+def save_calibration(
+    table: NoiseTable, root: Path, name: str, created_at: str, directory: str = CALIBRATION_DIR
+) -> Path:
+    path = root / table.machine_key / directory / f"{file_stamp(created_at)}_{name}.json"
     return save_json(noise_to_dict(table, created_at), path)
 
 
@@ -184,7 +189,7 @@ def load_calibration(path: Path) -> NoiseTable:
     return noise_from_dict(read_json(path, "calibration"), str(path))
 
 
-def latest_calibration(root: Path, machine_key: str) -> NoiseTable | None:
+def latest_calibration(root: Path, machine_key: str, directory: str = CALIBRATION_DIR) -> NoiseTable | None:
     """This machine's newest calibration, or ``None`` when it was never calibrated."""
-    found = sorted((root / machine_key / CALIBRATION_DIR).glob("*_*.json"))
+    found = sorted((root / machine_key / directory).glob("*_*.json"))
     return load_calibration(found[-1]) if found else None

@@ -78,8 +78,11 @@ class CollectResult:
 class Benchmark(Recorder):
     """The ``gymbench`` fixture: :meth:`measure`, :meth:`record`, and gymbench's jobs as benchmarks."""
 
-    def __init__(self, settings: MeasureSettings, context: BenchContext) -> None:
-        super().__init__(settings)
+    def __init__(
+        self, settings: MeasureSettings, context: BenchContext, *, counter: Any = None, pacer: Any = None
+    ) -> None:
+        """``counter`` under callgrind, ``pacer`` in an A/B worker: see :class:`Recorder`."""
+        super().__init__(settings, counter=counter, pacer=pacer)
         self.context = context
 
     def collect(

@@ -47,17 +47,43 @@ def _add_compare_options(parser: argparse.ArgumentParser, fail_on_default: str) 
 
 def _configure_compare(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("baseline", help="results file, pytest-benchmark JSON, run name, name glob, git ref, or latest")
-    parser.add_argument("candidate", nargs="?", default="latest", help="the same kinds (default: latest)")
+    parser.add_argument(
+        "candidate", nargs="?", default=None, help="the same kinds (default: latest; with --ab: the working tree)"
+    )
     _add_compare_options(parser, fail_on_default="inconclusive")
+    ab = parser.add_argument_group(
+        "interleaved A/B (--ab BASE_REF [CANDIDATE_REF]): both commits' benchmarks in two worker processes "
+        "on one CPU, round by round"
+    )
+    ab.add_argument("--ab", action="store_true", help="measure two git refs now, interleaved, not stored runs")
+    _add_ab_options(ab)
+
+
+def _add_ab_options(group: Any) -> None:
+    from gymbench.abtest.settings import ABSettings
+    from gymbench.settings import add_settings_flags
+
+    group.add_argument("--bench", action="append", metavar="PATH", help="benchmark files or folders (default: benches)")
+    group.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression selecting benchmarks")
+    add_settings_flags(group, ABSettings)
 
 
 def _configure_calibrate(parser: argparse.ArgumentParser) -> None:
     _add_store_options(parser)
-    parser.add_argument("--runs", type=int, default=5, help="how many times to rerun the suite (default 5)")
+    parser.add_argument("--runs", type=int, help="reruns of the suite (default 5), or A/A worker pairs with --ab (10)")
     parser.add_argument("--name", default="calibration", help="save name of the reruns and the calibration")
     parser.add_argument("--from", dest="source", help="use stored runs instead (a name glob or git ref)")
     parser.add_argument("--min-effect", type=float, help="report which metrics can see this effect")
     parser.add_argument("pytest_args", nargs="*", default=["benches/"], help="the suite (default: benches/)")
+    ab = parser.add_argument_group("interleaved A/B: the same commit on both sides (A/A) gives the A/B gate its noise")
+    ab.add_argument(
+        "--ab", nargs="?", const="", metavar="REF", help="calibrate the A/B gate on REF (default: the working tree)"
+    )
+    ab.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression selecting benchmarks")
+    from gymbench.abtest.settings import ABSettings
+    from gymbench.settings import add_settings_flags
+
+    add_settings_flags(ab, ABSettings, skip=("repeats",))
 
 
 def _configure_report(parser: argparse.ArgumentParser) -> None:

@@ -74,6 +74,8 @@ def ordered(suite: SuiteComparison) -> list[MetricComparison]:
 
 def shift_line(suite: SuiteComparison) -> str:
     shift = suite.shift
+    if suite.method == "ab":
+        return "interleaved A/B: both commits measured round by round on one CPU, no suite-wide shift to take out"
     if shift.metrics < 5:
         return f"suite-wide shift: not estimated ({shift.metrics} speed metrics, need 5)"
     state = "taken out of every speed metric" if shift.applied else "not corrected"

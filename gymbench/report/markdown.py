@@ -32,6 +32,8 @@ def comparison_markdown(result: GateResult) -> str:
     ):
         if items:
             lines += ["", f"**{title}**", "", *(f"- `{item}`" for item in items)]
+    if suite.skipped:
+        lines += ["", "**Not compared**", "", *(f"- `{s.what}`: {s.why}" for s in suite.skipped)]
     lines += ["", _legend(result)]
     return "\n".join(lines) + "\n"
 
@@ -42,6 +44,13 @@ def _md_row(cells: tuple[str, ...]) -> str:
 
 def _legend(result: GateResult) -> str:
     s = result.suite.settings
+    if result.suite.method == "ab":
+        return (
+            "Ratio = median over worker pairs of the median candidate / baseline ratio of interleaved "
+            f"rounds (ABBA), with its {s.confidence:.0%} interval; q = Benjamini–Hochberg adjusted "
+            f"p-value (false-discovery rate {s.alpha:g}). A verdict needs q < {s.alpha:g} and at least "
+            "the minimum effect."
+        )
     return (
         f"Ratio = candidate / baseline median after taking out the suite-wide shift, with its "
         f"{s.confidence:.0%} bootstrap interval; q = Benjamini–Hochberg adjusted p-value "

@@ -14,9 +14,11 @@ from gymbench.baseline.compare import detectable_change
 from gymbench.baseline.gate import GateResult, noise_for, run_gate
 from gymbench.baseline.guarded import gate_or_explain
 from gymbench.baseline.noise import NoiseTable
+from gymbench.baseline.paired import paired_detectable_change
 from gymbench.baseline.pytest_benchmark import left_out, load_any, load_pytest_benchmark, to_pytest_benchmark
 from gymbench.baseline.settings import CompareSettings, build_settings
-from gymbench.baseline.store import BaselineStore, StoredRun, save_calibration
+from gymbench.baseline.store import AB_CALIBRATION_DIR, BaselineStore, StoredRun, save_calibration
+from gymbench.callgrind import INSTRUCTIONS_UNIT
 from gymbench.errors import GymbenchError, ResultsFileError
 from gymbench.fingerprint import machine_info
 from gymbench.jsonio import check_writable_file
@@ -56,17 +58,41 @@ def _publish(result: GateResult, args: argparse.Namespace) -> None:
 def _run_compare(args: argparse.Namespace, plugins: Plugins) -> int:
     if args.markdown:
         check_writable_file(args.markdown, "markdown summary", "--markdown")
-    result = _gate(args, args.baseline, args.candidate)
+    if args.ab:
+        return _run_compare_ab(args)
+    result = _gate(args, args.baseline, args.candidate or "latest")
+    _publish(result, args)
+    return result.enforced.cli_code
+
+
+def _run_compare_ab(args: argparse.Namespace) -> int:
+    """Both commits measured now, interleaved; A/B calibration (``calibrate --ab``) gives the noise."""
+    from gymbench.abtest.gate import ab_gate
+    from gymbench.abtest.settings import ABSettings
+    from gymbench.settings import settings_from_args
+
+    settings = build_settings(
+        Path("pyproject.toml"),
+        min_effect=args.min_effect,
+        alpha=args.alpha,
+        metrics=tuple(args.metrics) if args.metrics else None,
+    )
+    noise = noise_for(args.results_dir, machine_info()["key"], args.calibration, AB_CALIBRATION_DIR)
+    pytest_args = [*(args.bench or ["benches"]), *(["-k", args.keyword] if args.keyword else [])]
+    ab = settings_from_args(ABSettings, args)
+    result = ab_gate(Path.cwd(), args.baseline, args.candidate, pytest_args, ab, settings, noise, args.fail_on)
     _publish(result, args)
     return result.enforced.cli_code
 
 
 def _run_calibrate(args: argparse.Namespace, plugins: Plugins) -> int:
+    if args.ab is not None:
+        return _run_calibrate_ab(args)
     store = BaselineStore(args.results_dir)
     key = machine_info()["key"]
     spec = args.source
     if spec is None:
-        names = rerun_suite(args.pytest_args, args.runs, args.name, args.results_dir)
+        names = rerun_suite(args.pytest_args, args.runs or 5, args.name, args.results_dir)
         spec = f"{args.name}-[0-9][0-9][0-9]"
         print(f"ran the suite {len(names)} times")
     selection = store.select(spec, key)
@@ -78,13 +104,43 @@ def _run_calibrate(args: argparse.Namespace, plugins: Plugins) -> int:
     return 0
 
 
-def _print_noise(noise: NoiseTable, settings: CompareSettings) -> None:
-    rows = [("benchmark", "metric", "run-to-run sd", "moderated", "MDE (1 vs 1 run)", "gated")]
+def _run_calibrate_ab(args: argparse.Namespace) -> int:
+    """A/A worker pairs of one commit; each metric's noise and the effect the A/B gate can then see."""
+    from gymbench.abtest.gate import calibrate_ab
+    from gymbench.abtest.settings import ABSettings
+    from gymbench.settings import settings_from_args
+
+    key = machine_info()["key"]
+    ab = settings_from_args(ABSettings, args, base={"repeats": args.runs or 10})
+    pytest_args = [*args.pytest_args, *(["-k", args.keyword] if args.keyword else [])]
+    noise, data = calibrate_ab(Path.cwd(), args.ab or None, pytest_args, ab, key)
+    if not noise.metrics:
+        raise GymbenchError(
+            f"no benchmark of {' '.join(pytest_args)} was measured in {ab.repeats} A/A worker pairs "
+            "(A/B calibration needs at least 3 pairs and benchmarks that call gymbench.measure)"
+        )
+    path = save_calibration(noise, args.results_dir, args.name, utc_now(), AB_CALIBRATION_DIR)
+    settings = build_settings(Path("pyproject.toml"), min_effect=args.min_effect)
+    _print_noise(noise, settings, repeats=ABSettings().repeats)
+    for skipped in data.skipped:
+        print(f"not measured: {skipped.what}: {skipped.why}")
+    print(f"A/B calibration from {ab.repeats} A/A worker pairs saved to {path}")
+    return 0
+
+
+def _print_noise(noise: NoiseTable, settings: CompareSettings, repeats: int | None = None) -> None:
+    """Each metric's noise and MDE: one run against one, or the A/B gate's median of ``repeats`` pairs."""
+    mde_title = f"MDE (A/B, {repeats} pairs)" if repeats else "MDE (1 vs 1 run)"
+    rows = [("benchmark", "metric", "run-to-run sd", "moderated", mde_title, "gated")]
     for bench_id, by_metric in noise.metrics.items():
         for metric, found in by_metric.items():
             sd, df = noise.moderated(bench_id, metric) or (found.run_sd, math.inf)
-            mde = detectable_change(sd, df, settings)
-            gated = "yes" if mde <= settings.min_effect else "no (too noisy)"
+            if repeats:
+                mde = paired_detectable_change(sd, df, settings, repeats)
+            else:
+                mde = detectable_change(sd, df, settings)
+            unit = INSTRUCTIONS_UNIT if metric.split("_")[-1] == INSTRUCTIONS_UNIT else "s"
+            gated = "yes" if mde <= settings.min_effect_for(bench_id, {}, unit) else "no (too noisy)"
             rows.append((bench_id, metric, f"{found.run_sd:.2%}", f"{sd:.2%}", f"{mde:.1%}", gated))
     print("\n".join(table(rows)))
 

@@ -25,6 +25,7 @@ def comparison_lines(result: GateResult, verbose: bool = False) -> list[str]:
     lines += _listing("new (not compared)", suite.match.new)
     lines += _listing("missing from the candidate", suite.match.missing)
     lines += _listing("renamed? (not compared)", [f"{a} -> {b}" for a, b in suite.match.renamed])
+    lines += _listing("not compared", [f"{s.what}: {s.why}" for s in suite.skipped])
     lines.append(summary_line(suite, result.outcome.value))
     return lines
 

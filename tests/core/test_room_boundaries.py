@@ -27,6 +27,8 @@ CORE = {
     "gymbench.plugins",
     "gymbench.run",
     "gymbench.curves",
+    "gymbench.callgrind",
+    "gymbench.instructions",
     "gymbench.lazy",
     "gymbench.units",
 }
