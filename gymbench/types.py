@@ -126,6 +126,10 @@ class RequestOutcome:
     latency_s: float
     ok: bool
     status: int | None = None
+    output_tokens: int = 0
+    """Tokens the answer carried (0 when the backend reports none)."""
+    retries: int = 0
+    """Requests the backend repeated before this outcome (429s, 5xx, resets)."""
 
 
 @runtime_checkable

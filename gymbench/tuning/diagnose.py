@@ -1,7 +1,8 @@
-"""What limits throughput: the seeds' low-versus-high parallelism test, with evidence.
+"""What limits throughput: NeMo Gym's low-versus-high parallelism test, with evidence.
 
-Seed ``002_…``: if throughput doubled or more going from low to high parallelism, parallelism was
-the limit; under 20% gain, the model server or verification is; errors or OOM mean too high. The
+NeMo Gym's bottleneck guide: if throughput doubled or more going from low to high parallelism,
+parallelism was the limit; under 20% gain, the model server or verification is; errors or OOM
+mean too high. The
 stage timings and the server's own queue say which of the slow parts it is: time queueing at the
 server, in verification, waiting for a pooled connection, or a client that is itself busy (its
 CPU near a full core, its event loop late).
@@ -12,6 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gymbench.tuning.probe import ProbeResult
+
+VARIANCE_SPREAD = 3.0
+"""p99 ÷ p50 of latency per output token above which latency varies beyond what lengths explain."""
 
 NEXT_STEPS = {
     "parallelism": "raise num_samples_in_parallel (run `gymbench tune` to find the knee)",
@@ -90,7 +94,7 @@ def _latency_growth(low: ProbeResult, high: ProbeResult) -> float:
 
 
 def find_symptoms(probe: ProbeResult) -> list[str]:
-    """Seed ``001_…``'s table of over-parallelism symptoms, as far as they can be read."""
+    """NeMo Gym's tuning guide's table of over-parallelism symptoms, as far as they can be read."""
     found = []
     kinds = probe.failure_kinds
     if kinds.get("timeout"):
@@ -99,10 +103,41 @@ def find_symptoms(probe: ProbeResult) -> list[str]:
         found.append(f"429s after retries ({kinds['rate_limited']}): rate limits, reduce parallelism")
     if any("memory" in kind for kind in kinds):
         found.append("out-of-memory errors on the backend: reduce parallelism")
-    if probe.latency_p50_s and probe.latency_p99_s and probe.latency_p99_s > 3 * probe.latency_p50_s:
-        found.append(
-            f"high latency variance (p99 {probe.latency_p99_s:.2f}s vs p50 {probe.latency_p50_s:.2f}s): "
-            "request queuing, reduce parallelism"
-        )
+    variance = latency_variance(probe)
+    if variance is not None:
+        found.append(variance)
     found.append("GPU utilisation: not readable from this server (no GPU metrics at /metrics)")
     return found
+
+
+def latency_variance(probe: ProbeResult) -> str | None:
+    """High latency variance from queueing: judged per output token, so that lengths alone never count.
+
+    A request's latency is its queueing plus about one step per output token; with exponential
+    output lengths raw latency's p99 is many times its p50 with no queue at all, which is not a
+    reason to lower parallelism. Divided by (output tokens + 1), latency is nearly constant when
+    nothing queues and spreads when a wait unrelated to length is added: that is the symptom.
+    Without token counts, raw latency is judged, and only when the server's queue was seen non-empty.
+    """
+    if probe.per_token_p50_s and probe.per_token_p99_s:
+        spread = probe.per_token_p99_s / probe.per_token_p50_s
+        if spread <= VARIANCE_SPREAD:
+            return None
+        queue = f"; the server's queue held up to {probe.server_waiting_max:.0f}" if probe.server_waiting_max else ""
+        return (
+            f"high latency variance beyond what output lengths explain (latency per output token p99 "
+            f"{probe.per_token_p99_s * 1e3:.1f} ms vs p50 {probe.per_token_p50_s * 1e3:.1f} ms{queue}): "
+            "request queuing, reduce parallelism"
+        )
+    queued = probe.server_waiting_max is not None and probe.server_waiting_max > 0
+    if (
+        probe.latency_p50_s
+        and probe.latency_p99_s
+        and probe.latency_p99_s > VARIANCE_SPREAD * probe.latency_p50_s
+        and queued
+    ):
+        return (
+            f"high latency variance (p99 {probe.latency_p99_s:.2f}s vs p50 {probe.latency_p50_s:.2f}s) with "
+            f"up to {probe.server_waiting_max:.0f} requests waiting at the server: request queuing, reduce parallelism"
+        )
+    return None

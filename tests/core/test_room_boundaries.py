@@ -27,6 +27,8 @@ CORE = {
     "gymbench.plugins",
     "gymbench.run",
     "gymbench.curves",
+    "gymbench.rates",
+    "gymbench.knee_search",
 }
 ROOMS = ("builtin", "rollout", "sim", "trainstep", "baseline")
 
