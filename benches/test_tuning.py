@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from gymbench import Recorder
-from gymbench.settings import build_settings
 from gymbench.harness.tune import tune_run
 from gymbench.harness.tune_config import TuneConfig
+from gymbench.settings import build_settings
 from gymbench.sim import config_from_preset, describe
 from gymbench.testing import make_plugins
 
@@ -26,7 +26,14 @@ PRESETS = {"vllm-like": 8, "small-slow": 1}
 
 
 def run(method: str, preset: str | None, start: int, overrides: dict) -> tuple[float, float]:
-    settings = [f"input_jsonl_fpath={TASKS}", "save_results=false", "plot=", "progress=false", f"method={method}", f"start={start}"]
+    settings = [
+        f"input_jsonl_fpath={TASKS}",
+        "save_results=false",
+        "plot=",
+        "progress=false",
+        f"method={method}",
+        f"start={start}",
+    ]
     settings += [f"sim_preset={preset}"] if preset else []
     settings += [f"sim.{key}={value}" for key, value in overrides.items()]
     result = tune_run(build_settings(TuneConfig, settings), make_plugins())
