@@ -5,10 +5,14 @@ formula gives. Output lengths are drawn uniformly (mean 32) so clients do not fi
 as in real traffic; output tokens/s is read from the server's own counter over the window, which
 whole requests finishing at once cannot quantise. Measured ÷ predicted should be ≈ 1.
 Cost: the server process's CPU seconds per request on the zero-latency preset, which bounds the
-request rate its one core sustains.
+request rate its one core sustains; and what tool definitions and logprobs add to it, plain and
+"rich" requests alternated window by window against one server, medians compared.
 """
 
 from __future__ import annotations
+
+import statistics
+from typing import Any
 
 import psutil
 import pytest
@@ -19,7 +23,28 @@ from gymbench.sim.loadgen import run_closed_loop
 from gymbench.sim.text import count_tokens
 
 FAITHFUL = {"output_tokens_dist": "uniform"}
-BODY = {"model": "m", "messages": [{"role": "user", "content": "What is 1 + 1?"}]}
+BODY = {"model": "gymbench-sim", "messages": [{"role": "user", "content": "What is 1 + 1?"}]}
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    "required": ["city"],
+}
+PLAIN = {
+    "chat": ("/chat/completions", BODY),
+    "responses": ("/responses", {"model": "gymbench-sim", "input": "What is 1 + 1?"}),
+}
+RICH = {  # one tool offered (called half the time, as tool_choice auto and the default rate have it), 5 logprobs
+    "chat": {
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}],
+        "logprobs": True,
+        "top_logprobs": 5,
+    },
+    "responses": {
+        "tools": [{"type": "function", "name": "get_weather", "parameters": WEATHER}],
+        "include": ["message.output_text.logprobs"],
+        "top_logprobs": 5,
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +92,33 @@ def test_simulator_cpu_per_request(gymbench: Recorder, stream: bool) -> None:
     gymbench.record("one_core_saturation_rate", 1 / per_request, "req/s", "higher")
     gymbench.record("achieved_requests_per_s", result.requests_per_s, "req/s", "higher")
     gymbench.record("server_cpu_utilisation", cpu / result.window_s, "cores", "lower")
+
+
+def server_cpu_per_request(server: SimServerHandle, path: str, body: dict[str, Any], seconds: float) -> float:
+    """Server CPU seconds per completed request over one closed-loop window of 32 clients."""
+    process = psutil.Process(server.process.pid)
+    before = process.cpu_times()
+    result = run_closed_loop(server.base_url, 32, seconds, warmup_s=0.0, body=body, path=path)
+    after = process.cpu_times()
+    assert result.errors == 0 and result.completed > 0
+    return ((after.user - before.user) + (after.system - before.system)) / result.completed
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_simulator_cpu_with_tools_and_logprobs(gymbench: Recorder, api: str, stream: bool) -> None:
+    """Plain requests against requests offering a tool and asking for 5 logprobs, alternated."""
+    path, plain = PLAIN[api]
+    bodies = {"plain": {**plain, "stream": stream}, "rich": {**plain, **RICH[api], "stream": stream}}
+    rounds, seconds = (2, 0.5) if gymbench.quick else (7, 2.0)
+    seen: dict[str, list[float]] = {"plain": [], "rich": []}
+    with running_sim_server(preset="zero-latency") as server:
+        for body in bodies.values():
+            run_closed_loop(server.base_url, 32, 0.3, warmup_s=0.0, body=body, path=path)
+        for _ in range(rounds):
+            for name, body in bodies.items():
+                seen[name].append(server_cpu_per_request(server, path, body, seconds) * 1e6)
+    gymbench.record("plain_server_cpu_per_request", seen["plain"], "µs", "lower")
+    gymbench.record("rich_server_cpu_per_request", seen["rich"], "µs", "lower")
+    ratio = statistics.median(seen["rich"]) / statistics.median(seen["plain"])
+    gymbench.record("rich_over_plain_cpu", ratio, "ratio", "lower")

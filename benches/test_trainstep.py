@@ -8,6 +8,7 @@ its speed drifts between runs. ``--gymbench-quick`` shrinks every workload to pr
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -16,13 +17,14 @@ import numpy as np
 import pytest
 
 from gymbench import Recorder
+from gymbench.harness.bench_api import Benchmark
 from gymbench.trainstep.backoff import cpu_trials, halve_until_it_fits
-from gymbench.trainstep.bench import BenchOptions, record_metrics, run_benchmark
 from gymbench.trainstep.config import TrainConfig
 from gymbench.trainstep.oom import SearchPlan, largest_batch_that_fits
 from gymbench.trainstep.plugin import build_mlp, build_transformer
+from gymbench.trainstep.precision import cpu_flags, native_fp16
 from gymbench.trainstep.runner import PhaseClock, StepTimings, keep_step, run_steps
-from gymbench.trainstep.session import PHASES, TrainSession
+from gymbench.trainstep.session import TrainSession
 from gymbench.trainstep.worker import WorkerJob, run_job
 
 MiB = 1 << 20
@@ -51,12 +53,19 @@ def saving(before: int, after: int) -> float:
 @pytest.mark.parametrize("checkpointing", ["off", "on"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("model", ["mlp", "transformer"])
-def test_train_step(gymbench: Recorder, model: str, precision: str, checkpointing: str, accumulation: int) -> None:
-    config = sized(model, gymbench.quick, precision=precision, checkpointing=checkpointing)
-    config = replace(config, accumulation=accumulation)
-    report = run_benchmark(FACTORIES[model], config, BenchOptions(memory_pass=not gymbench.quick))
-    record_metrics(gymbench, report)
-    assert all(math.isfinite(loss) for loss in report.timings.losses) or precision == "fp16"
+def test_train_step(gymbench: Benchmark, model: str, precision: str, checkpointing: str, accumulation: int) -> None:
+    """The grid a user would write: through ``gymbench.train_step``, exactly ``gymbench train``'s settings.
+
+    fp16 on a CPU without fp16 kernels is kept tiny by ``gymbench train`` itself (with a warning).
+    """
+    config = sized(model, gymbench.quick)
+    settings = {key: getattr(config, key) for key in ("model", "batch", "seq_len", "threads", "steps", "warmup")}
+    options = {key: value for key, value in config.model_config.items() if key != "size"}
+    result = gymbench.train_step(
+        settings, size=config.model_config["size"], model_options=options, precision=precision,
+        checkpointing=checkpointing, accumulation=accumulation, memory=not gymbench.quick,
+    )  # fmt: skip
+    assert all(math.isfinite(loss) for loss in result.report.timings.losses) or precision == "fp16"
 
 
 def paired_ratio(rounds: int, first: Callable[[], float], second: Callable[[], float]) -> list[float]:
@@ -112,6 +121,18 @@ def test_bf16_against_fp32(gymbench: Recorder, model: str) -> None:
     record_ratio(gymbench, "bf16_speedup", ratios, "x")
 
 
+def test_fp16_against_fp32_on_this_cpu(gymbench: Recorder) -> None:
+    """The figure the fp16 note quotes: it depends on whether the CPU computes fp16 natively."""
+    config = replace(FULL["transformer"], steps=2, warmup=1)
+    if gymbench.quick:
+        config = replace(config, model_config={"size": "tiny"}, batch=2, seq_len=16)
+    sessions = [TrainSession(build_transformer, replace(config, precision=p)) for p in ("fp32", "fp16")]
+    ratios = paired_ratio(2 if gymbench.quick else 6, median_step(sessions[0]), median_step(sessions[1]))
+    record_ratio(gymbench, "fp16_time_vs_fp32", ratios, "x")
+    flags = cpu_flags()
+    gymbench.extra.update(native_fp16=native_fp16(flags), avx512_bf16="avx512_bf16" in flags, load=os.getloadavg())
+
+
 def bare_loop(session: TrainSession, steps: int) -> float:
     """The same steps as the runner with no clock, no memory sample, no bookkeeping."""
     model, optimizer, config = session.model, session.optimizer, session.config
@@ -159,11 +180,12 @@ def test_harness_overhead_against_a_bare_loop(gymbench: Recorder) -> None:
 
 
 def harness_bookkeeping(session: TrainSession) -> StepTimings:
-    """Everything ``run_steps`` adds to a step, on its own: four phase laps and the bookkeeping."""
+    """Everything ``run_steps`` adds to a step, on its own: four timed phases and the bookkeeping."""
     clock, timings = PhaseClock(session), StepTimings()
     clock.start()
-    for phase in PHASES:
-        clock.lap(phase)
+    for phase in session.phases:
+        with clock.phase(phase):
+            pass
     keep_step(timings, clock, 0.0, session)
     return timings
 

@@ -26,14 +26,8 @@ PRESETS = {"vllm-like": 8, "small-slow": 1}
 
 
 def run(method: str, preset: str | None, start: int, overrides: dict) -> tuple[float, float]:
-    settings = [
-        f"input_jsonl_fpath={TASKS}",
-        "save_results=false",
-        "plot=",
-        "progress=false",
-        f"method={method}",
-        f"start={start}",
-    ]
+    settings = [f"input_jsonl_fpath={TASKS}", "save_results=false", "plot=", "progress=false"]
+    settings += [f"method={method}", f"start={start}"]
     settings += [f"sim_preset={preset}"] if preset else []
     settings += [f"sim.{key}={value}" for key, value in overrides.items()]
     result = tune_run(build_settings(TuneConfig, settings), make_plugins())

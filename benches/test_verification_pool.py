@@ -61,7 +61,8 @@ async def collect_code(tmp: Path, rollouts: int, verify: VerifySettings, tag: st
         settings = CollectSettings(
             CODE_TASKS, tmp / f"{tag}.jsonl", selection=TaskSlice(limit=rollouts), overwrite=True, verify=verify
         )
-        verifier = make_plugins().verifier("code", {"timeout_s": 5})
+        # A generous wall clock: a loaded CI runner may take seconds to start an interpreter.
+        verifier = make_plugins().verifier("code", {"timeout_s": 60})
         stats = await Collector(settings, backend, verifier, SemaphoreStrategy(16)).run()
     assert stats.completed == rollouts
     return stats.completed / stats.elapsed_s

@@ -26,7 +26,7 @@ from gymbench.rates import Precision
 from gymbench.rollout.engine import CollectSettings
 from gymbench.rollout.verification import VerifySettings
 from gymbench.sim import InProcessBackend, SimConfig, describe, run_in_simulated_time
-from gymbench.sim.openai_format import RESPONSES
+from gymbench.sim.endpoints import RESPONSES
 from gymbench.sim.text import count_tokens
 from gymbench.testing import make_plugins
 from gymbench.tuning.probe import Prober
@@ -192,6 +192,11 @@ class Scored:
     probes: int
     stop_reason: str
     notes: list[str] = field(default_factory=list)
+    knee_low: float = 0.0
+    knee_high: float = 0.0
+    """The reported knee's 95% interval."""
+    covered: bool = False
+    """Whether that interval holds the true knee."""
 
 
 def score(profile: Profile, truth: Truth, result: TuneResult, seed: int) -> Scored:
@@ -199,6 +204,7 @@ def score(profile: Profile, truth: Truth, result: TuneResult, seed: int) -> Scor
         profile.name, result.method, seed, result.knee.parallelism, result.knee.parallelism / truth.knee - 1,
         result.recommended, truth.share_at(result.recommended), result.expected_share,
         result.knee.plateau / truth.plateau - 1, result.wall_s, len(result.probes), result.stop_reason, result.notes,
+        result.knee.low, result.knee.high, result.knee.low <= truth.knee <= result.knee.high,
     )  # fmt: skip
 
 

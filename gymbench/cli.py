@@ -8,6 +8,7 @@ plugins`` import nothing they do not use.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -57,12 +58,16 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
+    with contextlib.suppress(AttributeError, ValueError):  # not a text stream, or already closed
+        # Data keeps lone surrogates exactly (JSON allows them); printing one must not crash.
+        sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     try:
         plugins = Plugins()
         parser = build_parser(plugins, chosen_command(words, plugins))
         args = parse(parser, words)
         if args.command is None:
             parser.print_help()
+            print("gymbench: error: no command given; choose one of those listed above", file=sys.stderr)
             return 2
         return plugins.commands[args.command].item.run(args, plugins)
     except GymbenchError as exc:

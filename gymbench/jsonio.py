@@ -12,6 +12,7 @@ cannot encode, so nothing is lost and nothing crashes. Every failure to read bec
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -35,10 +36,31 @@ def _reject_constant(name: str) -> Any:
     raise JSONReadError(f"{name} is not valid JSON; write null (or a number) instead")
 
 
-def loads(text: str | bytes) -> Any:
-    """Parse exactly (big integers stay integers); every failure is a :class:`JSONReadError`."""
+def _finite_float(text: str) -> float:
+    """A number past a double's range (``1e400``) would silently become infinity, then null."""
+    value = float(text)
+    if math.isinf(value):
+        shown = text if len(text) <= 40 else f"{text[:20]}...{text[-10:]}"
+        raise JSONReadError(f"the number {shown} is beyond a 64-bit float's range; write it as a string")
+    return value
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+"""Made once: ``json.loads`` with any option builds a decoder per call, which costs more than the parse."""
+_NAN_DECODER = json.JSONDecoder(parse_float=_finite_float)
+
+
+def loads(text: str | bytes, *, allow_nan: bool = False) -> Any:
+    """Parse exactly (big integers stay integers, no number turns into infinity); every failure is
+    a :class:`JSONReadError`.
+
+    :param allow_nan: accept the ``NaN``/``Infinity`` that Python's own writer emits (files of
+        other tools); gymbench never writes them.
+    """
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        if isinstance(text, (bytes, bytearray)):
+            text = text.decode(json.detect_encoding(text), "surrogatepass")  # as json.loads does
+        return (_NAN_DECODER if allow_nan else _DECODER).decode(text)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}" if exc.lineno > 1 else f"column {exc.colno}"
         raise JSONReadError(f"malformed JSON ({exc.msg} at {where})", exc.lineno, exc.colno) from None
@@ -56,8 +78,7 @@ def decode_line(raw: bytes, first: bool = False) -> str:
         return raw.decode("utf-8-sig" if first else "utf-8")
     except UnicodeDecodeError as exc:
         raise JSONReadError(
-            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
-            "re-encode the file as UTF-8"
+            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); re-encode the file as UTF-8"
         ) from None
 
 
@@ -131,4 +152,26 @@ def check_writable_dir(path: str | os.PathLike[str], what: str) -> Path:
         raise GymbenchError(
             f"{target}: cannot write the {what} there ({exc.strerror or exc}); choose another directory"
         ) from None
+    return target
+
+
+def check_writable_file(path: str | os.PathLike[str], what: str, setting: str) -> Path:
+    """Prove that ``path`` can be written before a long run ends by writing there.
+
+    Refuses a directory, a parent that cannot be created, a name the file system rejects. Nothing
+    is left behind: an existing file is opened for appending and left as it was; a new one is
+    removed again. ``setting`` names what to change in the message.
+    """
+    target = Path(path)
+    try:
+        if target.is_dir():
+            raise GymbenchError(f"{target}: is a directory, but the {what} is written there; choose another {setting}")
+        existed = target.exists()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o666))
+        if not existed:
+            target.unlink()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
+        reason = getattr(exc, "strerror", None) or exc
+        raise GymbenchError(f"{target}: cannot write the {what} there ({reason}); choose another {setting}") from None
     return target

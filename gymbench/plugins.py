@@ -163,15 +163,24 @@ class Plugins:
         schema = self.component(kind, name).settings
         return known_fields(schema) if schema is not None else None
 
-    def create(self, kind: str, name: str, config: Mapping[str, Any] | None = None) -> Any:
-        """Build the named component, its options checked against its settings schema."""
+    def check(self, kind: str, name: str, config: Mapping[str, Any] | None = None) -> Any:
+        """The component's options, checked against its settings schema (the raw mapping without one).
+
+        Commands call this before a run starts, so a misspelt option fails at once rather than
+        after a server was started.
+        """
         component = self.component(kind, name)
         options: Any = dict(config or {})
         if component.settings is not None:
             from gymbench.settings import build_settings
 
             options = build_settings(component.settings, (), options, where=f"{kind} {name!r}")
-        made = component.factory(options)
+        return options
+
+    def create(self, kind: str, name: str, config: Mapping[str, Any] | None = None) -> Any:
+        """Build the named component, its options checked against its settings schema."""
+        component = self.component(kind, name)
+        made = component.factory(self.check(kind, name, config))
         expected = PROTOCOLS.get(kind)
         if expected is not None and not isinstance(made, expected):
             plugin = self.components[kind][name].plugin

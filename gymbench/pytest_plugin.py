@@ -6,6 +6,7 @@ no aiohttp. The plugin manager and fingerprint are only built when a benchmark a
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Generator, Iterator
@@ -15,10 +16,12 @@ from typing import Any
 
 import pytest
 
-from gymbench.measure import MeasureSettings, Recorder
+from gymbench.harness.bench_api import BenchContext, Benchmark
+from gymbench.measure import MeasureSettings
 from gymbench.record import BenchmarkResult, ResultsRecord
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+pytest_plugins = ["gymbench.pytest_servers"]
 
 
 @dataclass
@@ -38,15 +41,24 @@ class BenchSession:
     """The :class:`gymbench.baseline.gate.GateResult` when ``--gymbench-compare`` was given."""
     gate_error: str | None = None
 
+    _plugins: Any = None
+
+    def plugins(self) -> Any:
+        """The session's plugin registry, built once, on first use."""
+        if self._plugins is None:
+            from gymbench.plugins import Plugins
+
+            self._plugins = Plugins()
+        return self._plugins
+
     def start_run(self) -> None:
-        """Build the plugin manager and announce the run when the first benchmark records."""
+        """Announce the run when the first benchmark records."""
         if self.run is not None:
             return
-        from gymbench.plugins import Plugins
         from gymbench.run import Run
 
         self.run = Run(
-            Plugins(), "pytest", self.save_name or "pytest", results_dir=self.results_dir,
+            self.plugins(), "pytest", self.save_name or "pytest", results_dir=self.results_dir,
             save=self.save_name is not None, cwd=self.rootpath,
         ).start()  # fmt: skip
 
@@ -106,20 +118,43 @@ def pytest_configure(config: pytest.Config) -> None:
             f"--gymbench-save {save_name!r}: use letters, digits, '.', '_' or '-' "
             "(the name becomes part of a file name)"
         )
-    quick = config.getoption("--gymbench-quick")
-    settings = MeasureSettings.quick_mode() if quick else MeasureSettings()
-    settings = settings.with_overrides(
-        min_rounds=config.getoption("--gymbench-min-rounds"),
-        max_time_s=config.getoption("--gymbench-max-time"),
-    )
     results_dir = config.getoption("--gymbench-results-dir")
     config.stash[session_key] = BenchSession(
-        settings=settings,
-        results_dir=Path(results_dir) if results_dir else config.rootpath / "results",
+        settings=_measure_settings(config),
+        results_dir=_results_dir(config, Path(results_dir) if results_dir else config.rootpath / "results"),
         save_name=save_name,
         rootpath=config.rootpath,
         compare=config.getoption("--gymbench-compare"),
     )
+
+
+def _measure_settings(config: pytest.Config) -> MeasureSettings:
+    """Measurement options, checked now: a bad one is a usage error (exit 4), not a failure later."""
+    for option in ("--gymbench-min-effect", "--gymbench-max-time"):
+        value = config.getoption(option)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise pytest.UsageError(f"{option} {value}: expected a finite number above 0")
+    settings = MeasureSettings.quick_mode() if config.getoption("--gymbench-quick") else MeasureSettings()
+    try:
+        return settings.with_overrides(
+            min_rounds=config.getoption("--gymbench-min-rounds"),
+            max_time_s=config.getoption("--gymbench-max-time"),
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(f"--gymbench-min-rounds: {exc}") from None
+
+
+def _results_dir(config: pytest.Config, path: Path) -> Path:
+    """Where ``--gymbench-save`` writes must be writable before the suite runs."""
+    if config.getoption("--gymbench-save") is not None:
+        from gymbench.errors import GymbenchError
+        from gymbench.jsonio import check_writable_dir
+
+        try:
+            check_writable_dir(path, "results record")
+        except GymbenchError as exc:
+            raise pytest.UsageError(f"--gymbench-results-dir: {exc}") from None
+    return path
 
 
 @pytest.hookimpl(wrapper=True)
@@ -132,14 +167,15 @@ def pytest_runtest_makereport(
 
 
 @pytest.fixture
-def gymbench(request: pytest.FixtureRequest) -> Iterator[Recorder]:
+def gymbench(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Benchmark]:
     """Measure a case and record its metrics into the session's results record.
 
     ``gymbench.measure(fn, *args)`` for sync code, ``await gymbench.ameasure(coro_fn, *args)`` in
-    an ``async def`` test, ``gymbench.record(name, value, unit, direction)`` for computed figures.
+    an ``async def`` test, ``gymbench.record(name, value, unit, direction)`` for computed figures,
+    and gymbench's own jobs: ``gymbench.collect(...)`` (``await`` it in an async test).
     """
     session = request.config.stash[session_key]
-    recorder = Recorder(session.settings)
+    recorder = Benchmark(session.settings, bench_context(request, tmp_path_factory, session))
     yield recorder
     call_report = request.node.stash.get(report_key, {}).get("call")
     if call_report is None or not call_report.passed or not recorder.metrics:
@@ -159,6 +195,23 @@ def gymbench(request: pytest.FixtureRequest) -> Iterator[Recorder]:
     )
 
 
+def bench_context(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, session: BenchSession
+) -> BenchContext:
+    from gymbench.pytest_servers import job_defaults
+
+    def fail(message: str) -> None:
+        pytest.fail(message, pytrace=False)
+
+    return BenchContext(
+        plugins=session.plugins,
+        defaults=lambda job: job_defaults(request.config, job),
+        sim=lambda: request.getfixturevalue("gymbench_sim"),
+        workdir=lambda: tmp_path_factory.mktemp("gymbench"),
+        fail=fail,
+    )
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     bench = session.config.stash.get(session_key, None)
     if bench is None or bench.run is None:
@@ -173,6 +226,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def _compare(session: pytest.Session, bench: BenchSession, record: ResultsRecord) -> None:
     """Run the gate (heavy imports happen only here) and turn its outcome into the exit status."""
     from gymbench.baseline.gate import in_memory, noise_for, run_gate
+    from gymbench.baseline.guarded import gate_or_explain
     from gymbench.baseline.settings import build_settings
     from gymbench.baseline.store import BaselineStore
     from gymbench.errors import GymbenchError
@@ -186,7 +240,11 @@ def _compare(session: pytest.Session, bench: BenchSession, record: ResultsRecord
         )
         baseline = BaselineStore(bench.results_dir).select(bench.compare or "latest", key, config.rootpath)
         noise = noise_for(bench.results_dir, key, config.getoption("--gymbench-calibration"))
-        bench.gate = run_gate(baseline, in_memory(record), settings, noise, config.getoption("--gymbench-fail-on"))
+        candidate = in_memory(record)
+        fail_on = config.getoption("--gymbench-fail-on")
+        bench.gate = gate_or_explain(
+            lambda: run_gate(baseline, candidate, settings, noise, fail_on), baseline, candidate
+        )
     except GymbenchError as exc:
         bench.gate_error = str(exc)
         session.exitstatus = pytest.ExitCode.USAGE_ERROR

@@ -213,27 +213,37 @@ def save_to_store(record: ResultsRecord, results_dir: str | os.PathLike[str], na
     return save_record(record, store_path(record, results_dir, name))
 
 
-def load_record(path: str | os.PathLike[str]) -> ResultsRecord:
+def read_results_json(path: str | os.PathLike[str], what: str = "results", *, allow_nan: bool = False) -> Any:
+    """A results file's JSON (a gymbench record, a pytest-benchmark file); any problem names the file."""
     source = Path(path)
     try:
         raw = source.read_bytes()
     except FileNotFoundError:
-        raise ResultsFileError(f"{source}: no such results file") from None
-    except OSError as exc:
-        raise ResultsFileError(f"{source}: cannot read results file: {exc.strerror or exc}") from None
+        raise ResultsFileError(f"{source}: no such {what} file") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
+        raise ResultsFileError(f"{source}: cannot read {what} file: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        data = loads(raw)
+        return loads(raw, allow_nan=allow_nan)
     except JSONReadError as exc:
         where = f"{source}:{exc.line}:{exc.column}" if exc.line is not None else str(source)
         raise ResultsFileError(
-            f"{where}: corrupt results file ({exc}). It may have been truncated by a crash or "
+            f"{where}: corrupt {what} file ({exc}). It may have been truncated by a crash or "
             "edited by hand; re-run the benchmark to replace it."
         ) from None
-    validate_record_dict(data, str(source))
+
+
+def record_from_data(data: Any, source: str) -> ResultsRecord:
+    """A record from a results file's JSON, checked against the schema first."""
+    validate_record_dict(data, source)
     try:
         return ResultsRecord.from_dict(data)
-    except (KeyError, TypeError, ValueError, RecursionError) as exc:
+    except (KeyError, TypeError, ValueError, ArithmeticError, RecursionError) as exc:
+        # ArithmeticError: an integer too large for a float, in a metric
         raise ResultsFileError(f"{source}: invalid results file ({type(exc).__name__}: {exc})") from None
+
+
+def load_record(path: str | os.PathLike[str]) -> ResultsRecord:
+    return record_from_data(read_results_json(path), str(path))
 
 
 def _finite_or_none(value: float) -> float | None:

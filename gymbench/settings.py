@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
+import reprlib
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -50,8 +52,9 @@ def add_settings_arguments(
     )
     parser.add_argument("--config", dest="settings_file", metavar="FILE", help="a YAML or JSON file of settings")
     group = parser.add_argument_group(title)
+    hints = typing.get_type_hints(schema)  # once: evaluating them per field costs a quadratic ~15 ms at start-up
     for field in dataclasses.fields(schema):
-        kind = scalar_kind(schema, field)
+        kind = scalar_kind(hints[field.name])
         if kind is None:
             continue
         flag = "--" + field.name.replace("_", "-")
@@ -77,9 +80,8 @@ def add_settings_arguments(
             group.add_argument(flag, dest=f"setting_{field.name}", default=None, metavar="VALUE", help=help_text)
 
 
-def scalar_kind(schema: type[Any], field: dataclasses.Field[Any]) -> type | None:
-    """The field's scalar type (``Optional`` unwrapped), or ``None`` for dicts, lists and nested settings."""
-    hint = typing.get_type_hints(schema)[field.name]
+def scalar_kind(hint: Any) -> type | None:
+    """A field's scalar type (``Optional`` unwrapped), or ``None`` for dicts, lists and nested settings."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
         hint = args[0] if len(args) == 1 else None
@@ -116,34 +118,107 @@ def split_overrides(extras: Sequence[str]) -> tuple[list[str], list[str]]:
 def build_settings(schema: type[T], dotlist: Sequence[str] = (), *layers: Mapping[str, Any], where: str = "") -> T:
     """Defaults of ``schema`` ← each mapping in ``layers`` ← ``dotlist``, validated.
 
+    Every number must be finite (a ``nan`` timeout or an ``inf`` limit is never what was meant,
+    and would reach a server as invalid JSON). A problem is a one-line error naming the setting.
+
     :param where: names the thing being configured in messages (``"verifier 'regex'"``).
     """
     from omegaconf import OmegaConf
-    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
     prefix = f"{where}: " if where else ""
+    sources: dict[str, str] = {}
     try:
-        base = OmegaConf.structured(schema)
-        OmegaConf.set_readonly(base, False)
-        merged = OmegaConf.merge(
-            base,
-            *(OmegaConf.create(_escape(dict(layer))) for layer in layers if layer),
-            OmegaConf.from_dotlist([_escape_token(token) for token in dotlist]),
-        )
+        merged = _merged(schema, dotlist, layers, sources)
+        _refuse_non_finite(OmegaConf.to_container(merged))
         return OmegaConf.to_object(merged)  # type: ignore[return-value]
-    except GymbenchError as exc:  # a schema's own check (__post_init__)
-        raise GymbenchError(f"{prefix}{exc}") from None
-    except ConfigKeyError as exc:
+    except GymbenchError as exc:  # a schema's own check (__post_init__), or _merged's
+        raise GymbenchError(f"{prefix}{_from(sources, getattr(exc, 'setting', None))}{exc}") from None
+    except Exception as exc:  # noqa: BLE001 - OmegaConf, YAML and conversion errors alike
+        key = getattr(exc, "full_key", None)
+        raise GymbenchError(f"{prefix}{_from(sources, key)}{_settings_error(schema, exc, None)}") from None
+
+
+def _merged(
+    schema: type[Any], dotlist: Sequence[str], layers: Sequence[Mapping[str, Any]], sources: dict[str, str]
+) -> Any:
+    """Merge one setting at a time, so an error can name the setting and the file it came from.
+
+    ``sources`` records, for each top-level setting, the file that gave its value last.
+    """
+    from omegaconf import OmegaConf
+
+    merged = OmegaConf.structured(schema)
+    OmegaConf.set_readonly(merged, False)
+    items: list[tuple[str, Any, str | None]] = [
+        (str(key), {key: value}, getattr(layer, "source", None)) for layer in layers for key, value in layer.items()
+    ]
+    items += [(token.partition("=")[0], token, None) for token in dotlist]
+    for key, item, source in items:
+        if isinstance(item, str) and not _is_utf8(item):
+            raise GymbenchError(
+                f"setting {key!r}: {item.partition('=')[2]!r} is not UTF-8 text (a file name in another "
+                "encoding?); rename the file, or point a UTF-8 named symlink at it"
+            )
+        try:
+            if isinstance(item, str):
+                merged.merge_with(OmegaConf.from_dotlist([_escape_token(item)]))
+            else:
+                merged.merge_with(OmegaConf.create(_escape(item)))
+        except Exception as exc:  # noqa: BLE001 - see build_settings
+            raise GymbenchError(f"{source}: " * bool(source) + _settings_error(schema, exc, key)) from None
+        top = key.split(".")[0]
+        if source:
+            sources[top] = source
+        else:
+            sources.pop(top, None)
+    return merged
+
+
+def _is_utf8(text: str) -> bool:
+    """False for command-line bytes that were not UTF-8 (Python keeps them as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _from(sources: Mapping[str, str], key: str | None) -> str:
+    """``FILE: `` when the setting ``key`` came from a settings file."""
+    source = sources.get(str(key).split(".")[0].split("[")[0]) if key else None
+    return f"{source}: " if source else ""
+
+
+def _settings_error(schema: type[Any], exc: Exception, key: str | None) -> str:
+    from omegaconf.errors import ConfigKeyError, ValidationError
+
+    if isinstance(exc, ConfigKeyError):
         known = ", ".join(f.name for f in dataclasses.fields(schema))
-        raise GymbenchError(f"{prefix}unknown setting {exc.full_key or exc.key!r}; known settings: {known}") from None
-    except ValidationError as exc:
-        raise GymbenchError(f"{prefix}setting {exc.full_key!r}: {_first_line(exc.msg)}") from None
-    except OmegaConfBaseException as exc:
-        raise GymbenchError(f"{prefix}cannot read the settings: {_first_line(str(exc))}") from None
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise GymbenchError(
-            f"{prefix}cannot read the settings: {_first_line(str(exc)) or type(exc).__name__}"
-        ) from None
+        return f"unknown setting {exc.full_key or exc.key!r}; known settings: {known}"
+    if isinstance(exc, RecursionError):
+        reason = "nested too deeply"
+    else:
+        reason = _first_line(exc.msg if isinstance(exc, ValidationError) else str(exc)) or type(exc).__name__
+    reason = re.sub(r"^While dereferencing interpolation '.*?': ", "", reason)
+    name = getattr(exc, "full_key", None) or key
+    return f"setting {name!r}: {reason}" if name else f"cannot read the settings: {reason}"
+
+
+class NonFiniteSetting(GymbenchError):
+    def __init__(self, setting: str, value: float) -> None:
+        super().__init__(f"setting {setting!r}: got {value}, expected a finite number")
+        self.setting = setting
+
+
+def _refuse_non_finite(value: Any, key: str = "") -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise NonFiniteSetting(key, value)
+    if isinstance(value, Mapping):
+        for name, item in value.items():
+            _refuse_non_finite(item, f"{key}.{name}" if key else str(name))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _refuse_non_finite(item, f"{key}[{index}]")
 
 
 def settings_dict(settings: Any) -> dict[str, Any]:
@@ -155,7 +230,15 @@ def known_fields(schema: type[Any]) -> set[str]:
     return {field.name for field in dataclasses.fields(schema)}
 
 
-def load_settings_file(path: Path) -> dict[str, Any]:
+class SettingsFile(dict):  # type: ignore[type-arg]
+    """Settings read from a file: an error in one of them names the file."""
+
+    def __init__(self, settings: Mapping[str, Any], source: str) -> None:
+        super().__init__(settings)
+        self.source = source
+
+
+def load_settings_file(path: Path) -> SettingsFile:
     """A YAML (or JSON, which YAML reads) mapping of settings."""
     import yaml
 
@@ -163,31 +246,53 @@ def load_settings_file(path: Path) -> dict[str, Any]:
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise GymbenchError(f"{path}: no such settings file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, or a NUL byte in the name
         raise GymbenchError(f"{path}: cannot read settings file ({exc})") from None
     except yaml.YAMLError as exc:
         raise GymbenchError(f"{path}: not valid YAML/JSON: {_first_line(str(exc))}") from None
     except RecursionError:
         raise GymbenchError(f"{path}: settings nested too deeply") from None
     if loaded is None:
-        return {}
+        return SettingsFile({}, str(path))
     if not isinstance(loaded, dict):
         raise GymbenchError(f"{path}: expected a mapping of setting: value, got {type(loaded).__name__}")
-    return {str(key): value for key, value in loaded.items()}
+    return SettingsFile({str(key): value for key, value in loaded.items()}, str(path))
+
+
+def pyproject_table(path: Path, *keys: str) -> dict[str, Any]:
+    """``[tool.gymbench.<keys...>]`` of a ``pyproject.toml`` (empty when the file or table is absent)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    if not path.is_file():
+        return {}
+    try:
+        table: Any = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("gymbench", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise GymbenchError(f"{path}: cannot read [tool.gymbench] ({exc})") from None
+    for key in keys:
+        table = table.get(key, {}) if isinstance(table, dict) else {}
+    if not isinstance(table, dict):
+        raise GymbenchError(f"{path}: [tool.gymbench.{'.'.join(keys)}] must be a table")
+    return dict(table)
 
 
 # --------------------------------------------------------------------------- checks used by schemas
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring, _SHOWN.maxlong, _SHOWN.maxother = 80, 40, 80
+
+
 def require(condition: bool, setting: str, value: Any, expected: str) -> None:
-    """Raise a one-line error naming the setting, the value and what is allowed."""
+    """Raise a one-line error naming the setting, the value (shortened) and what is allowed."""
     if not condition:
-        raise GymbenchError(f"setting {setting!r}: got {value!r}, expected {expected}")
+        raise GymbenchError(f"setting {setting!r}: got {_SHOWN.repr(value)}, expected {expected}")
 
 
 def positive_finite(setting: str, value: float | None) -> None:
-    import math
-
     if value is not None:
         require(math.isfinite(value) and value > 0, setting, value, "a finite number of seconds above 0")
 
@@ -196,7 +301,8 @@ def at_least(setting: str, value: int | float | None, minimum: int | float, most
     if value is None:
         return
     bound = f"a number from {minimum} to {most}" if most is not None else f"a number of at least {minimum}"
-    require(value >= minimum and (most is None or value <= most), setting, value, bound)
+    finite = not isinstance(value, float) or math.isfinite(value)  # ints past 1e308 have no float
+    require(finite and value >= minimum and (most is None or value <= most), setting, value, bound)
 
 
 def one_of(setting: str, value: Any, choices: Sequence[Any]) -> None:

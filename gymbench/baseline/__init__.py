@@ -8,8 +8,7 @@ not pay for.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from gymbench.lazy import lazy_exports
 
 _EXPORTS = {
     "BaselineStore": "gymbench.baseline.store",
@@ -28,9 +27,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gymbench.baseline' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

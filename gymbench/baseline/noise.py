@@ -100,7 +100,7 @@ def noise_from_dict(data: Mapping[str, Any], source: str) -> NoiseTable:
             for bench_id, by_metric in data["metrics"].items()
         }  # fmt: skip
         return NoiseTable(str(data["machine_key"]), metrics, source)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError) as exc:
         raise ResultsFileError(
             f"{source}: corrupt calibration file ({type(exc).__name__}: {exc}); run `gymbench calibrate` again"
         ) from None

@@ -10,14 +10,14 @@ writes gymbench results in pytest-benchmark's format, with its own ``Stats`` doi
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from gymbench.errors import ResultsFileError
 from gymbench.fingerprint import machine_key
-from gymbench.record import SCHEMA_ID, BenchmarkResult, Metric, ResultsRecord, load_record
+from gymbench.record import SCHEMA_ID, BenchmarkResult, Metric, ResultsRecord, load_record, read_results_json
 
 EXTRA_KEY = "pytest_benchmark"
 PASSTHROUGH = ("name", "fullname", "param", "group", "options", "extra_info")
@@ -29,12 +29,9 @@ def is_pytest_benchmark(data: Any) -> bool:
 
 def load_any(path: Path) -> ResultsRecord:
     """A gymbench record or a pytest-benchmark JSON file, told apart by content."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return load_record(path)  # gives the precise error for the file
+    data = read_results_json(path, allow_nan=True)  # pytest-benchmark's writer allows NaN; gymbench's does not
     if isinstance(data, dict) and data.get("schema") == SCHEMA_ID:
-        return load_record(path)
+        return load_record(path)  # read again, strictly
     if is_pytest_benchmark(data):
         return record_from_pytest_benchmark(data, str(path))
     raise ResultsFileError(
@@ -44,11 +41,7 @@ def load_any(path: Path) -> ResultsRecord:
 
 
 def load_pytest_benchmark(path: Path) -> ResultsRecord:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultsFileError(f"{path}: cannot read pytest-benchmark JSON ({exc})") from None
-    return record_from_pytest_benchmark(data, str(path))
+    return record_from_pytest_benchmark(read_results_json(path, "pytest-benchmark JSON", allow_nan=True), str(path))
 
 
 def record_from_pytest_benchmark(data: Any, source: str) -> ResultsRecord:
@@ -57,29 +50,36 @@ def record_from_pytest_benchmark(data: Any, source: str) -> ResultsRecord:
             f'{source}: not a pytest-benchmark JSON file (expected "machine_info" and a "benchmarks" '
             "list, as written by --benchmark-json or --benchmark-autosave)"
         )
-    try:
-        benchmarks = [_benchmark(entry) for entry in data["benchmarks"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ResultsFileError(
-            f"{source}: a benchmark entry lacks {exc} or has the wrong type; expected "
-            "benchmarks[].fullname and benchmarks[].stats.median as pytest-benchmark writes them"
-        ) from None
+    benchmarks = []
+    for index, entry in enumerate(data["benchmarks"]):
+        try:
+            benchmarks.append(_benchmark(entry))
+        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:  # ArithmeticError: a number too large
+            reason = f"has no {exc}" if isinstance(exc, KeyError) else f"is malformed ({exc})"
+            raise ResultsFileError(
+                f"{source}: benchmarks[{index}] {reason}; expected benchmarks[].fullname and "
+                "benchmarks[].stats.median (or .data) as pytest-benchmark writes them"
+            ) from None
     return ResultsRecord(
         name=Path(source).stem,
         benchmarks=benchmarks,
-        fingerprint=_fingerprint(data),
+        fingerprint=_fingerprint(data, source),
         created_at=str(data.get("datetime") or "1970-01-01T00:00:00+00:00"),
         kind="pytest-benchmark",
     )
 
 
 def _benchmark(entry: Mapping[str, Any]) -> BenchmarkResult:
+    if not isinstance(entry, Mapping) or not isinstance(entry["stats"], Mapping):
+        raise TypeError("each benchmark and its stats must be objects")
     stats = entry["stats"]
     data = stats.get("data")
     if data:
         metric = Metric.from_samples(data, unit="s", direction="lower")
     else:
         metric = Metric(value=float(stats["median"]), unit="s", direction="lower", samples=(float(stats["median"]),))
+    if not all(math.isfinite(x) for x in metric.samples):
+        raise ValueError("timings must be finite numbers")
     kept = {key: entry.get(key) for key in PASSTHROUGH}
     kept["iterations"] = stats.get("iterations", 1)
     if not data:
@@ -93,9 +93,19 @@ def _benchmark(entry: Mapping[str, Any]) -> BenchmarkResult:
     )
 
 
-def _fingerprint(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    info = data.get("machine_info") or {}
-    cpu = info.get("cpu") or {}
+def _section(data: Mapping[str, Any], key: str, source: str) -> Mapping[str, Any]:
+    """An optional object of the file (``machine_info``, ``commit_info``, ``machine_info.cpu``)."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ResultsFileError(f"{source}: {key} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _fingerprint(data: Mapping[str, Any], source: str) -> dict[str, dict[str, Any]]:
+    info = _section(data, "machine_info", source)
+    cpu = _section(info, "cpu", source)
     machine = {
         "cpu_model": str(cpu.get("brand_raw") or info.get("processor") or "unknown"),
         "cpu_count_logical": cpu.get("count"),
@@ -108,7 +118,7 @@ def _fingerprint(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         "gpu_note": "unknown: imported from pytest-benchmark",
     }
     machine["key"] = machine_key(machine)
-    commit = data.get("commit_info") or {}
+    commit = _section(data, "commit_info", source)
     commit_id = commit.get("id")
     return {
         "machine": machine,
@@ -142,17 +152,26 @@ def to_pytest_benchmark(record: ResultsRecord, metric: str = "time") -> dict[str
             "cpu": {"brand_raw": machine.get("cpu_model", ""), "count": machine.get("cpu_count_logical")},
         },
         "commit_info": {"id": commit.get("id"), "dirty": commit.get("dirty"), "branch": commit.get("branch")},
-        "benchmarks": [_export(b, metric) for b in record.benchmarks if metric in b.metrics],
+        "benchmarks": [_export(b, metric) for b in record.benchmarks if _timings(b, metric)],
         "datetime": record.created_at,
         "version": __version__,
     }
+
+
+def _timings(bench: BenchmarkResult, metric: str) -> list[float]:
+    """The metric's finite samples (its value when it has none): pytest-benchmark's statistics need some."""
+    found = bench.metrics.get(metric)
+    if found is None:
+        return []
+    finite = [x for x in found.samples if math.isfinite(x)]
+    return finite or ([found.value] if math.isfinite(found.value) else [])
 
 
 def _export(bench: BenchmarkResult, metric: str) -> dict[str, Any]:
     from pytest_benchmark.stats import Stats
 
     kept = dict(bench.extra.get(EXTRA_KEY, {}))
-    samples = bench.metrics[metric].samples
+    samples = _timings(bench, metric)
     if "stats" in kept:
         stats = dict(kept.pop("stats"))
     else:

@@ -39,7 +39,7 @@ class CompareSettings:
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
             raise GymbenchError(f"alpha must be between 0 and 1, got {self.alpha}")
-        if self.min_effect <= 0:
+        if not (math.isfinite(self.min_effect) and self.min_effect > 0):
             raise GymbenchError(f"the minimum effect must be positive (0.05 = 5 %), got {self.min_effect}")
 
     @property
@@ -70,15 +70,9 @@ def settings_from_pyproject(path: Path) -> dict[str, Any]:
     The per-benchmark table maps benchmark-id globs to minimum effects, for suites whose code
     cannot carry a marker (imported pytest-benchmark suites) or where CI wants a looser gate.
     """
-    import tomllib
+    from gymbench.settings import pyproject_table
 
-    if not path.is_file():
-        return {}
-    try:
-        section = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("gymbench", {})
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise GymbenchError(f"{path}: cannot read [tool.gymbench.compare] ({exc})") from None
-    table = section.get("compare", {})
+    table = pyproject_table(path, "compare")
     unknown = set(table) - {"min_effect", "alpha", "per_benchmark", "power", "metrics"}
     if unknown:
         raise GymbenchError(

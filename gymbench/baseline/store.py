@@ -168,8 +168,9 @@ def read_json(path: Path, what: str) -> dict[str, object]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ResultsFileError(f"{path}: no such {what} file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultsFileError(f"{path}: cannot read {what} file ({exc}); delete it and create it again") from None
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON, a number too long
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).splitlines()[0]
+        raise ResultsFileError(f"{path}: cannot read {what} file ({reason}); delete it and create it again") from None
     if not isinstance(data, dict):
         raise ResultsFileError(f"{path}: a {what} file must hold a JSON object")
     return data

@@ -2,7 +2,7 @@
 
 Instead of restarting a collection at 5, 10, 20, 40, 80 (NeMo Gym's doubling sweep), one run
 changes its own limit. Each limit is a *level*, measured exactly as a sweep's probe is
-(:class:`gymbench.rates.Meter`: one turnover of warm-up, then until the rate's 95% interval is
+(:class:`gymbench.rates.Meter`: half a turnover of warm-up, then until the rate's 95% interval is
 tight), and the next limit comes from the same rules as the sweep's
 (:class:`gymbench.knee_search.KneeSearch`): grow while throughput grows beyond its noise, stop on a
 plateau, on degradation beyond the noise, on errors or on a rate limit, re-measure when a
@@ -109,10 +109,15 @@ class LevelLog:
 
 class AdaptiveStrategy:
     def __init__(
-        self, search: SearchSettings, precision: Precision | None = None, stop_when_converged: bool = False
+        self,
+        search: SearchSettings,
+        precision: Precision | None = None,
+        stop_when_converged: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.clock: Callable[[], float] = time.monotonic
-        """Seconds, monotonic; :meth:`use_clock` sets the event loop's in simulated time."""
+        self.clock = clock
+        """Seconds, monotonic; a test passes a fake one, and :meth:`use_clock` sets the event
+        loop's in simulated time."""
         self.search = KneeSearch(search)
         self.precision = precision or Precision()
         self.stop_when_converged = stop_when_converged
@@ -163,7 +168,7 @@ class AdaptiveStrategy:
             self.unit = "tokens" if outcome.output_tokens > 0 else "rollouts"
         work = (outcome.output_tokens if self.unit == "tokens" else 1.0) if outcome.ok else 0.0
         throttled = outcome.status == 429 or outcome.retries > 0
-        done = Completion(hold.start, self.clock(), float(work), outcome.ok, area, throttled)
+        done = Completion(hold.start, self.clock(), float(work), outcome.ok, area, throttled, outcome.rate_limited)
         self._record(done, outcome, hold)
         if self.meter.done() or self._decided():
             self._finish_level()
@@ -175,7 +180,7 @@ class AdaptiveStrategy:
             meter.settled = not self._earlier
             return
         meter.add(done)
-        self._refused += outcome.status == 429 and not outcome.ok
+        self._refused += outcome.rate_limited
         if self.unit == "tokens" and meter.counters is None:
             meter.counters = self.counters
         log = self.logs.setdefault(meter.parallelism, LevelLog(meter.parallelism))

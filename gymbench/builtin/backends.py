@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymbench.hookspecs import hookimpl
-from gymbench.settings import at_least, one_of, positive_finite
+from gymbench.settings import at_least, one_of, positive_finite, require
 from gymbench.types import Backend, Component
 
 APIS = ("responses", "chat")
 MAX_RETRIES_CAP = 100
+DEFAULT_HEAD_SERVER = {"host": "127.0.0.1", "port": 11000}
+"""Where NeMo Gym's head server listens unless its config says otherwise (``head_server.host/.port``)."""
 
 
 def _help(text: str) -> dict[str, str]:
@@ -63,9 +65,32 @@ class OpenAISettings(HttpSettings):
 
 @dataclass
 class NemoGymSettings(HttpSettings):
-    agent_url: str | None = field(default=None, metadata=_help("the NeMo Gym agent server, http://HOST:PORT"))
-    agent_name: str | None = field(default=None, metadata=_help("the agent's name in NeMo Gym"))
+    agent_url: str | None = field(
+        default=None, metadata=_help("the agent server, http://HOST:PORT (skips the head server: every row goes there)")
+    )
+    agent_name: str | None = field(
+        default=None,
+        metadata=_help("the agent for rows without an agent_ref, found through the NeMo Gym head server"),
+    )
+    head_server: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_help("NeMo Gym's head server, +head_server.host=H +head_server.port=P (default 127.0.0.1:11000)"),
+    )
     base_url: str | None = field(default=None, metadata=_help("the agent server, when agent_url is not set"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_head_server(self.head_server)
+
+
+def check_head_server(head_server: dict[str, Any]) -> None:
+    """NeMo Gym's ``head_server`` block: only ``host`` and ``port``, and usable ones."""
+    unknown = sorted(set(head_server) - set(DEFAULT_HEAD_SERVER))
+    require(not unknown, "head_server", head_server, "only the keys host and port")
+    host, port = head_server.get("host", "127.0.0.1"), head_server.get("port", 11000)
+    require(isinstance(host, str) and bool(host.strip()), "head_server.host", host, "a host name or address")
+    ok_port = isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536
+    require(ok_port, "head_server.port", port, "a port number from 1 to 65535")
 
 
 def make_openai(settings: OpenAISettings) -> Backend:
@@ -92,7 +117,7 @@ def gymbench_register_backends() -> list[Component]:
         Component(
             "nemo-gym",
             make_nemo_gym,
-            "a NeMo Gym agent server's /run (agent_url); the agent verifies",
+            "NeMo Gym agent servers' /run, by +agent_name (through the head server) or +agent_url; the agent verifies",
             settings=NemoGymSettings,
         ),
     ]

@@ -50,6 +50,14 @@ class TimedConnector(aiohttp.TCPConnector):
 
 
 @dataclass(frozen=True)
+class Reached:
+    """What a reachability check got back: the status and the body."""
+
+    status: int
+    body: bytes
+
+
+@dataclass(frozen=True)
 class Posted:
     """What a successful POST gave: the reader's result, how often it retried, pool wait."""
 
@@ -145,7 +153,7 @@ class RetryingClient:
         self.session = aiohttp.ClientSession(connector=connector, timeout=self.timeout, headers=headers)
         if self.preflight and probe_url:
             try:
-                await self._check_reachable(probe_url)
+                await self.reach(probe_url)
             except BaseException:
                 await self.close()
                 raise
@@ -155,9 +163,12 @@ class RetryingClient:
             await self.session.close()
             self.session = None
 
-    async def _check_reachable(self, url: str) -> None:
-        """Fail in seconds with a clear message, not after every rollout has retried."""
-        assert self.session is not None
+    async def reach(self, url: str, what: str | None = None) -> Reached:
+        """GET ``url`` until something answers; fail in seconds with one clear line, not after
+        every rollout has spent its retries. Any status will do (servers share no health route)
+        except 401/403, which no retry fixes. Every reachability check of every built-in backend,
+        and the NeMo Gym head-server lookup, goes through here."""
+        assert self.session is not None, "open the client first"
         last = ""
         for retry in range(PREFLIGHT_TRIES):
             if retry:
@@ -169,11 +180,11 @@ class RetryingClient:
                             f"{url} refused the credentials (HTTP {answer.status}); "
                             "check the variable named by +api_key_env"
                         )
-                    return
+                    return Reached(answer.status, await answer.read())
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 last = quoted(f"{type(exc).__name__}: {exc}")
         raise GymbenchError(
-            f"cannot reach the {self.what} at {url} after {PREFLIGHT_TRIES} tries ({last}). Is it running?"
+            f"cannot reach the {what or self.what} at {url} after {PREFLIGHT_TRIES} tries ({last}). Is it running?"
         )
 
     async def post(

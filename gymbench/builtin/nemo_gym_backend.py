@@ -1,14 +1,21 @@
-"""The ``nemo-gym`` backend: drive a NeMo Gym agent server, as ``ng_collect_rollouts`` does.
+"""The ``nemo-gym`` backend: drive NeMo Gym agent servers, as ``ng_collect_rollouts`` does.
 
-Each row (with the run's request overrides merged into ``responses_create_params``) is POSTed to
-the agent's ``/run``; the agent calls its model and its resources server's ``verify`` and answers
-with the row plus ``response`` and ``reward``. The reward is the agent's, so gymbench's own
-verifier is not run; every other field the agent returns is kept in the output row, so files
-from NeMo Gym and gymbench can be read together.
+Each row goes to an agent's ``/run`` with the fields NeMo Gym's collector adds (the run's request
+overrides merged into ``responses_create_params``, ``_ng_task_index``, ``_ng_rollout_index``,
+``agent_ref``). The agent seeds its resources server's session, calls its model, has the
+resources server ``/verify`` the answer and sends back the row with ``response`` and ``reward``.
+The reward is the agent's, so gymbench's own verifier is not run; every other field the agent
+returns (its normalised ``responses_create_params`` included) is kept in the output row.
+
+Which agent: ``+agent_url`` sends every row to that server. Otherwise each row's
+``agent_ref.name`` (``+agent_name`` for rows without one, as in NeMo Gym) is looked up in the
+head server's listing (:mod:`gymbench.builtin.nemo_gym_head`), so one run can drive several agents.
+Every agent is checked to answer before its first row is sent: a dead agent costs seconds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -18,41 +25,71 @@ import aiohttp
 import orjson
 
 from gymbench.builtin.http_client import RetryingClient
+from gymbench.builtin.nemo_gym_head import AgentDirectory, head_server_url, read_directory
 from gymbench.builtin.openai_shapes import read_responses
 from gymbench.errors import GymbenchError
 from gymbench.types import Generation, GenerationFailed, GenerationRequest
 
-AGENT_FIELDS = ("responses_create_params", "response", "reward")
+SCORED_FIELDS = ("response", "reward")
+"""What an agent's answer adds to the row; every other field it returns goes to the row as is."""
+
+
+def agent_name_of(row: Mapping[str, Any]) -> str | None:
+    """The row's ``agent_ref.name``, NeMo Gym's routing key, if it has one."""
+    ref = row.get("agent_ref")
+    name = ref.get("name") if isinstance(ref, Mapping) else None
+    return name if isinstance(name, str) and name else None
 
 
 class NemoGymBackend:
     def __init__(self, settings: Mapping[str, Any]) -> None:
         agent_url = settings.get("agent_url") or settings.get("base_url")
-        if not agent_url:
-            raise GymbenchError(
-                "the nemo-gym backend needs +agent_url=http://HOST:PORT (the agent server; gymbench does not "
-                "resolve +agent_name through a NeMo Gym head server)"
-            )
-        self.agent_url = str(agent_url).rstrip("/")
-        self.run_url = self.agent_url + "/run"
-        self.agent_name = settings.get("agent_name")
-        self.client = RetryingClient({"preflight": False, **settings}, "agent server")
+        self.agent_url = str(agent_url).rstrip("/") if agent_url else None
+        self.agent_name: str | None = settings.get("agent_name") or None
+        self.head_url = head_server_url(settings.get("head_server") or {})
+        self.client = RetryingClient(settings, "agent server")
+        self.directory: AgentDirectory | None = None
+        self.agent_routes: dict[str, str] = {}
+        """Agent names this run sent rows to, and their servers (the harness asks them for metrics)."""
+        self._checks: dict[str, asyncio.Future[Any]] = {}
 
     async def __aenter__(self) -> NemoGymBackend:
-        """Off by default, +preflight=true checks that the agent server answers at all (any HTTP
-        status will do: agents have no health route in common)."""
-        await self.client.open(self.agent_url)
+        """Find the agents (unless +agent_url names the one) and check the first one answers."""
+        await self.client.open(None)
+        try:
+            if self.agent_url is None:
+                self.directory = await read_directory(self.client, self.head_url)
+            if self.agent_url is not None or self.agent_name is not None:
+                await self._reachable(self._route(self.agent_name, strict=True))
+        except BaseException:
+            await self.client.close()
+            raise
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.client.close()
+        self._checks.clear()
 
     async def generate(self, request: GenerationRequest) -> Generation:
-        row = {**request.row, "responses_create_params": dict(request.params)}
-        posted = await self.client.post(self.run_url, orjson.dumps(row, default=str), _read_run)
+        name = agent_name_of(request.row) or self.agent_name
+        url = self._route(name)
+        try:
+            await self._reachable(url)
+        except GymbenchError as exc:
+            raise GenerationFailed("connection_error", str(exc)) from None
+        body = {
+            **request.row,
+            "responses_create_params": dict(request.params),
+            "_ng_task_index": request.task_index,
+            "_ng_rollout_index": request.rollout_index,
+        }
+        if name is not None:
+            body["agent_ref"] = request.row.get("agent_ref") if agent_name_of(request.row) else {"name": name}
+        posted = await self.client.post(url + "/run", orjson.dumps(body, default=str), _read_run)
         generation: Generation = posted.value
+        extra = {**generation.extra, "agent_ref": body["agent_ref"]} if name is not None else generation.extra
         timings = {**generation.timings, "connection_wait": posted.connection_wait}
         return Generation(
             generation.text,
@@ -61,8 +98,38 @@ class NemoGymBackend:
             timings,
             reward=generation.reward,
             retries=posted.retries,
-            extra=generation.extra,
+            extra=extra,
         )
+
+    def _route(self, name: str | None, strict: bool = False) -> str:
+        """The agent server for a row; a row no agent can take fails (the whole run, when ``strict``)."""
+        if self.agent_url is not None:
+            url = self.agent_url
+        elif name is None:
+            raise GenerationFailed(
+                "bad_request",
+                "the row has no agent_ref and +agent_name is not set, so no agent can run it: set +agent_name=NAME "
+                "(the agent for rows without one) or add agent_ref to the rows, as NeMo Gym needs",
+            )
+        else:
+            assert self.directory is not None
+            if name not in self.directory.agents:
+                if strict:
+                    raise GymbenchError(self.directory.unknown(name))
+                raise GenerationFailed("bad_request", self.directory.unknown(name))
+            url = self.directory.agents[name]
+        if name is not None:
+            self.agent_routes.setdefault(name, url)
+        return url
+
+    async def _reachable(self, url: str) -> None:
+        """One check per agent server, shared by the rows that wait for it; its failure is kept."""
+        if not self.client.preflight:
+            return
+        check = self._checks.get(url)
+        if check is None:
+            check = self._checks[url] = asyncio.ensure_future(self.client.reach(url))
+        await asyncio.shield(check)
 
 
 async def _read_run(answer: aiohttp.ClientResponse, started: float) -> Generation:
@@ -73,5 +140,40 @@ async def _read_run(answer: aiohttp.ClientResponse, started: float) -> Generatio
     except (ValueError, KeyError, TypeError) as exc:
         raise GenerationFailed("invalid_response", f"not a NeMo Gym /run answer: {exc!r}") from None
     text, usage = read_responses(response)
-    extra = {key: value for key, value in data.items() if key not in AGENT_FIELDS}
+    extra = {key: value for key, value in data.items() if key not in SCORED_FIELDS}
     return Generation(text, response, usage, {"generation": time.perf_counter() - started}, reward=reward, extra=extra)
+
+
+async def agents_aggregate_metrics(
+    settings: Mapping[str, Any], routes: Mapping[str, str], entries: Mapping[str, Any]
+) -> dict[str, dict[str, Any] | str]:
+    """Each agent's own ``/aggregate_metrics`` over its rows, as ``ng_collect_rollouts`` asks after
+    a run (benchmark metrics such as pass@k live there); a reason where an agent cannot.
+
+    ``entries`` maps an agent to its rows' JSON texts (anything with ``json_array()``)."""
+    client = RetryingClient({**settings, "preflight": False}, "agent server")
+    await client.open(None)
+    found: dict[str, dict[str, Any] | str] = {}
+    try:
+        for name, rows in entries.items():
+            if name not in routes:
+                continue
+            body = b'{"verify_responses":' + rows.json_array() + b"}"
+            try:
+                found[name] = (await client.post(routes[name] + "/aggregate_metrics", body, _read_metrics)).value
+            except GenerationFailed as exc:
+                found[name] = f"{exc.kind}: {exc.reason}"
+    finally:
+        await client.close()
+    return found
+
+
+async def _read_metrics(answer: aiohttp.ClientResponse, started: float) -> dict[str, Any]:
+    try:
+        data = orjson.loads(await answer.read())
+    except ValueError as exc:
+        raise GenerationFailed("invalid_response", f"/aggregate_metrics answer is not JSON: {exc}") from None
+    keys = ("agent_metrics", "key_metrics", "group_level_metrics")
+    if not isinstance(data, dict) or not all(key in data for key in keys):
+        raise GenerationFailed("invalid_response", f"/aggregate_metrics answer lacks {', '.join(keys)}")
+    return {key: data[key] for key in keys}

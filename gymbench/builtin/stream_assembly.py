@@ -124,7 +124,7 @@ class _ChoiceParts:
         self.texts: dict[str, list[str]] = {}
         self.others: dict[str, Any] = {}
         self.tool_calls: dict[int, dict[str, Any]] | None = None
-        self.logprobs: dict[str, list[Any]] | None = None
+        self.logprobs: dict[str, Any] | None = None
         self.has_logprobs = False
         self.ends: dict[str, Any] = {"finish_reason": None}
 
@@ -169,11 +169,19 @@ class _ChoiceParts:
         return produced
 
     def _add_logprobs(self, logprobs: Mapping[str, Any] | None) -> None:
+        """Token lists (``content``, ``refusal``) are concatenated; other keys (a ``refusal``
+        that stays null) are kept as a non-streamed choice has them."""
         self.has_logprobs = True
-        for key, value in (logprobs or {}).items():
+        if not logprobs:
+            return
+        gathered = self.logprobs = self.logprobs if self.logprobs is not None else {}
+        for key, value in logprobs.items():
             if isinstance(value, list):
-                self.logprobs = self.logprobs or {}
-                self.logprobs.setdefault(key, []).extend(value)
+                if not isinstance(gathered.get(key), list):
+                    gathered[key] = []
+                gathered[key].extend(value)
+            else:
+                _remember(gathered, key, value)
 
     def choice(self) -> dict[str, Any]:
         message: dict[str, Any] = {"role": self.role, "content": None, **self.others}

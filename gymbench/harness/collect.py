@@ -1,164 +1,53 @@
-"""``gymbench collect``: wire settings, plugins and (when no backend is named) the simulator.
-
-With no backend configured the simulated server is started in its own process and used through
-the ``openai`` backend, so the main job runs on a fresh machine with nothing else set up.
+"""``gymbench collect``: a prepared collection with the embedded simulator when no server is named,
+a progress bar, a summary, the metrics files (gymbench's and NeMo Gym's) and the results record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gymbench.errors import GymbenchError
-from gymbench.harness.collect_config import CollectConfig, ServerConfig
+from gymbench.harness.aggregate import write_aggregate_metrics
+from gymbench.harness.collect_config import CollectConfig
+from gymbench.harness.collection import UNBOUNDED_WARNING, Collection, backend_settings, metrics_path
 from gymbench.harness.progress import collect_progress, warn
 from gymbench.jsonio import write_json_atomic
 from gymbench.plugins import Plugins
-from gymbench.record import BenchmarkResult, Metric
-from gymbench.rollout.dataset import TaskSlice, input_identity
-from gymbench.rollout.engine import Collector, CollectSettings, preflight
-from gymbench.rollout.identity import check_run_fingerprint, write_run_fingerprint
+from gymbench.rollout.engine import Collector
 from gymbench.rollout.stats import CollectStats
 from gymbench.run import Run
 from gymbench.settings import settings_dict
-from gymbench.types import ConcurrencyStrategy, GenerationFailed
-
-SIM_MODEL = "gymbench-sim"
-STORED_LATENCY_SAMPLES = 2000
-UNBOUNDED_WARNING = (
-    "num_samples_in_parallel is unset: every task is dispatched at once (NeMo Gym's default). "
-    "Set +num_samples_in_parallel=N, or find N with `gymbench tune`"
-)
-
-
-@contextlib.contextmanager
-def backend_settings(config: ServerConfig, plugins: Plugins) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The backend's name and settings; starts (and stops) the simulator when there is no server.
-
-    A backend gets the server settings its schema declares, plus ``backend_options`` (checked
-    against the schema: a misspelt option is an error). No backend: the simulator behind the
-    ``openai`` backend. ``nemo-gym`` without ``agent_url``: the simulator's agent mode (``/run``).
-    """
-    name = config.backend or "openai"
-    declared = plugins.options("backend", name)
-    values = config.backend_values()
-    settings = {key: value for key, value in values.items() if declared is None or key in declared}
-    settings.update(config.backend_options)
-    needs_sim = config.backend is None or (config.backend == "nemo-gym" and not config.agent_url)
-    if not needs_sim:
-        yield name, settings
-        return
-    from gymbench.sim import running_sim_server
-
-    with running_sim_server(preset=config.sim_preset, **config.sim) as server:
-        warn(
-            f"no server set: using the simulated server (preset {config.sim_preset}) at {server.url} "
-            f"through the {name} backend; set +backend=openai +base_url=... +model=... "
-            "(or +backend=nemo-gym +agent_url=...) for a real one"
-        )
-        sim_values = {"base_url": server.base_url, "agent_url": server.url, "model": config.model or SIM_MODEL}
-        settings.update({k: v for k, v in sim_values.items() if declared is None or k in declared})
-        yield name, settings
-
-
-def make_strategy(plugins: Plugins, name: str, options: dict[str, Any], parallelism: int | None) -> ConcurrencyStrategy:
-    """A strategy from the registry; ``num_samples_in_parallel`` goes to those that take it."""
-    declared = plugins.options("strategy", name)
-    config = dict(options)
-    if declared is None or "num_samples_in_parallel" in declared:
-        config.setdefault("num_samples_in_parallel", parallelism)
-    elif parallelism is not None:
-        warn(f"num_samples_in_parallel does not apply to strategy {name!r}, which sets its own limit")
-    return plugins.strategy(name, config)
-
-
-def collect_settings(config: CollectConfig) -> CollectSettings:
-    if not config.input_jsonl_fpath:
-        raise GymbenchError("collect needs +input_jsonl_fpath=TASKS.jsonl")
-    if not config.output_jsonl_fpath:
-        raise GymbenchError("collect needs +output_jsonl_fpath=ROLLOUTS.jsonl")
-    selection = TaskSlice(config.start_idx, config.end_idx, config.limit, config.num_repeats)
-    return CollectSettings(
-        input_path=Path(config.input_jsonl_fpath),
-        output_path=Path(config.output_jsonl_fpath),
-        selection=selection,
-        overrides=dict(config.responses_create_params),
-        resume=config.resume,
-        overwrite=config.overwrite,
-        max_attempts=config.max_attempts,
-        verify=config.verify_settings(),
-        stop_after_failures=config.stop_after_failures,
-    )
-
-
-def metrics_path(output: Path) -> Path:
-    return output.with_name(output.name + ".metrics.json")
-
-
-def check_metrics_path(path: Path) -> None:
-    if path.is_dir():
-        raise GymbenchError(f"{path}: is a directory, but the run writes its metrics file there; move it away")
-
-
-def run_identity(config: CollectConfig, settings: CollectSettings, regular_input: bool) -> dict[str, Any]:
-    """What defines the rows of a run: the tasks selected (by content) and the settings that change rows.
-
-    Where the server listens is left out (the embedded simulator gets a new port every run).
-    """
-    identity = input_identity(settings.input_path, settings.selection) if regular_input else {"kind": "pipe"}
-    return {
-        "input": {key: identity[key] for key in ("rows", "blake2b", "kind") if key in identity},
-        "selection": {
-            "start_idx": config.start_idx, "end_idx": config.end_idx, "limit": config.limit,
-            "num_repeats": config.num_repeats,
-        },
-        "verifier": {"name": config.verifier, "options": config.verifier_options},
-        "request": {
-            "backend": config.backend, "model": config.model, "api": config.api, "agent_url": config.agent_url,
-            "responses_create_params": config.responses_create_params, "extra_body": config.extra_body,
-        },
-    }  # fmt: skip
-
-
-def check_run_identity(config: CollectConfig, settings: CollectSettings, regular_input: bool) -> None:
-    """A resume must continue the same run: refuse (or, forced, warn about) a different one."""
-    identity = run_identity(config, settings, regular_input)
-    if settings.resume:
-        for message in check_run_fingerprint(settings.output_path, identity, config.resume_force):
-            warn(message)
-    else:
-        write_run_fingerprint(settings.output_path, identity)
+from gymbench.types import GenerationFailed
 
 
 def run_collect(config: CollectConfig, plugins: Plugins) -> int:
-    settings = collect_settings(config)
-    verifier = plugins.verifier(config.verifier, config.verifier_options)
-    strategy = make_strategy(plugins, config.strategy, config.strategy_options, config.num_samples_in_parallel)
-    if config.num_samples_in_parallel is None and config.strategy == "semaphore":
-        warn(UNBOUNDED_WARNING)
     run = Run(plugins, "collect", config.run_name, settings_dict(config), results_dir=config.results_dir,
               save=config.save_results)  # fmt: skip
-    tasks = preflight(settings)
-    with contextlib.closing(tasks):
-        check_metrics_path(metrics_path(settings.output_path))
-        check_run_identity(config, settings, tasks.is_regular)
+    collection = Collection.prepare(config, plugins)
+    with contextlib.closing(collection):
         run.start()
+        if config.num_samples_in_parallel is None and config.strategy == "semaphore":
+            warn(UNBOUNDED_WARNING)
         with backend_settings(config, plugins) as (backend_name, backend_config):
             backend = plugins.backend(backend_name, backend_config)
-            collector = Collector(settings, backend, verifier, strategy, tasks=tasks)
-            stats, interrupted = _collect(collector, config.progress)
+            collector = collection.attach(backend_name, backend)
+            stats, interrupted = _collect(collection, config.progress)
+            output = collection.settings.output_path
+            aggregated = None
+            if not (interrupted or config.disable_aggregation or collector.problems.errors):
+                aggregated = write_aggregate_metrics(output, backend, backend_config)
     summary = stats.summary()
-    print(format_summary(summary, settings.output_path), file=sys.stderr)
-    run.finish([collect_result(config, backend_name, stats)], save=config.save_results and not interrupted)
-    write_json_atomic(metrics_path(settings.output_path), {"summary": summary, "settings": settings_dict(config)})
+    print(format_summary(summary, output), file=sys.stderr)
+    if aggregated is not None:
+        print(f"aggregate metrics (NeMo Gym's): {aggregated}", file=sys.stderr)
+    run.finish([collection.result()], save=config.save_results and not interrupted)
+    write_json_atomic(metrics_path(output), {"summary": summary, "settings": settings_dict(config)})
     if run.saved_path is not None:
         print(f"results record: {run.saved_path}", file=sys.stderr)
-    return _exit_status(collector, stats, settings.output_path, interrupted)
+    return _exit_status(collector, stats, output, interrupted)
 
 
 def _exit_status(collector: Collector, stats: CollectStats, output: Path, interrupted: bool) -> int:
@@ -189,8 +78,10 @@ def _exit_status(collector: Collector, stats: CollectStats, output: Path, interr
     return 0 if stats.failed == 0 else 1
 
 
-def _collect(collector: Collector, show_progress: bool) -> tuple[CollectStats, bool]:
-    """Run the engine on a fresh event loop (uvloop when installed) with a progress bar."""
+def _collect(collection: Collection, show_progress: bool) -> tuple[CollectStats, bool]:
+    """Run the collection on a fresh event loop (uvloop when installed) with a progress bar."""
+    collector = collection.collector
+    assert collector is not None
     seen: set[tuple[str, int | None]] = set()
 
     def on_failure(failure: GenerationFailed) -> None:
@@ -202,7 +93,7 @@ def _collect(collector: Collector, show_progress: bool) -> tuple[CollectStats, b
         collector.on_failure = on_failure
         with collect_progress(collector, enabled=show_progress) as on_progress:
             collector.on_progress = on_progress
-            return await collector.run()
+            return await collection.run()
 
     try:
         return run_loop(main()), False
@@ -240,33 +131,3 @@ def format_summary(summary: dict[str, Any], output: Path) -> str:
         f"rollouts: {output}",
     ]
     return "\n".join(lines)
-
-
-def collect_result(config: CollectConfig, backend_name: str, stats: CollectStats) -> BenchmarkResult:
-    summary = stats.summary()
-    latencies = stats.latency.values
-    if len(latencies) > STORED_LATENCY_SAMPLES:
-        latencies = random.Random(0).sample(latencies, STORED_LATENCY_SAMPLES)
-    metrics = {
-        "rollouts_per_s": Metric(summary["rollouts_per_s"], "rollouts/s", "higher"),
-        "output_tokens_per_s": Metric(summary["output_tokens_per_s"], "tokens/s", "higher"),
-        "failed": Metric(float(stats.failed), "rollouts", "lower"),
-    }
-    if latencies:
-        metrics["latency"] = Metric.from_samples(latencies, "s", "lower")
-    for stage, value in summary["stage_mean_s"].items():
-        if value is not None:
-            metrics[f"stage_{stage}"] = Metric(value, "s", "lower")
-    if stats.mean_reward is not None:
-        metrics["mean_reward"] = Metric(stats.mean_reward, "reward", "higher")
-    return BenchmarkResult(
-        name="collect",
-        params={
-            "input": Path(config.input_jsonl_fpath or "").name,
-            "backend": backend_name,
-            "num_samples_in_parallel": config.num_samples_in_parallel,
-            "strategy": config.strategy,
-        },
-        metrics=metrics,
-        extra={"summary": summary},
-    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gymbench.builtin.backends import check_head_server
 from gymbench.rollout.verification import VerifySettings
 from gymbench.settings import at_least, positive_finite, require, safe_name
 
@@ -26,10 +27,26 @@ def _help(text: str) -> dict[str, str]:
 class ServerConfig:
     input_jsonl_fpath: str | None = field(default=None, metadata=_help("JSONL file of tasks (required)"))
     backend: str | None = field(
-        default=None, metadata=_help("backend plugin (unset: start the simulated server and use it)")
+        default=None,
+        metadata=_help(
+            "backend plugin (unset: nemo-gym when an agent is named, openai when base_url is; "
+            "with no server named at all, the simulated server)"
+        ),
     )
-    agent_url: str | None = field(default=None, metadata=_help("NeMo Gym agent server (backend nemo-gym)"))
-    agent_name: str | None = field(default=None, metadata=_help("NeMo Gym agent name (recorded; use agent_url)"))
+    agent_url: str | None = field(
+        default=None, metadata=_help("NeMo Gym agent server, http://HOST:PORT (every row goes there)")
+    )
+    agent_name: str | None = field(
+        default=None,
+        metadata=_help(
+            "NeMo Gym agent for rows without an agent_ref, found through the head server "
+            "(+head_server.host=H +head_server.port=P, default 127.0.0.1:11000)"
+        ),
+    )
+    head_server: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_help("NeMo Gym's head server, +head_server.host=H +head_server.port=P (default 127.0.0.1:11000)"),
+    )
     base_url: str | None = field(default=None, metadata=_help("OpenAI-compatible base URL, e.g. http://HOST:PORT/v1"))
     model: str | None = field(default=None, metadata=_help("model name sent with each request"))
     api: str = field(default="responses", metadata=_help("responses or chat"))
@@ -76,6 +93,7 @@ class ServerConfig:
         at_least("global_aiohttp_connector_limit", self.global_aiohttp_connector_limit, 0)
         at_least("global_aiohttp_connector_limit_per_host", self.global_aiohttp_connector_limit_per_host, 0)
         safe_name("run_name", self.run_name)
+        check_head_server(self.head_server)
         at_least("verify_cache_size", self.verify_cache_size, 0)
         self.verify_settings()  # its own checks: pool, workers, fraction, first_n
 
@@ -96,7 +114,7 @@ class ServerConfig:
         """Every server setting by name; the harness passes a backend those its schema declares."""
         keys = (
             "base_url", "model", "api", "stream", "api_key_env", "extra_body", "agent_url", "agent_name",
-            "request_timeout_s", "max_retries", "global_aiohttp_connector_limit",
+            "head_server", "request_timeout_s", "max_retries", "global_aiohttp_connector_limit",
             "global_aiohttp_connector_limit_per_host",
         )  # fmt: skip
         return {key: getattr(self, key) for key in keys}
@@ -121,6 +139,9 @@ class CollectConfig(ServerConfig):
     stop_after_failures: int = field(
         default=20,
         metadata=_help("stop early after this many rollouts in a row fail to reach the server (0: never)"),
+    )
+    disable_aggregation: bool = field(
+        default=False, metadata=_help("write no <stem>_aggregate_metrics.json (NeMo Gym's setting)")
     )
 
     def __post_init__(self) -> None:

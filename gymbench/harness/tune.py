@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.errors import GymbenchError
-from gymbench.harness.collect import backend_settings, make_strategy, run_loop
+from gymbench.harness.collect import run_loop
+from gymbench.harness.collection import backend_settings, checked_backend, chosen_backend, make_strategy
 from gymbench.harness.progress import ProbeProgress
 from gymbench.harness.tune_config import DiagnoseConfig, ProbeConfig, TuneConfig
+from gymbench.jsonio import check_writable_file
 from gymbench.knee_search import SearchSettings
 from gymbench.plugins import Plugins
 from gymbench.rates import Precision
@@ -20,6 +22,7 @@ from gymbench.rollout.dataset import TaskSlice, check_input_file, read_tasks
 from gymbench.rollout.engine import CollectSettings
 from gymbench.run import Run
 from gymbench.settings import settings_dict
+from gymbench.tuning.advice import backend_kind
 from gymbench.tuning.diagnose import Diagnosis, diagnose
 from gymbench.tuning.probe import Prober
 from gymbench.tuning.report import (
@@ -63,13 +66,14 @@ def strategies_for(config: ProbeConfig, plugins: Plugins) -> Strategies:
 
 def with_prober(config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], Awaitable[Any]]) -> Any:
     """Start the backend (or the simulator), build a prober on the task sample, run ``work``."""
+    plugins.verifier(config.verifier, config.verifier_options)
+    checked_backend(config, plugins)
     if not config.input_jsonl_fpath:
         raise GymbenchError("needs +input_jsonl_fpath=TASKS.jsonl (the sample every probe uses)")
     source = Path(config.input_jsonl_fpath)
     if not check_input_file(source):
         raise GymbenchError(f"{source}: is a pipe; probes read the task sample many times, so give a file")
     next(read_tasks(source, TaskSlice(limit=1)), None)
-    plugins.verifier(config.verifier, config.verifier_options)
     settings = CollectSettings(
         source,
         Path(tempfile.gettempdir()) / "unused.jsonl",
@@ -94,6 +98,7 @@ def with_prober(config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], 
             return run_loop(work(prober))
         finally:
             progress.close()
+            prober.close()
 
 
 def tune_run(config: TuneConfig, plugins: Plugins) -> TuneResult:
@@ -119,6 +124,8 @@ def tune_run(config: TuneConfig, plugins: Plugins) -> TuneResult:
 
 
 def run_tune(config: TuneConfig, plugins: Plugins) -> int:
+    if config.plot:
+        check_writable_file(config.plot, "plot", "+plot (or +plot= for none)")
     run = Run(plugins, "tune", config.run_name, settings_dict(config), results_dir=config.results_dir,
               save=config.save_results).start()  # fmt: skip
     result = tune_run(config, plugins)
@@ -142,7 +149,9 @@ def diagnose_run(config: DiagnoseConfig, plugins: Plugins) -> Diagnosis:
     async def work(prober: Prober) -> Diagnosis:
         low = await prober.probe(config.low, strategies.fixed(config.low))
         high = await prober.probe(config.high, strategies.fixed(config.high))
-        return diagnose(low, high)
+        diagnosis = diagnose(low, high)
+        diagnosis.backend_kind = backend_kind(chosen_backend(config)[0])
+        return diagnosis
 
     return with_prober(config, plugins, work)
 

@@ -74,6 +74,9 @@ class TuneConfig(ProbeConfig):
         require(self.resolution > 1, "resolution", self.resolution, "a ratio above 1")
         at_least("reprobes", self.reprobes, 0)
         require(0 < self.share <= 1, "share", self.share, "a share in (0, 1]")
+        at_least("plateau_gain", self.plateau_gain, 0.0)
+        at_least("degrade", self.degrade, 0.0, 1.0)
+        at_least("error_rate", self.error_rate, 0.0, 1.0)
         at_least("stability_rollouts", self.stability_rollouts, 0)
 
 

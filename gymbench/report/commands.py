@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from gymbench.plugins import Plugins
 
 
-
 def _lazy_run(name: str) -> Any:
     def run(args: argparse.Namespace, plugins: Plugins) -> int:
         from gymbench.report import store_commands

@@ -5,19 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gymbench.baseline.calibrate import learn_noise, rerun_suite
 from gymbench.baseline.compare import detectable_change
 from gymbench.baseline.gate import GateResult, noise_for, run_gate
+from gymbench.baseline.guarded import gate_or_explain
 from gymbench.baseline.noise import NoiseTable
 from gymbench.baseline.pytest_benchmark import load_any, load_pytest_benchmark, to_pytest_benchmark
 from gymbench.baseline.settings import CompareSettings, build_settings
-from gymbench.baseline.store import BaselineStore, save_calibration
-from gymbench.errors import GymbenchError
+from gymbench.baseline.store import BaselineStore, StoredRun, save_calibration
+from gymbench.errors import GymbenchError, ResultsFileError
 from gymbench.fingerprint import machine_info
-from gymbench.record import ResultsRecord, save_record, store_path, utc_now
+from gymbench.jsonio import check_writable_file
+from gymbench.record import ResultsRecord, save_record, store_path, utc_now, validate_record_dict
 from gymbench.report.html import render_report, write_report
 from gymbench.report.markdown import comparison_markdown, write_step_summary
 from gymbench.report.terminal import comparison_lines, table
@@ -37,7 +40,8 @@ def _gate(args: argparse.Namespace, baseline_spec: str, candidate_spec: str) -> 
         correct_shift=False if args.no_shift_correction else None,
     )
     baseline, candidate = store.select(baseline_spec, key), store.select(candidate_spec, key)
-    return run_gate(baseline, candidate, settings, noise_for(args.results_dir, key, args.calibration), args.fail_on)
+    noise = noise_for(args.results_dir, key, args.calibration)
+    return gate_or_explain(lambda: run_gate(baseline, candidate, settings, noise, args.fail_on), baseline, candidate)
 
 
 def _publish(result: GateResult, args: argparse.Namespace) -> None:
@@ -49,6 +53,8 @@ def _publish(result: GateResult, args: argparse.Namespace) -> None:
 
 
 def _run_compare(args: argparse.Namespace, plugins: Plugins) -> int:
+    if args.markdown:
+        check_writable_file(args.markdown, "markdown summary", "--markdown")
     result = _gate(args, args.baseline, args.candidate)
     _publish(result, args)
     return result.enforced.cli_code
@@ -83,6 +89,9 @@ def _print_noise(noise: NoiseTable, settings: CompareSettings) -> None:
 
 
 def _run_report(args: argparse.Namespace, plugins: Plugins) -> int:
+    check_writable_file(args.output, "report", "-o")
+    if args.markdown:
+        check_writable_file(args.markdown, "markdown summary", "--markdown")
     store = BaselineStore(args.results_dir)
     key = machine_info()["key"]
     runs = store.runs(key) or store.runs()
@@ -104,23 +113,33 @@ def _run_baselines(args: argparse.Namespace, plugins: Plugins) -> int:
     store = BaselineStore(args.results_dir)
     runs = store.runs(None if args.all_machines else machine_info()["key"])
     rows = [("stamp", "name", "machine", "commit", "path")]
-    rows += [(r.stamp, r.name, r.machine_key, (r.commit or "-")[:10], str(r.path)) for r in runs]
+    rows += [(r.stamp, r.name, r.machine_key, _commit(r)[:10], str(r.path)) for r in runs]
     print("\n".join(table(rows)) if runs else f"no saved runs in {args.results_dir}/ for this machine")
     return 0
+
+
+def _commit(run: StoredRun) -> str:
+    """A listing shows every file: one that cannot be read is marked, with a warning naming it."""
+    try:
+        return run.commit or "-"
+    except ResultsFileError as exc:
+        print(f"gymbench: warning: {exc}", file=sys.stderr)
+        return "(unreadable)"
 
 
 def _run_import(args: argparse.Namespace, plugins: Plugins) -> int:
     record = load_pytest_benchmark(args.path)
     name = args.name or record.name
     target = store_path(record, args.results_dir, name)
-    saved = save_record(
-        ResultsRecord(name, record.benchmarks, record.fingerprint, record.created_at, record.kind), target
-    )
+    imported = ResultsRecord(name, record.benchmarks, record.fingerprint, record.created_at, record.kind)
+    validate_record_dict(imported.to_dict(), str(args.path))  # a problem names the file it came from
+    saved = save_record(imported, target)
     print(f"imported {len(record.benchmarks)} benchmarks to {saved}")
     return 0
 
 
 def _run_export(args: argparse.Namespace, plugins: Plugins) -> int:
+    check_writable_file(args.output, "export", "-o")
     data = to_pytest_benchmark(load_any(args.path), args.metric)
     args.output.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(f"exported {len(data['benchmarks'])} benchmarks to {args.output}")

@@ -87,8 +87,9 @@ def check_input_file(path: str | os.PathLike[str]) -> bool:
         raise DatasetError(
             f"{path}: input file not found; pass +input_jsonl_fpath=PATH to a JSONL file of tasks"
         ) from None
-    except OSError as exc:
-        raise DatasetError(f"{path}: cannot read the input ({exc.strerror or exc}); check the path") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
+        reason = getattr(exc, "strerror", None) or exc
+        raise DatasetError(f"{path}: cannot read the input ({reason}); check the path") from None
     if stat.S_ISDIR(info.st_mode):
         raise DatasetError(f"{path}: is a directory; pass a JSONL file of tasks")
     regular = stat.S_ISREG(info.st_mode)
@@ -168,6 +169,11 @@ def parse_row(path: str | os.PathLike[str], line_number: int, line: str) -> dict
     data = params.get("input")
     if not isinstance(data, (str, list)) or not data:
         raise DatasetError(f"{where}: responses_create_params.input must be a non-empty string or list of messages")
+    if isinstance(data, list) and not all(isinstance(item, dict) for item in data):
+        raise DatasetError(
+            f"{where}: responses_create_params.input is a list, so each item must be a message object "
+            '(e.g. {"role": "user", "content": "..."}), as in NeMo Gym'
+        )
     return row
 
 

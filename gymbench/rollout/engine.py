@@ -36,6 +36,7 @@ from gymbench.rollout.output import (
 from gymbench.rollout.rows import build_row, count_row
 from gymbench.rollout.stats import CollectStats
 from gymbench.rollout.verification import Judgement, VerificationRunner, VerifySettings
+from gymbench.rollout.verify_cache import check_cache_file
 from gymbench.types import (
     Backend,
     ConcurrencyStrategy,
@@ -64,6 +65,9 @@ class CollectSettings:
     verify: VerifySettings = field(default_factory=VerifySettings)
     stop_after_failures: int = 0
     """Stop after this many failed rollouts in a row (0: never; the command line's default is 20)."""
+    row_defaults: Mapping[str, Any] = field(default_factory=dict)
+    """Fields every row gets unless it has its own: NeMo Gym's ``+agent_name`` is each row's default
+    ``agent_ref``, so the backend routes by it and failed rows name their agent too."""
 
 
 def preflight(settings: CollectSettings) -> TaskStream:
@@ -77,6 +81,8 @@ def preflight(settings: CollectSettings) -> TaskStream:
         check_resumable_input(settings.input_path)
     elif not settings.overwrite:
         refuse_to_overwrite(settings.output_path)
+    if settings.verify.cache_path:
+        check_cache_file(settings.verify.cache_path)
     return open_tasks(settings.input_path, settings.selection)
 
 
@@ -108,6 +114,9 @@ class Collector:
         self.stopped_early = False
         self.problems = RunProblems()
         self.breaker = FailureBreaker(settings.stop_after_failures)
+        self.resume_state: ResumeState | None = None
+        """The earlier rows, read before any server started (:func:`load_resume_state`); ``None``:
+        read when the run starts, if it resumes."""
         self._writer: RolloutWriter | None = None
         self._pending: set[asyncio.Task[None]] = set()
 
@@ -120,7 +129,9 @@ class Collector:
         tasks = self.tasks if self.tasks is not None else open_tasks(cfg.input_path, cfg.selection)
         self.tasks = None  # a stream is read once
         try:
-            state = load_resume_state(cfg.output_path, cfg.max_attempts) if cfg.resume else None
+            state = self.resume_state
+            if state is None and cfg.resume:
+                state = load_resume_state(cfg.output_path, cfg.max_attempts)
             if state is None and not cfg.overwrite:
                 refuse_to_overwrite(cfg.output_path)
             self._writer = RolloutWriter(cfg.output_path, append=state is not None)
@@ -188,6 +199,8 @@ class Collector:
         pair = (task.task_index, task.rollout_index)
         written = False
         where = "the backend"
+        if self.settings.row_defaults:
+            task = Task(task.task_index, task.rollout_index, {**self.settings.row_defaults, **task.row})
         try:
             params = {**task.row["responses_create_params"], **self.settings.overrides}
             request = GenerationRequest(task.task_index, task.rollout_index, params, task.row)
@@ -258,4 +271,4 @@ def _outcome(latency: float, generation: Generation | None, failure: GenerationF
     if generation is not None:
         return RequestOutcome(latency, True, None, generation.usage.completion_tokens, generation.retries)
     assert failure is not None
-    return RequestOutcome(latency, False, failure.status, 0, failure.retries)
+    return RequestOutcome(latency, False, failure.status, 0, failure.retries, failure.rate_limit)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import reprlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -73,7 +74,7 @@ def _classify(path: Path, number: int, raw: bytes, state: ResumeState, max_attem
         state.dropped_truncated = True
         return "skip"
     row = _read_row(path, number, raw)
-    key = pair_key(_task_index(path, number, row), _rollout_index(path, number, row))
+    key = pair_key(*read_pair(path, number, row))
     if key in state.done:
         state.duplicate_rows += 1
         return "skip"
@@ -103,30 +104,44 @@ def _read_row(path: Path, number: int, raw: bytes) -> dict[str, Any]:
     return row
 
 
-def _index(path: Path, number: int, row: dict[str, Any], names: tuple[str, str], limit: int | None) -> int:
-    """A row's index under gymbench's name or NeMo Gym's ``_ng_`` name, checked to be a usable int."""
-    name = next((n for n in names if n in row), None)
-    if name is None:
+TASK_INDEX_NAMES = ("task_index", "_ng_task_index")
+ROLLOUT_INDEX_NAMES = ("rollout_index", "_ng_rollout_index")
+"""A row's indices under gymbench's name and NeMo Gym's; gymbench writes both, NeMo Gym the second."""
+
+
+def read_pair(path: Path, number: int, row: Mapping[str, Any]) -> tuple[int, int]:
+    """A rollout row's (task, rollout) pair, from either tool's fields; ``path:number`` names it in errors.
+
+    Resume and the tools that join rollout files read pairs through here, so a file NeMo Gym
+    wrote and one gymbench wrote are read alike."""
+    return (
+        _index(path, number, row, TASK_INDEX_NAMES, None),
+        _index(path, number, row, ROLLOUT_INDEX_NAMES, MAX_REPEATS),
+    )
+
+
+def _index(path: Path, number: int, row: Mapping[str, Any], names: tuple[str, str], limit: int | None) -> int:
+    """The index under either name, checked to be a usable int (and the same under both)."""
+    present = [name for name in names if name in row]
+    if not present:
         raise GymbenchError(
             f"{path}:{number}: not a gymbench rollout row (no {names[0]} or {names[1]}), "
             f"so the file cannot be resumed; {_MOVE_AWAY}"
         )
-    value = row[name]
-    if type(value) is not int or value < 0 or (limit is not None and value >= limit):
-        bound = "0 or more" if limit is None else f"from 0 to {limit - 1}"
+    for name in present:
+        value = row[name]
+        if type(value) is not int or value < 0 or (limit is not None and value >= limit):
+            bound = "0 or more" if limit is None else f"from 0 to {limit - 1}"
+            raise GymbenchError(
+                f"{path}:{number}: {name} must be a whole number {bound}, got {reprlib.repr(value)}; "
+                f"fix or remove the row, or {_MOVE_AWAY}"
+            )
+    if len(present) == 2 and row[names[0]] != row[names[1]]:
         raise GymbenchError(
-            f"{path}:{number}: {name} must be a whole number {bound}, got {reprlib.repr(value)}; "
-            f"fix or remove the row, or {_MOVE_AWAY}"
+            f"{path}:{number}: {names[0]} ({row[names[0]]}) and {names[1]} ({row[names[1]]}) disagree, so the row "
+            f"belongs to no single rollout; fix or remove the row, or {_MOVE_AWAY}"
         )
-    return value
-
-
-def _task_index(path: Path, number: int, row: dict[str, Any]) -> int:
-    return _index(path, number, row, ("task_index", "_ng_task_index"), None)
-
-
-def _rollout_index(path: Path, number: int, row: dict[str, Any]) -> int:
-    return _index(path, number, row, ("rollout_index", "_ng_rollout_index"), MAX_REPEATS)
+    return row[present[0]]
 
 
 def _attempt(path: Path, number: int, row: dict[str, Any]) -> int:
@@ -231,8 +246,18 @@ class RolloutWriter:
 def check_output_path(input_path: str | os.PathLike[str], output_path: str | os.PathLike[str]) -> None:
     """Refuse an output that would destroy the tasks or that cannot be created, before the run."""
     output = Path(output_path)
+    try:
+        output.exists()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, a symlink loop
+        reason = getattr(exc, "strerror", None) or exc
+        raise GymbenchError(f"{output}: cannot use this path ({reason}); choose another +output_jsonl_fpath") from None
     if output.is_dir():
         raise GymbenchError(f"{output}: is a directory; +output_jsonl_fpath must name a file in it")
+    if output.exists() and not output.is_file():
+        raise GymbenchError(
+            f"{output}: is not a regular file (a pipe or a device); rollouts, their run fingerprint and "
+            "metrics are written beside a regular file. Choose another +output_jsonl_fpath"
+        )
     blocker = next((p for p in output.parents if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         raise GymbenchError(

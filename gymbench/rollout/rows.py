@@ -1,8 +1,14 @@
 """One output row per rollout, and what it adds to the run's statistics.
 
 The row keeps the input row (so a rollout file can be verified or trained on without the task
-file), the request as sent, the indices that make resume exact, and the product itself: the
-server's response, the reward and the verifier's judgement, or why it failed.
+file), the request, the indices that make resume exact, and the product itself: the server's
+response, the reward and the verifier's judgement, or why it failed.
+
+Rows are NeMo Gym's rows too: its index fields ``_ng_task_index``/``_ng_rollout_index`` sit
+beside gymbench's (always equal), an agent backend's ``agent_ref`` is kept, and when an agent
+scored the row its ``verifier`` says so (``name: "agent"``). ``responses_create_params`` is what
+the agent echoed back when it did (its normalised request, what NeMo Gym writes and trains on),
+otherwise the request as gymbench sent it; the run's overrides are in ``<output>.run.json``.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from gymbench.rollout.verification import Judgement
 from gymbench.types import Generation, GenerationFailed
 
 REQUEST_STAGES = ("connection_wait", "ttft", "generation")
+AGENT_VERIFIER = "agent"
+"""``verifier.name`` of a row the backend's agent scored (gymbench's verifier did not run)."""
 
 
 def build_row(
@@ -29,9 +37,10 @@ def build_row(
     verifier_name: str,
 ) -> dict[str, Any]:
     row = dict(task.row)
-    row["responses_create_params"] = params
-    row["task_index"] = task.task_index
-    row["rollout_index"] = task.rollout_index
+    echoed = generation.extra.get("responses_create_params") if generation is not None else None
+    row["responses_create_params"] = echoed if isinstance(echoed, Mapping) else params
+    row["task_index"] = row["_ng_task_index"] = task.task_index
+    row["rollout_index"] = row["_ng_rollout_index"] = task.rollout_index
     row["attempt"] = attempt
     row["retries"] = generation.retries if generation is not None else failure.retries if failure is not None else 0
     if generation is not None and judgement is not None:
@@ -40,7 +49,7 @@ def build_row(
         row["response"] = generation.response
         row["reward"] = verdict.reward if verdict is not None and verdict.failure_kind is None else None
         row["verifier"] = {
-            "name": verifier_name,
+            "name": AGENT_VERIFIER if generation.reward is not None else verifier_name,
             "details": verdict.details if verdict is not None else {},
             "failure_kind": verdict.failure_kind if verdict is not None else None,
             "cached": judgement.cached,

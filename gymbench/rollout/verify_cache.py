@@ -92,11 +92,16 @@ def _open(path: Path) -> sqlite3.Connection:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("CREATE TABLE IF NOT EXISTS verdicts (key BLOB PRIMARY KEY, verdict BLOB NOT NULL)")
         db.commit()
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, OSError) as exc:
         raise GymbenchError(
             f"{path}: cannot use as a verification cache ({exc}); delete it or choose another path"
         ) from None
     return db
+
+
+def check_cache_file(path: str | Path) -> None:
+    """Open (creating) the cache file once, so a run never starts with a cache it cannot use."""
+    _open(Path(path)).close()
 
 
 def _encode(verdict: Verdict) -> bytes:

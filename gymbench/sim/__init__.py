@@ -11,8 +11,7 @@ The names below are imported on first use, so that ``gymbench.sim.plugin`` (load
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from gymbench.lazy import lazy_exports
 
 _EXPORTS = {
     "PRESETS": "gymbench.sim.config",
@@ -30,9 +29,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gymbench.sim' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,11 @@ OUTPUT_DISTRIBUTIONS = ("fixed", "uniform", "exponential", "max_tokens")
 class SimConfig:
     """The engine's knobs. Times are seconds; token counts are the simulator's own tokens."""
 
-    model: str = field(default="gymbench-sim", metadata={"help": "model name the server reports"})
+    model: str = field(default="gymbench-sim", metadata={"help": "model name the server serves and lists"})
+    model_aliases: tuple[str, ...] = field(
+        default=(),
+        metadata={"help": "other model names it answers to (as vLLM's --served-model-name); others get 404"},
+    )
     seed: int = field(default=0, metadata={"help": "seed for output lengths, answers and faults"})
     # --- continuous batching
     max_num_seqs: int = field(default=64, metadata={"help": "sequences running at once, at most"})
@@ -44,6 +49,10 @@ class SimConfig:
     answer_accuracy: float = field(
         default=0.8, metadata={"help": "probability that an answerable task is answered correctly"}
     )
+    tool_call_rate: float = field(
+        default=0.5,
+        metadata={"help": "probability of calling a tool when tools are offered with tool_choice auto"},
+    )
     # --- hosted-API limits
     rpm_limit: float | None = field(default=None, metadata={"help": "requests per minute (429 beyond)"})
     tpm_limit: float | None = field(default=None, metadata={"help": "tokens per minute (429 beyond)"})
@@ -68,9 +77,14 @@ class SimConfig:
     )
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "model_aliases", tuple(self.model_aliases))  # JSON and YAML give lists
         problems = list(_problems(self))
         if problems:
             raise GymbenchError("invalid simulator configuration: " + "; ".join(problems))
+
+    @property
+    def served_models(self) -> tuple[str, ...]:
+        return (self.model, *(alias for alias in self.model_aliases if alias != self.model))
 
     @property
     def instant(self) -> bool:
@@ -85,7 +99,11 @@ class SimConfig:
 
 
 def _problems(config: SimConfig) -> list[str]:
-    found = []
+    found = [
+        f"{field.name} must be a finite number, got {getattr(config, field.name)}"
+        for field in dataclasses.fields(config)
+        if isinstance(getattr(config, field.name), float) and not math.isfinite(getattr(config, field.name))
+    ]
     positive = ("max_num_seqs", "max_num_batched_tokens", "output_tokens_mean", "max_output_tokens")
     for name in positive:
         if getattr(config, name) < 1:
@@ -93,7 +111,9 @@ def _problems(config: SimConfig) -> list[str]:
     for name in ("step_base_s", "step_per_seq_s", "prefill_per_token_s", "warmup_s"):
         if getattr(config, name) < 0:
             found.append(f"{name} must not be negative, got {getattr(config, name)}")
-    for name in ("answer_accuracy", "error_rate", "hang_rate", "reset_rate"):
+    if not all(isinstance(name, str) and name for name in config.served_models):
+        found.append(f"model and model_aliases must be non-empty names, got {list(config.served_models)}")
+    for name in ("answer_accuracy", "tool_call_rate", "error_rate", "hang_rate", "reset_rate"):
         if not 0 <= getattr(config, name) <= 1:
             found.append(f"{name} must be between 0 and 1, got {getattr(config, name)}")
     if config.error_rate + config.hang_rate + config.reset_rate > 1:
@@ -181,14 +201,15 @@ DEFAULT_PRESET = "vllm-like"
 
 
 def config_from_preset(preset: str | None = None, overrides: Mapping[str, Any] | None = None) -> SimConfig:
-    """A configuration from a preset plus explicit overrides (unknown keys are an error)."""
+    """A configuration from a preset plus explicit overrides, each of them type-checked (a number
+    given as text is read as a setting on the command line is; unknown keys are an error)."""
+    from gymbench.settings import build_settings
+
     name = preset or DEFAULT_PRESET
     if name not in PRESETS:
         raise GymbenchError(f"unknown simulator preset {name!r}; known presets: {', '.join(PRESETS)}")
-    values = dict(PRESETS[name])
     known = {f.name for f in dataclasses.fields(SimConfig)}
-    for key, value in (overrides or {}).items():
+    for key in overrides or {}:
         if key not in known:
             raise GymbenchError(f"unknown simulator setting {key!r}; settings are: {', '.join(sorted(known))}")
-        values[key] = value
-    return SimConfig(**values)
+    return build_settings(SimConfig, (), PRESETS[name], dict(overrides or {}), where="simulator")

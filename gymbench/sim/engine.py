@@ -79,20 +79,24 @@ class Engine:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
-    def submit(self, seq: Sequence) -> None:
-        """Queue a sequence; raise :class:`QueueFull` or :class:`TooLarge` when it cannot be."""
+    def submit(self, *seqs: Sequence) -> None:
+        """Queue a request's sequences (one per choice), all or none; raise :class:`QueueFull` or
+        :class:`TooLarge` when they cannot be."""
         cfg = self.config
-        if cfg.kv_cache_tokens is not None and seq.kv_tokens > cfg.kv_cache_tokens:
-            raise TooLarge(f"request needs {seq.kv_tokens} KV tokens, the cache holds {cfg.kv_cache_tokens}")
+        for seq in seqs:
+            if cfg.kv_cache_tokens is not None and seq.kv_tokens > cfg.kv_cache_tokens:
+                raise TooLarge(f"request needs {seq.kv_tokens} KV tokens, the cache holds {cfg.kv_cache_tokens}")
         free_slots = max(0, cfg.max_num_seqs - len(self.running))
-        if cfg.max_waiting is not None and len(self.waiting) - free_slots >= cfg.max_waiting:
+        if cfg.max_waiting is not None and len(self.waiting) + len(seqs) - 1 - free_slots >= cfg.max_waiting:
             raise QueueFull(self._retry_after())
-        seq.prefill_left = seq.prompt_tokens
-        seq.arrived = asyncio.get_running_loop().time()
-        if cfg.instant:
-            self._finish_instantly(seq)
-            return
-        self.waiting.append(seq)
+        now = asyncio.get_running_loop().time()
+        for seq in seqs:
+            seq.prefill_left = seq.prompt_tokens
+            seq.arrived = now
+            if cfg.instant:
+                self._finish_instantly(seq)
+            else:
+                self.waiting.append(seq)
         self._wake.set()
 
     def _retry_after(self) -> float:

@@ -15,7 +15,10 @@ simulated 500 ``server_error``, a request longer than ``timeout_s`` (a simulated
 mid-response does). A failed attempt is repeated up to ``max_retries`` times, as the HTTP client
 does, waiting what the server's Retry-After asks, else ``backoff_s · 2**retry``, without jitter
 so that runs repeat exactly; the default of no retries shows every refusal as a failure.
-Requests are NeMo Gym rows' ``responses_create_params`` (the Responses API), answered whole.
+Requests are NeMo Gym rows' ``responses_create_params`` (the Responses API), answered whole,
+to the configured model whatever the row names (as the HTTP backends send their own ``model``).
+Timings are those a streaming client measures: ``ttft`` to the first token, then ``generation``
+from it to the last, so that their sum is the request's latency, as it is over HTTP.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from types import TracebackType
 from typing import Any
 
 from gymbench.sim.config import SimConfig
-from gymbench.sim.openai_format import RESPONSES, Reply
-from gymbench.sim.service import Refusal, SimService, responses_request
+from gymbench.sim.endpoints import RESPONSES, responses_request
+from gymbench.sim.openai_format import Reply
+from gymbench.sim.service import Refusal, SimService
 from gymbench.types import Generation, GenerationFailed, GenerationRequest, TokenUsage
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -132,16 +136,16 @@ class InProcessBackend:
             admission = service.admit(parsed)
             if admission.fault == "hang":
                 await asyncio.get_running_loop().create_future()  # never answered: the timeout ends it
-            reply, seq = service.submit(parsed, admission, RESPONSES.prefix)
+            reply, seqs = service.submit(parsed, admission, RESPONSES.prefix)
         except Refusal as refusal:
             raise _refused(refusal) from None
-        await service.finish(seq)
+        await service.finish(seqs)
         service.succeeded(reply)
         if admission.fault == "reset":
             raise _AttemptFailed("connection_error", "the connection was reset mid-response (simulated)")
-        first_token = seq.first_token_at if seq.first_token_at is not None else started
-        timings = {"generation": asyncio.get_running_loop().time() - started, "ttft": first_token - started}
-        return _generation(reply, timings)
+        first_token = seqs[0].first_token_at if seqs[0].first_token_at is not None else started
+        finished = asyncio.get_running_loop().time()
+        return _generation(reply, {"ttft": first_token - started, "generation": finished - first_token})
 
 
 def _generation(reply: Reply, timings: dict[str, float]) -> Generation:

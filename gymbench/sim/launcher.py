@@ -44,6 +44,13 @@ class SimServerHandle:
         return f"http://{self.host}:{self.port}"
 
     @property
+    def capacity(self) -> Any:
+        """The engine's theoretical capacity (:class:`~gymbench.sim.capacity.Capacity`), for assertions."""
+        from gymbench.sim.capacity import describe
+
+        return describe(self.config)
+
+    @property
     def base_url(self) -> str:
         """The OpenAI-style base URL (``.../v1``) a client is pointed at."""
         return f"{self.url}/v1"

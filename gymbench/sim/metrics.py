@@ -45,12 +45,12 @@ class ServerMetrics:
             "vllm:request_success", "Finished requests.", ["model_name", "finished_reason"], registry=r
         )
         self.rejected = Counter(
-            "gymbench_sim:requests_rejected", "Requests refused with 429/400.", ["reason"], registry=r
+            "gymbench_sim:requests_rejected", "Requests refused with 429/400/404.", ["reason"], registry=r
         )
         self.faults = Counter("gymbench_sim:faults_injected", "Faults injected by kind.", ["kind"], registry=r)
         for kind in FAULT_KINDS:
             self.faults.labels(kind=kind)
-        for reason in ("queue_full", "rate_limit", "bad_request", "too_large"):
+        for reason in ("queue_full", "rate_limit", "bad_request", "too_large", "model_not_found"):
             self.rejected.labels(reason=reason)
         self._labels = labels
         self._counted = (0, 0)

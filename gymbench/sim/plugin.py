@@ -33,6 +33,15 @@ class SimServeSettings(SimConfig):
     max_tokens: int | None = field(default=None, metadata=_help("assumed max_tokens for --describe"))
     json: bool = field(default=False, metadata=_help("with --describe: machine-readable output"))
 
+    def __post_init__(self) -> None:
+        from gymbench.settings import at_least, require
+
+        super().__post_init__()
+        require(bool(self.host.strip()), "host", self.host, "an address to bind, e.g. 127.0.0.1")
+        at_least("port", self.port, 0, 65535)
+        require(self.prompt_tokens > 0, "prompt_tokens", self.prompt_tokens, "a number of tokens above 0")
+        at_least("max_tokens", self.max_tokens, 1)
+
     def engine(self) -> SimConfig:
         return SimConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SimConfig)})
 
@@ -76,6 +85,12 @@ def run(args: argparse.Namespace, plugins: object) -> int:
         asyncio.run(main())
     except KeyboardInterrupt:
         pass
+    except OSError as exc:  # the address is taken, or not this machine's
+        from gymbench.errors import GymbenchError
+
+        raise GymbenchError(
+            f"cannot listen on {settings.host}:{settings.port} ({exc.strerror or exc}); choose another +host or +port"
+        ) from None
     return 0
 
 

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from gymbench.sim.capacity import describe
 from gymbench.sim.config import SimConfig
+from gymbench.sim.endpoints import ENDPOINTS, RESPONSES, responses_request
 from gymbench.sim.engine import Sequence
-from gymbench.sim.openai_format import ENDPOINTS, RESPONSES, BadRequest, ParsedRequest, Reply
-from gymbench.sim.service import Admission, Refusal, SimService, responses_request
+from gymbench.sim.openai_format import Endpoint, Reply, dumps
+from gymbench.sim.request import BadRequest, ParsedRequest
+from gymbench.sim.service import Admission, Refusal, SimService
 
 HANG_POLL_S = 0.2
 
@@ -60,6 +63,7 @@ class SimServer:
         self.service = SimService(config, time.monotonic)
         self.engine = self.service.engine
         self.metrics = self.service.metrics
+        self.served = config.served_models
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 2**20)
@@ -84,8 +88,8 @@ class SimServer:
         return web.json_response({"status": "ok"})
 
     async def models(self, request: web.Request) -> web.Response:
-        model = {"id": self.config.model, "object": "model", "created": 0, "owned_by": "gymbench-sim"}
-        return web.json_response({"object": "list", "data": [model]})
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "gymbench-sim"} for name in self.served]
+        return web.json_response({"object": "list", "data": data})
 
     async def prometheus(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
@@ -94,17 +98,17 @@ class SimServer:
         capacity = describe(self.config)
         return web.json_response({"config": self.config.to_dict(), "capacity": capacity.__dict__})
 
-    def _handler(self, endpoint: Any) -> Any:
+    def _handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:
         async def handle(request: web.Request) -> web.StreamResponse:
             return await self.serve(endpoint, request)
 
         return handle
 
-    async def serve(self, endpoint: Any, request: web.Request) -> web.StreamResponse:
+    async def serve(self, endpoint: Endpoint, request: web.Request) -> web.StreamResponse:
         parsed = await self._parse(request, endpoint.parse)
         if isinstance(parsed, web.Response):
             return parsed
-        return await self._admit(endpoint, request, parsed, lambda reply: json.dumps(endpoint.full(reply)).encode())
+        return await self._admit(endpoint, request, parsed, lambda reply: dumps(endpoint.full(reply)))
 
     async def run_agent(self, request: web.Request) -> web.StreamResponse:
         """NeMo Gym's agent ``/run``: generate for the row's request, verify, return the row with
@@ -127,14 +131,14 @@ class SimServer:
         def render(reply: Reply) -> bytes:
             row = rows[0]
             reward = agent_reward(row.get("expected_answer"), reply.output.text)
-            return json.dumps({**row, "response": RESPONSES.full(reply), "reward": reward}).encode()
+            return dumps({**row, "response": RESPONSES.full(reply), "reward": reward})
 
         return await self._admit(RESPONSES, request, parsed, render)
 
     async def _parse(self, request: web.Request, parse: Any) -> ParsedRequest | web.Response:
         try:
-            body = json.loads(await request.read())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
             return refusal_response(self.service.bad_request(f"malformed JSON body: {exc}"))
         try:
             return self.service.parse(parse, body)
@@ -142,7 +146,7 @@ class SimServer:
             return refusal_response(refusal)
 
     async def _admit(
-        self, endpoint: Any, request: web.Request, parsed: ParsedRequest, render: Any
+        self, endpoint: Endpoint, request: web.Request, parsed: ParsedRequest, render: Callable[[Reply], bytes]
     ) -> web.StreamResponse:
         """Rate limits and faults, then generation."""
         try:
@@ -161,21 +165,22 @@ class SimServer:
 
     async def _generate(
         self,
-        endpoint: Any,
+        endpoint: Endpoint,
         request: web.Request,
         parsed: ParsedRequest,
         admission: Admission,
-        render: Any,
+        render: Callable[[Reply], bytes],
     ) -> web.StreamResponse:
-        tokens: asyncio.Queue[int] | None = asyncio.Queue() if parsed.stream else None
+        tokens: asyncio.Queue[tuple[int, int]] | None = asyncio.Queue() if parsed.stream else None
+        on_token = (lambda choice, index: tokens.put_nowait((choice, index))) if tokens is not None else None
         try:
-            reply, seq = self.service.submit(parsed, admission, endpoint.prefix, tokens.put_nowait if tokens else None)
+            reply, seqs = self.service.submit(parsed, admission, endpoint.prefix, on_token)
         except Refusal as refusal:
             return refusal_response(refusal)
         reset = admission.fault == "reset"
         if tokens is not None:
-            return await self._stream(endpoint, request, reply, seq, tokens, parsed.include_usage, reset)
-        await self.service.finish(seq)
+            return await self._stream(endpoint, request, reply, seqs, tokens, reset)
+        await self.service.finish(seqs)
         self.service.succeeded(reply)
         payload = render(reply)
         if reset:
@@ -184,29 +189,30 @@ class SimServer:
 
     async def _stream(
         self,
-        endpoint: Any,
+        endpoint: Endpoint,
         request: web.Request,
         reply: Reply,
-        seq: Sequence,
-        tokens: asyncio.Queue[int],
-        include_usage: bool,
+        seqs: list[Sequence],
+        tokens: asyncio.Queue[tuple[int, int]],
         reset: bool,
     ) -> web.StreamResponse:
+        """Each token as the engine makes it, choices interleaved as their sequences step."""
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        total = len(reply.output.tokens)
+        streamer = endpoint.streamer(reply)
+        total = reply.completion_tokens
         try:
-            await response.write(endpoint.stream_start(reply))
-            for _ in range(total):
-                index = await tokens.get()
-                await response.write(endpoint.stream_delta(reply, index))
-                if reset and index + 1 >= max(1, total // 2):
+            await response.write(streamer.start())
+            for sent in range(1, total + 1):
+                choice, index = await tokens.get()
+                await response.write(streamer.token(choice, index))
+                if reset and sent >= max(1, total // 2):
                     self._abort(request)
                     return response
-            await response.write(endpoint.stream_end(reply, include_usage))
+            await response.write(streamer.end())
             await response.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
-            self.engine.cancel(seq)
+            self.service.cancel(seqs)
             raise
         self.service.succeeded(reply)
         return response

@@ -10,9 +10,10 @@ carries the error's HTTP shape; each transport renders it its own way.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +21,10 @@ from gymbench.sim.config import SimConfig
 from gymbench.sim.engine import Engine, QueueFull, Sequence, TooLarge
 from gymbench.sim.limits import FaultPlan, RateLimiter
 from gymbench.sim.metrics import ServerMetrics
-from gymbench.sim.openai_format import RESPONSES, BadRequest, ParsedRequest, Reply
-from gymbench.sim.text import Planner, count_tokens
+from gymbench.sim.openai_format import Reply
+from gymbench.sim.planner import Planner
+from gymbench.sim.request import BadRequest, ParsedRequest
+from gymbench.sim.text import count_tokens
 
 
 class Refusal(Exception):
@@ -57,11 +60,6 @@ class Admission:
     """``"hang"`` or ``"reset"`` for the transport to act out; ``None`` for a healthy request."""
 
 
-def responses_request(model: str, params: Mapping[str, Any]) -> ParsedRequest:
-    """A NeMo Gym row's ``responses_create_params`` as a non-streamed Responses API request."""
-    return RESPONSES.parse({"model": model, **params, "stream": False})
-
-
 class SimService:
     """The state behind one simulated server: engine, planner, limits, faults and metrics.
 
@@ -77,6 +75,7 @@ class SimService:
         self.faults = FaultPlan(config)
         self.limiter = RateLimiter(config, clock())
         self.metrics = ServerMetrics(self.engine, self.faults, config.model)
+        self.served = frozenset(config.served_models)
         self._ids = itertools.count(1)
 
     def bad_request(self, message: str, param: str | None = None) -> Refusal:
@@ -84,13 +83,19 @@ class SimService:
         return Refusal(400, message, "invalid_request_error", param=param)
 
     def parse(self, parse: Callable[[dict[str, Any]], ParsedRequest], body: Any) -> ParsedRequest:
-        """``parse`` applied to a decoded JSON body; raises a counted 400 :class:`Refusal`."""
+        """``parse`` applied to a decoded JSON body; raises a counted 400 :class:`Refusal`, or a 404
+        for a model the server does not serve (as vLLM answers; OpenAI's ``model_not_found``)."""
         try:
             if not isinstance(body, dict):
                 raise BadRequest("the request body must be a JSON object")
-            return parse(body)
+            parsed = parse(body)
         except BadRequest as exc:
             raise self.bad_request(str(exc), exc.param) from None
+        if parsed.model not in self.served:
+            self.metrics.rejected.labels(reason="model_not_found").inc()
+            message = f"The model `{parsed.model}` does not exist. Served: {', '.join(self.config.served_models)}."
+            raise Refusal(404, message, "invalid_request_error", param="model", code="model_not_found")
+        return parsed
 
     def admit(self, parsed: ParsedRequest) -> Admission:
         """Rate limits, then the fault draw; raises :class:`Refusal` (429, or a simulated 500)."""
@@ -106,7 +111,7 @@ class SimService:
     def _check_rate(self, parsed: ParsedRequest, prompt_tokens: int) -> None:
         if not self.limiter.active:
             return
-        reserved = prompt_tokens + (parsed.max_tokens or self.config.max_output_tokens)
+        reserved = prompt_tokens + parsed.n * (parsed.max_tokens or self.config.max_output_tokens)
         decision = self.limiter.check(reserved, self.clock())
         if decision.allowed:
             return
@@ -125,21 +130,27 @@ class SimService:
         parsed: ParsedRequest,
         admission: Admission,
         id_prefix: str,
-        on_token: Callable[[int], None] | None = None,
-    ) -> tuple[Reply, Sequence]:
-        """Plan the output and queue its sequence; raises :class:`Refusal` (queue full, too large)."""
-        rng = self.planner.rng_for(parsed.prompt, parsed.seed)
-        planned = self.planner.plan(parsed.question, parsed.max_tokens, rng)
+        on_token: Callable[[int, int], None] | None = None,
+    ) -> tuple[Reply, list[Sequence]]:
+        """Plan the choices and queue a sequence for each; ``on_token(choice, index)`` hears each
+        token. Raises :class:`Refusal` (queue full, too large)."""
+        choices = self.planner.plan(parsed)
         reply = Reply(
             request_id=f"{id_prefix}{next(self._ids):012x}",
             model=parsed.model,
-            output=planned,
-            prompt_tokens=admission.prompt_tokens,
             created=int(time.time()),
+            prompt_tokens=admission.prompt_tokens,
+            choices=choices,
+            request=parsed,
         )
-        seq = Sequence(admission.prompt_tokens, len(planned.tokens), on_token=on_token)
+        seqs = [
+            Sequence(
+                admission.prompt_tokens, len(choice.tokens), functools.partial(on_token, index) if on_token else None
+            )
+            for index, choice in enumerate(choices)
+        ]
         try:
-            self.engine.submit(seq)
+            self.engine.submit(*seqs)
         except QueueFull as exc:
             self.metrics.rejected.labels(reason="queue_full").inc()
             raise Refusal(
@@ -152,15 +163,21 @@ class SimService:
         except TooLarge as exc:
             self.metrics.rejected.labels(reason="too_large").inc()
             raise Refusal(400, str(exc), "invalid_request_error", code="context_length_exceeded") from None
-        return reply, seq
+        return reply, seqs
 
-    async def finish(self, seq: Sequence) -> None:
-        """Wait for the sequence's last token; a caller that gives up frees its slot."""
+    async def finish(self, seqs: list[Sequence]) -> None:
+        """Wait for every sequence's last token; a caller that gives up frees their slots."""
         try:
-            await seq.done
+            for seq in seqs:
+                await seq.done
         except asyncio.CancelledError:
-            self.engine.cancel(seq)
+            self.cancel(seqs)
             raise
 
+    def cancel(self, seqs: list[Sequence]) -> None:
+        for seq in seqs:
+            self.engine.cancel(seq)
+
     def succeeded(self, reply: Reply) -> None:
-        self.metrics.success.labels(model_name=self.config.model, finished_reason=reply.output.finish_reason).inc()
+        for choice in reply.choices:
+            self.metrics.success.labels(model_name=self.config.model, finished_reason=choice.finish_reason).inc()

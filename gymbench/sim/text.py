@@ -1,44 +1,27 @@
-"""What the simulator "says": token counts, output lengths and answers, all deterministic per seed.
+"""What the simulator "says": token counts, tokens and answers, all deterministic per seed.
 
 Token counts use a fixed rule (one token per four UTF-8 bytes, at least one) instead of a real
 tokenizer: the simulator needs counts that are cheap and repeatable, not a model's vocabulary.
+Generated text follows the same rule: it is cut into tokens of four bytes (the last may be
+shorter), so the tokens a response reports are always ``count_tokens`` of its text.
 """
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from gymbench.sim.config import SimConfig
-
-FILLER = (
-    "let",
-    "me",
-    "think",
-    "about",
-    "this",
-    "step",
-    "by",
-    "first",
-    "we",
-    "note",
-    "that",
-    "the",
-    "value",
-    "is",
-    "so",
-    "then",
-    "and",
-    "therefore",
-    "result",
-    "follows",
-    "check",
-    "again",
-)
+FILLER = tuple(
+    word + " "
+    for word in (
+        "let", "the", "sum", "now", "add", "one", "two", "see", "yes", "and", "but", "not", "all",
+        "say", "try", "use", "get", "set", "how", "may", "can", "was", "are", "its", "our", "new",
+        "odd", "end", "ask", "why",
+    )
+)  # fmt: skip
+"""Reasoning filler: words of exactly one token (four bytes) each."""
 ARITHMETIC = re.compile(r"(-?\d+)\s*([+\-*/×x÷])\s*(-?\d+)")
 CODE_TASK = re.compile(r"prints? (?:their|the) (sum|product|maximum|minimum)", re.IGNORECASE)
 PROGRAMS = {
@@ -51,6 +34,21 @@ PROGRAMS = {
 
 def count_tokens(text: str) -> int:
     return max(1, (len(text.encode("utf-8")) + 3) // 4)
+
+
+def split_tokens(text: str) -> list[str]:
+    """``text`` in tokens of four bytes (a character is never split, so a piece may be shorter)."""
+    if text.isascii():
+        return [text[i : i + 4] for i in range(0, len(text), 4)]
+    pieces, current, size = [], "", 0
+    for char in text:
+        width = len(char.encode("utf-8"))
+        if current and size + width > 4:
+            pieces.append(current)
+            current, size = "", 0
+        current += char
+        size += width
+    return [*pieces, current] if current else pieces
 
 
 def message_text(content: Any) -> str:
@@ -87,61 +85,16 @@ def solve(question: str) -> int | None:
     return a // b
 
 
-@dataclass(frozen=True)
-class PlannedOutput:
-    tokens: tuple[str, ...]
-    """Token texts; joined they form the response, and the last line is the answer."""
-    finish_reason: str
-    correct: bool | None
-    """Whether the answer is right; ``None`` when the task had nothing to answer."""
-
-    @property
-    def text(self) -> str:
-        return "".join(self.tokens)
-
-
-class Planner:
-    """Plans each request's output from (seed, prompt, how often that prompt was seen)."""
-
-    def __init__(self, config: SimConfig) -> None:
-        self.config = config
-        self._seen: dict[str, int] = {}
-
-    def rng_for(self, prompt: str, request_seed: int | None) -> random.Random:
-        occurrence = self._seen.get(prompt, 0)
-        self._seen[prompt] = occurrence + 1
-        tag = f"{self.config.seed}|{request_seed}|{occurrence}|{prompt}".encode()
-        return random.Random(int.from_bytes(hashlib.blake2b(tag, digest_size=8).digest(), "big"))
-
-    def plan(self, question: str, max_tokens: int | None, rng: random.Random) -> PlannedOutput:
-        cap = max_tokens if max_tokens is not None else self.config.max_output_tokens
-        wanted = self._length(max_tokens, rng)
-        length = max(1, min(wanted, cap))
-        finish = "length" if wanted > cap else "stop"
-        truth = solve(question)
-        code_task = CODE_TASK.search(question)
-        if code_task is not None:
-            correct = rng.random() < self.config.answer_accuracy
-            program = PROGRAMS[code_task.group(1).lower()].format(bug="" if correct else " + 1")
-            answer = f"```python\n{program}\n```"
-        elif truth is None:
-            answer, correct = "I cannot tell.", None
-        elif rng.random() < self.config.answer_accuracy:
-            answer, correct = str(truth), True
-        else:
-            answer, correct = str(truth + rng.choice((-1, 1)) * rng.randint(1, 9)), False
-        words = [rng.choice(FILLER) for _ in range(length - 1)]
-        tokens = [words[0]] + [" " + w for w in words[1:]] if words else []
-        tokens.append(("\n" if tokens else "") + answer)
-        return PlannedOutput(tuple(tokens), finish, correct)
-
-    def _length(self, max_tokens: int | None, rng: random.Random) -> int:
-        mean = self.config.output_tokens_mean
-        dist = self.config.output_tokens_dist
-        if dist == "max_tokens":
-            return max_tokens if max_tokens is not None else mean
-        if dist == "uniform":
-            return rng.randint(1, 2 * mean - 1)
-        if dist == "exponential":
-            return max(1, round(rng.expovariate(1 / mean)))
-        return mean
+def answer_for(question: str, rng: random.Random, accuracy: float) -> str:
+    """The answer line: right with probability ``accuracy`` when the question has an answer."""
+    code_task = CODE_TASK.search(question)
+    if code_task is not None:
+        correct = rng.random() < accuracy
+        program = PROGRAMS[code_task.group(1).lower()].format(bug="" if correct else " + 1")
+        return f"```python\n{program}\n```"
+    truth = solve(question)
+    if truth is None:
+        return "I cannot tell."
+    if rng.random() < accuracy:
+        return str(truth)
+    return str(truth + rng.choice((-1, 1)) * rng.randint(1, 9))

@@ -1,8 +1,11 @@
 """OOM backoff on a real device: trials in capped subprocesses on the CPU, in-process on CUDA.
 
 CPU trials each get a fresh process whose address space is limited to its own baseline plus the
-budget (``RLIMIT_AS``); CUDA trials share the process under
-``torch.cuda.set_per_process_memory_fraction`` and release the cache between trials.
+budget (``RLIMIT_AS``), under the allocator settings of an ordinary process unless asked otherwise;
+CUDA trials share the process under ``torch.cuda.set_per_process_memory_fraction`` and release the
+cache between trials. Either way a trial runs every sequence at the longest length the run may meet
+(:func:`~gymbench.trainstep.config.worst_case`): a batch that fits the mean length fails on the
+first long batch.
 """
 
 from __future__ import annotations
@@ -13,22 +16,29 @@ from dataclasses import replace
 
 import torch
 
-from gymbench.trainstep.config import TrainConfig
+from gymbench.trainstep.config import TrainConfig, trial_config, worst_case
 from gymbench.trainstep.oom import SearchPlan, SearchResult, Trial, TryBatch, attempt, halving_sizes
 from gymbench.trainstep.oom import largest_batch_that_fits as search
 from gymbench.trainstep.session import ModelFactory, TrainSession, resolve_device
-from gymbench.trainstep.worker import WorkerJob, run_job, trial_from_dict
+from gymbench.trainstep.worker import ALLOCATOR_WORDS, WorkerJob, run_job, trial_from_dict
+
+CUDA_WORDS = "the CUDA caching allocator under set_per_process_memory_fraction"
 
 
-def cpu_trials(factory: ModelFactory, config: TrainConfig, budget_bytes: int, steps: int) -> TryBatch:
+def cpu_trials(
+    factory: ModelFactory, config: TrainConfig, budget_bytes: int, steps: int, allocator: str = "default"
+) -> TryBatch:
+    config = worst_case(config)
+
     def try_batch(batch: int, purpose: str) -> Trial:
-        job = WorkerJob("trial", factory, replace(config, batch=batch, accumulation=1), budget_bytes, steps, purpose)
+        job = WorkerJob("trial", factory, trial_config(config, batch), budget_bytes, steps, purpose, allocator)
         return trial_from_dict(run_job(job))
 
     return try_batch
 
 
 def cuda_trials(factory: ModelFactory, config: TrainConfig, steps: int) -> TryBatch:
+    config = worst_case(config)
     device = resolve_device(config.device)
 
     def try_batch(batch: int, purpose: str) -> Trial:
@@ -38,7 +48,7 @@ def cuda_trials(factory: ModelFactory, config: TrainConfig, steps: int) -> TryBa
         started = time.perf_counter()
 
         def work() -> None:
-            holder.append(TrainSession(factory, replace(config, batch=batch, accumulation=1)))
+            holder.append(TrainSession(factory, trial_config(config, batch)))
             for _ in range(steps):
                 holder[0].step()
 
@@ -60,18 +70,23 @@ def find_largest_batch(
     steps: int = 2,
     memory_fraction: float = 0.9,
     progress: bool = False,
+    allocator: str = "default",
 ) -> SearchResult:
     """Search on the configured device; on CUDA ``memory_fraction`` of the GPU is the cap."""
     device = resolve_device(config.device)
     if device.type != "cuda":
-        return search(cpu_trials(factory, config, plan.budget_bytes, steps), plan, progress)
+        result = search(cpu_trials(factory, config, plan.budget_bytes, steps, allocator), plan, progress)
+        result.allocator = ALLOCATOR_WORDS[allocator]
+        return result
     total = torch.cuda.get_device_properties(device).total_memory
     torch.cuda.set_per_process_memory_fraction(memory_fraction, device)
     try:
         cuda_plan = replace(plan, budget_bytes=int(total * memory_fraction))
-        return search(cuda_trials(factory, config, steps), cuda_plan, progress)
+        result = search(cuda_trials(factory, config, steps), cuda_plan, progress)
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0, device)
+    result.allocator = CUDA_WORDS
+    return result
 
 
 def halve_until_it_fits(
@@ -81,11 +96,13 @@ def halve_until_it_fits(
     *,
     steps: int = 2,
     memory_fraction: float = 0.9,
+    allocator: str = "default",
 ) -> list[Trial]:
-    """The seed's handler, for comparison: start at ``config.batch``, halve on OOM, one process."""
+    """NeMo RL's guide's handler, for comparison: start at ``config.batch``, halve on OOM, one process."""
     device = resolve_device(config.device)
     if device.type != "cuda":
-        job = WorkerJob("halve", factory, replace(config, accumulation=1), budget_bytes, steps, "halve")
+        start = trial_config(worst_case(config), config.batch)
+        job = WorkerJob("halve", factory, start, budget_bytes, steps, "halve", allocator)
         return [trial_from_dict(trial) for trial in run_job(job)["trials"]]
     torch.cuda.set_per_process_memory_fraction(memory_fraction, device)
     try:

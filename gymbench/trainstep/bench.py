@@ -12,21 +12,18 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from gymbench.trainstep.checkpointing import CheckpointPlan
 from gymbench.trainstep.config import TrainConfig
 from gymbench.trainstep.flops import FlopReport, count_flops, device_peak_flops
 from gymbench.trainstep.gpu_monitor import GpuMonitor, GpuReport
 from gymbench.trainstep.memory import LeakCheck, MemoryReport, check_leak, measure_step_memory
-from gymbench.trainstep.precision import LossScaling
+from gymbench.trainstep.precision import LossScaling, fp16_cpu_note
 from gymbench.trainstep.profiling import trace_one_step
 from gymbench.trainstep.runner import StepTimings, run_steps
 from gymbench.trainstep.session import ModelFactory, TrainSession
 from gymbench.trainstep.worker import WorkerJob, run_job
 
 MiB = 1 << 20
-FP16_CPU_NOTE = (
-    "fp16 on a CPU is only as fast as its native fp16 kernels (without them about 150x slower than "
-    "fp32): shapes are kept tiny, and the speed says nothing about fp16 on a GPU"
-)
 
 
 @dataclass(frozen=True)
@@ -35,7 +32,7 @@ class BenchOptions:
     count_flops: bool = True
     attention_flops: bool = True
     peak_tflops: float | None = None
-    leak_bound_bytes: float = 16 * MiB
+    leak_bound_per_step_bytes: float = 1 * MiB
     profile_path: str | None = None
     progress: bool = False
 
@@ -45,11 +42,12 @@ class TrainReport:
     config: TrainConfig
     timings: StepTimings
     samples_per_step: int
-    tokens_per_step: int
-    checkpointed_blocks: int
+    checkpointing: CheckpointPlan
     scaling: LossScaling
     leak: LeakCheck
     gpu: GpuReport
+    lengths: str = ""
+    """Where the sequence lengths came from (a distribution or a rollouts file)."""
     flops: FlopReport | None = None
     memory: MemoryReport | None = None
     peak_flops: float | None = None
@@ -63,10 +61,25 @@ class TrainReport:
         return float(np.median(self.timings.step_s))
 
     @property
-    def mfu(self) -> float | None:
-        if self.flops is None or self.peak_flops is None:
+    def median_tokens_per_s(self) -> float:
+        return float(np.median(self.timings.tokens_per_s))
+
+    def model_flops_per_step(self) -> list[float]:
+        return [self.flops.model_flops(count) for count in self.timings.counts] if self.flops else []
+
+    @property
+    def achieved_flops(self) -> float | None:
+        """Median over steps of model FLOPs / step time (steps differ in shape with variable lengths)."""
+        if self.flops is None:
             return None
-        return self.flops.model / self.median_step_s / self.peak_flops
+        rates = [f / s for f, s in zip(self.model_flops_per_step(), self.timings.step_s, strict=True)]
+        return float(np.median(rates))
+
+    @property
+    def mfu(self) -> float | None:
+        if self.achieved_flops is None or self.peak_flops is None:
+            return None
+        return self.achieved_flops / self.peak_flops
 
 
 def run_benchmark(factory: ModelFactory, config: TrainConfig, options: BenchOptions) -> TrainReport:
@@ -79,11 +92,11 @@ def run_benchmark(factory: ModelFactory, config: TrainConfig, options: BenchOpti
         config=config,
         timings=timings,
         samples_per_step=session.samples_per_step,
-        tokens_per_step=session.tokens_per_step,
-        checkpointed_blocks=session.checkpointed_blocks,
+        checkpointing=session.checkpointing,
         scaling=session.precision.scaling,
-        leak=check_leak(timings.memory_bytes, options.leak_bound_bytes, timings.memory_source),
+        leak=check_leak(timings.memory_bytes, options.leak_bound_per_step_bytes, timings.memory_source),
         gpu=monitor.report,
+        lengths=session.kind.lengths,
         flops=flops,
         peak_flops=peak,
         peak_source=source,
@@ -92,8 +105,7 @@ def run_benchmark(factory: ModelFactory, config: TrainConfig, options: BenchOpti
         report.trace, report.trace_table = trace_one_step(session, options.profile_path)
     if options.memory_pass:
         report.memory = _memory_pass(session, factory, config)
-    if config.precision == "fp16" and session.device.type == "cpu":
-        report.notes.append(FP16_CPU_NOTE)
+    report.notes += [note for note in (session.checkpointing.note, fp16_cpu_note(config, session.device)) if note]
     return report
 
 
@@ -112,13 +124,15 @@ class MetricSink(Protocol):
 
 
 def record_metrics(sink: MetricSink, report: TrainReport) -> None:
-    steps = report.timings.step_s
-    sink.record("step_time", steps, "s", "lower")
-    sink.record("samples_per_s", [report.samples_per_step / s for s in steps], "samples/s", "higher")
-    sink.record("tokens_per_s", [report.tokens_per_step / s for s in steps], "tokens/s", "higher")
-    for phase, seconds in report.timings.phases_s.items():
+    timings = report.timings
+    sink.record("step_time", timings.step_s, "s", "lower")
+    sink.record("samples_per_s", [report.samples_per_step / s for s in timings.step_s], "samples/s", "higher")
+    sink.record("tokens_per_s", timings.tokens_per_s, "tokens/s", "higher")
+    if report.config.uses_sequences:
+        sink.record("padding_share", timings.padding_share, "ratio", "lower")
+    for phase, seconds in timings.phases_s.items():
         sink.record(f"phase_{phase}", seconds, "s", "lower")
-    sink.record("memory_growth", report.leak.growth_bytes, "B", "lower")
+    sink.record("memory_growth_per_step", report.leak.growth_per_step_bytes, "B/step", "lower")
     if report.scaling.enabled:
         sink.record("skipped_steps", report.scaling.skipped_steps, "steps", "lower")
     _record_flops_and_memory(sink, report)
@@ -126,9 +140,9 @@ def record_metrics(sink: MetricSink, report: TrainReport) -> None:
 
 
 def _record_flops_and_memory(sink: MetricSink, report: TrainReport) -> None:
-    if report.flops is not None:
-        sink.record("model_flops_per_step", report.flops.model, "FLOP", "lower")
-        sink.record("achieved_tflops", report.flops.model / report.median_step_s / 1e12, "TFLOP/s", "higher")
+    if report.flops is not None and report.achieved_flops is not None:
+        sink.record("model_flops_per_step", report.model_flops_per_step(), "FLOP", "lower")
+        sink.record("achieved_tflops", report.achieved_flops / 1e12, "TFLOP/s", "higher")
     if report.mfu is not None:
         sink.record("mfu", report.mfu, "ratio", "higher")
     if report.memory is not None:
@@ -144,23 +158,35 @@ def report_extra(report: TrainReport) -> dict[str, Any]:
         "config": report.config.to_dict(),
         "effective_lr": report.config.effective_lr,
         "step_time_iqr_s": float(q3 - q1),
-        "checkpointed_blocks": report.checkpointed_blocks,
+        "checkpointed_blocks": report.checkpointing.wrapped,
+        "blocks": report.checkpointing.total,
         "leak_check": report.leak.to_dict(),
         "gpu": report.gpu.to_dict(),
         "peak_flops": report.peak_flops,
         "peak_source": report.peak_source,
         "notes": report.notes,
     }
+    if report.lengths:
+        extra["lengths"] = report.lengths
+        extra["padding_share"] = report.timings.padding_share
     if report.flops is not None:
-        extra["flops"] = {
-            "executed": report.flops.executed,
-            "model": report.flops.model,
-            "six_n_tokens": report.flops.six_n_tokens,
-            "ratio_to_6nt": report.flops.ratio_to_6nt,
-            "attention_counted": report.flops.attention_counted,
-        }
+        extra["flops"] = _flop_extra(report)
     if report.memory is not None:
         extra["memory"] = report.memory.to_dict()
     if report.scaling.enabled:
         extra["loss_scale"] = report.scaling.scales[-1] if report.scaling.scales else None
     return extra
+
+
+def _flop_extra(report: TrainReport) -> dict[str, Any]:
+    flops = report.flops
+    assert flops is not None
+    counts = report.timings.counts
+    return {
+        "model_per_step_median": float(np.median(report.model_flops_per_step())),
+        "hardware_per_step_median": float(np.median([flops.hardware_flops(c) for c in counts])),
+        "rule": flops.rule,
+        "ratio_to_rule": float(np.median([flops.ratio_to_rule(c) for c in counts])),
+        "attention_counted": flops.attention_counted,
+        "definition": "model FLOPs: real tokens, no recompute (PaLM's MFU); hardware: as run, pads included",
+    }

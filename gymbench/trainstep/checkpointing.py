@@ -9,9 +9,10 @@ keyword arguments (torch warns that it will become an error).
 from __future__ import annotations
 
 import contextlib
-import re
+import math
 from collections.abc import Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,8 +20,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from gymbench.errors import GymbenchError
+from gymbench.trainstep.config import checkpoint_every
 
-EVERY_K = re.compile(r"^every-(\d+)$")
 _recompute = ContextVar("gymbench_recompute", default=True)
 
 
@@ -46,36 +47,42 @@ def recompute_disabled() -> Iterator[None]:
         _recompute.reset(token)
 
 
-def checkpoint_every(mode: str) -> int:
-    """``off`` → 0, ``on`` → 1, ``every-k`` → k. NeMo RL's ``checkpoint_ratio: 0.5`` is ``every-2``."""
-    if mode == "off":
-        return 0
-    if mode == "on":
-        return 1
-    match = EVERY_K.match(mode)
-    if match is None or int(match.group(1)) < 1:
-        raise GymbenchError(f"checkpointing {mode!r}: use 'off', 'on' or 'every-K' with K >= 1 (e.g. every-2)")
-    return int(match.group(1))
+@dataclass(frozen=True)
+class CheckpointPlan:
+    wrapped: int
+    total: int
+    note: str = ""
+    """A warning when the requested ratio cannot be met exactly on this many blocks."""
 
 
-def mode_from_ratio(ratio: float) -> str:
-    """The seed's ``checkpoint_ratio`` (share of layers checkpointed) as a mode name."""
+def blocks_for_ratio(ratio: float, total: int) -> tuple[list[int], str]:
+    """NeMo RL's ``checkpoint_ratio``: the nearest whole number of blocks, spread evenly.
+
+    ``k = round(ratio · N)`` blocks at indices ``floor(i · N / k)``; 0.5 of 4 is blocks 0 and 2
+    (the same as ``every-2``). When ``ratio · N`` is not whole the note says what was done.
+    """
     if not 0.0 <= ratio <= 1.0:
         raise GymbenchError(f"checkpoint ratio {ratio} must lie between 0 and 1")
-    if ratio == 0.0:
-        return "off"
-    every = round(1.0 / ratio)
-    return "on" if every == 1 else f"every-{every}"
+    wanted = ratio * total
+    count = math.floor(wanted + 0.5)
+    indices = [math.floor(i * total / count) for i in range(count)] if count else []
+    if math.isclose(wanted, count, abs_tol=1e-9):
+        return indices, ""
+    return indices, (
+        f"checkpoint ratio {ratio:g} on {total} blocks: {count} of {total} blocks checkpointed "
+        f"({count / total:.0%}); {ratio:g} x {total} is not a whole number of blocks"
+    )
 
 
-def apply_checkpointing(blocks: nn.ModuleList, mode: str) -> int:
-    """Wrap every k-th block (the first of each group of k) in place; returns how many were wrapped."""
-    every = checkpoint_every(mode)
-    if every == 0:
-        return 0
-    wrapped = 0
-    for index in range(0, len(blocks), every):
+def apply_checkpointing(blocks: nn.ModuleList, mode: str, ratio: float | None = None) -> CheckpointPlan:
+    """Wrap every k-th block (the first of each group of k), or a ``ratio`` of them, in place."""
+    note = ""
+    if ratio is not None:
+        indices, note = blocks_for_ratio(ratio, len(blocks))
+    else:
+        every = checkpoint_every(mode)
+        indices = list(range(0, len(blocks), every)) if every else []
+    for index in indices:
         if not isinstance(blocks[index], Checkpointed):
             blocks[index] = Checkpointed(blocks[index])
-            wrapped += 1
-    return wrapped
+    return CheckpointPlan(len(indices), len(blocks), note)

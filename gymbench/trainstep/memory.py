@@ -11,6 +11,7 @@ them at start-up the CPU pass runs in a fresh subprocess (see :mod:`gymbench.tra
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -64,20 +65,30 @@ class MemoryReport:
 
 
 class MemoryProbe:
-    """A phase observer that reads memory at the end of the first forward of the step."""
+    """A phase observer that reads memory around the first forward that keeps activations."""
 
     def __init__(self, read: Any) -> None:
         self.read = read
-        self.at_start = 0
+        self.at_start: int | None = None
         self.after_forward: int | None = None
 
     def start(self) -> None:
-        self.at_start = self.read()
-        self.after_forward = None
+        self.at_start = self.after_forward = None
 
-    def lap(self, phase: str) -> None:
-        if phase == "forward" and self.after_forward is None:
+    def phase(self, name: str) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
+    def mark(self, event: str) -> None:
+        if event == "forward_start" and self.at_start is None:
+            self.at_start = self.read()
+        elif event == "forward_end" and self.after_forward is None:
             self.after_forward = self.read()
+
+    @property
+    def activation_bytes(self) -> int:
+        if self.at_start is None or self.after_forward is None:
+            return 0
+        return self.after_forward - self.at_start
 
 
 def measure_step_memory(session: TrainSession, warmup: int = 1) -> MemoryReport:
@@ -103,7 +114,7 @@ def _measure_cuda(session: TrainSession) -> MemoryReport:
         baseline_bytes=baseline,
         peak_bytes=peak,
         step_peak_bytes=peak - baseline,
-        activation_bytes=(probe.after_forward or probe.at_start) - probe.at_start,
+        activation_bytes=probe.activation_bytes,
         reserved_peak_bytes=torch.cuda.max_memory_reserved(device),
     )
 
@@ -119,31 +130,34 @@ def _measure_cpu(session: TrainSession) -> MemoryReport:
         baseline_bytes=baseline,
         peak_bytes=peak,
         step_peak_bytes=peak - baseline,
-        activation_bytes=(probe.after_forward or probe.at_start) - probe.at_start,
+        activation_bytes=probe.activation_bytes,
         note="" if reset else "VmHWM could not be reset: the peak may include start-up",
     )
 
 
 @dataclass(frozen=True)
 class LeakCheck:
-    growth_bytes: float
-    """Robust (Theil–Sen) slope of memory after each measured step, times the steps."""
-    bound_bytes: float
+    """Growth per step against a bound per step, so the verdict does not depend on ``--steps``."""
+
+    growth_per_step_bytes: float
+    """Robust (Theil–Sen) slope of memory after each measured step."""
+    bound_per_step_bytes: float
     source: str
+    steps: int = 0
 
     @property
     def leaked(self) -> bool:
-        return self.growth_bytes > self.bound_bytes
+        return self.growth_per_step_bytes > self.bound_per_step_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "leaked": self.leaked}
 
 
-def check_leak(samples: list[int], bound_bytes: float, source: str) -> LeakCheck:
+def check_leak(samples: list[int], bound_per_step_bytes: float, source: str) -> LeakCheck:
     """Steady training holds steady memory; a trend across steps means something keeps tensors."""
     if len(samples) < 3:
-        return LeakCheck(0.0, bound_bytes, f"{source} (too few steps to judge: {len(samples)})")
+        return LeakCheck(0.0, bound_per_step_bytes, f"{source} (too few steps to judge: {len(samples)})", len(samples))
     from scipy import stats  # a second of import time that the memory subprocess does not need
 
     slope, *_ = stats.theilslopes(np.asarray(samples, dtype=float))
-    return LeakCheck(float(slope) * (len(samples) - 1), bound_bytes, source)
+    return LeakCheck(float(slope), bound_per_step_bytes, source, len(samples))

@@ -37,6 +37,27 @@ class BenchModel(Protocol):
     def __call__(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor: ...
 
 
+@runtime_checkable
+class SequenceModel(Protocol):
+    """What variable-length steps and the RL step need on top: log-probabilities per position.
+
+    ``positions`` restart at 0 for each sequence of a packed row; ``attn_mask`` is ``None`` for
+    plain causal attention (padded rows) or a ``[rows, 1, L, L]`` bool mask (packed rows).
+    """
+
+    vocab_size: int
+
+    def token_logprobs(
+        self,
+        tokens: torch.Tensor,
+        targets: torch.Tensor,
+        positions: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """``[rows, L]`` float32 log-probability of each target token."""
+        ...
+
+
 def build_config(cls: type[ConfigT], presets: Mapping[str, ConfigT], config: Mapping[str, Any]) -> ConfigT:
     """A preset named by ``size`` with the other keys overriding its fields; typos are errors."""
     options = dict(config)
@@ -137,10 +158,13 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
         self.out = nn.Linear(config.d_model, config.d_model)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         batch, seq, width = x.shape
         q, k, v = self.qkv(x).view(batch, seq, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
-        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if attn_mask is None:
+            attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
         return self.out(attended.transpose(1, 2).reshape(batch, seq, width))
 
 
@@ -156,8 +180,8 @@ class DecoderBlock(nn.Module):
             nn.Linear(4 * config.d_model, config.d_model),
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attention(self.norm1(x))
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attention(self.norm1(x), attn_mask)
         return x + self.mlp(self.norm2(x))
 
 
@@ -172,6 +196,7 @@ class TinyDecoder(nn.Module):
         self.blocks = nn.ModuleList(DecoderBlock(config) for _ in range(config.layers))
         self.norm = nn.LayerNorm(config.d_model)
         self.head = nn.Linear(config.d_model, config.vocab, bias=False)
+        self.vocab_size = config.vocab
 
     def make_batch(self, batch_size: int, seq_len: int, generator: torch.Generator) -> Batch:
         if seq_len > self.config.max_seq:
@@ -182,13 +207,29 @@ class TinyDecoder(nn.Module):
     def tokens_per_sample(self, seq_len: int) -> int:
         return seq_len
 
+    def logits(self, tokens: torch.Tensor, positions: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        if tokens.shape[1] > self.config.max_seq:
+            raise GymbenchError(f"{tokens.shape[1]} tokens per row exceed the model's max_seq {self.config.max_seq}")
+        x = self.embed(tokens) + self.position(positions)
+        for block in self.blocks:
+            x = block(x, attn_mask)
+        return self.head(self.norm(x))
+
     def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(inputs.shape[1], device=inputs.device)
-        x = self.embed(inputs) + self.position(positions)
-        for block in self.blocks:
-            x = block(x)
-        logits = self.head(self.norm(x))
+        logits = self.logits(inputs, positions, None)
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+    def token_logprobs(
+        self,
+        tokens: torch.Tensor,
+        targets: torch.Tensor,
+        positions: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        logits = self.logits(tokens, positions, attn_mask).float()
+        picked = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+        return -picked.view(targets.shape)
 
 
 def build_mlp(config: Mapping[str, Any]) -> DeepMLP:

@@ -6,6 +6,9 @@ trials; the memory each successful trial used only chooses where to probe next (
 those points predicts where the budget runs out), with plain bisection when predictions miss.
 Then a safety margin, and fresh verification runs of the chosen size: Lightning's finder returns
 sizes that OOM later (its issues #8028, #9625, #20231), so the pass rate is part of the answer.
+Near the boundary the same size can fit in one process and fail in the next (under glibc's
+default, dynamic malloc settings a process's footprint varies by a few percent from run to run),
+so a verification failure backs the chosen size off by another margin and verifies again.
 """
 
 from __future__ import annotations
@@ -60,10 +63,13 @@ class Trial:
     batch: int
     fits: bool
     used_bytes: int = 0
-    """Memory the trial used above its baseline (for the next guess; 0 when unknown)."""
+    """Memory the trial used above its baseline, as the cap counts it (for the next guess; 0 when
+    unknown): address space on the CPU, the CUDA allocator's reserve on a GPU."""
     seconds: float = 0.0
     error: str | None = None
     purpose: str = "search"
+    rss_bytes: int = 0
+    """CPU: this trial's own resident-memory peak above the RSS before it (0 when unknown)."""
 
 
 @dataclass
@@ -73,6 +79,9 @@ class SearchResult:
     first_failure: int | None = None
     chosen: int = 0
     verification: list[Trial] = field(default_factory=list)
+    allocator: str = ""
+    """The allocator settings the trials and verification ran under, in words."""
+    budget_bytes: int = 0
     expected: dict[int, bool] = field(default_factory=dict, repr=False)
     """Whether each predicted probe was expected to fit: a wrong guess turns predictions off."""
 
@@ -81,10 +90,26 @@ class SearchResult:
         return sum(1 for trial in self.trials if trial.purpose == "search")
 
     @property
+    def final_verification(self) -> list[Trial]:
+        """The verification runs of the size finally chosen (earlier sizes failed theirs)."""
+        return [trial for trial in self.verification if trial.batch == self.chosen]
+
+    @property
+    def backoffs(self) -> int:
+        return len({trial.batch for trial in self.verification} - {self.chosen})
+
+    @property
+    def headroom(self) -> float | None:
+        """The budget's share left by the most the chosen size used in verification (None: unknown)."""
+        used = [trial.used_bytes for trial in self.final_verification if trial.used_bytes > 0]
+        if not used or self.budget_bytes <= 0:
+            return None
+        return 1 - max(used) / self.budget_bytes
+
+    @property
     def pass_rate(self) -> float:
-        if not self.verification:
-            return float("nan")
-        return sum(trial.fits for trial in self.verification) / len(self.verification)
+        final = self.final_verification
+        return sum(trial.fits for trial in final) / len(final) if final else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -93,6 +118,9 @@ class SearchResult:
             "chosen": self.chosen,
             "search_trials": self.search_trials,
             "verification_pass_rate": self.pass_rate,
+            "backoffs": self.backoffs,
+            "verification_headroom": self.headroom,
+            "allocator": self.allocator,
             "trials": [asdict(trial) for trial in self.trials + self.verification],
         }
 
@@ -110,6 +138,8 @@ class SearchPlan:
     margin: float = 0.05
     """The chosen size is the largest fit less this share."""
     verify_runs: int = 3
+    max_backoffs: int = 4
+    """How many times a failed verification may lower the chosen size by another margin."""
     budget_bytes: int = 0
     """The memory cap above baseline; with it, trial memory predicts the next probe."""
     guided: bool = True
@@ -122,7 +152,7 @@ class SearchPlan:
 
 
 def largest_batch_that_fits(try_batch: TryBatch, plan: SearchPlan, progress: bool = False) -> SearchResult:
-    result = SearchResult()
+    result = SearchResult(budget_bytes=plan.budget_bytes)
     bar = tqdm(desc="OOM search trials", unit="trial", disable=not progress)
     batch: int | None = plan.start
     while batch is not None:
@@ -139,11 +169,23 @@ def largest_batch_that_fits(try_batch: TryBatch, plan: SearchPlan, progress: boo
             "raise the budget or shrink the model"
         )
     result.chosen = max(1, math.floor(result.largest_fit * (1 - plan.margin)))
-    for _ in range(plan.verify_runs):
-        result.verification.append(try_batch(result.chosen, "verify"))
-        bar.update(1)
+    _verify(try_batch, plan, result, bar)
     bar.close()
     return result
+
+
+def _verify(try_batch: TryBatch, plan: SearchPlan, result: SearchResult, bar: tqdm) -> None:
+    """``verify_runs`` fresh runs of the chosen size; on a failure, back off a margin and start over."""
+    for backoff in range(plan.max_backoffs + 1):
+        for _ in range(plan.verify_runs):
+            result.verification.append(try_batch(result.chosen, "verify"))
+            bar.update(1)
+            if not result.verification[-1].fits:
+                break
+        if all(trial.fits for trial in result.final_verification) or result.chosen == 1:
+            return
+        if backoff < plan.max_backoffs:
+            result.chosen = max(1, min(result.chosen - 1, math.floor(result.chosen * (1 - plan.margin))))
 
 
 def _absorb(result: SearchResult, trial: Trial) -> None:
@@ -160,15 +202,27 @@ def _next_probe(result: SearchResult, plan: SearchPlan) -> int | None:
     if fail is None:
         if fit >= plan.max_batch:
             return None
-        guess = _predicted(result, plan)
-        step = max(fit + 1, math.ceil(fit * plan.growth))
-        if guess is not None and guess > fit and _predictions_hold(result):
-            step = min(step * 4, max(guess, fit + _gap(fit, plan)), plan.max_batch)
-            result.expected[step] = True
-        return min(step, plan.max_batch)
+        return min(_grow(result, plan, fit), plan.max_batch)
     if fit >= (1 - plan.tolerance) * (fail - 1):
         return None  # the true largest is at most fail - 1, and fit is within tolerance of it
     return _narrow(result, plan, fit, fail)
+
+
+def _grow(result: SearchResult, plan: SearchPlan, fit: int) -> int:
+    """×growth until the first failure; guided, the prediction itself and never past it.
+
+    A prediction at or below ``fit`` says ``fit`` is about the answer: confirm that ``fit + gap``
+    fails instead of trying a size the prediction already says is hopeless. Each such confirmation
+    that fits after all doubles the gap, so a line that keeps underestimating still gets there.
+    """
+    step = max(fit + 1, math.ceil(fit * plan.growth))
+    guess = _predicted(result, plan)
+    if guess is None:
+        return step
+    misses = sum(1 for t in result.trials if t.batch in result.expected and result.expected[t.batch] != t.fits)
+    probe = min(step * 4, max(guess, fit + _gap(fit, plan) * 2**misses))
+    result.expected[probe] = probe <= guess
+    return probe
 
 
 def _gap(fit: int, plan: SearchPlan) -> int:
@@ -218,7 +272,7 @@ def _predicted(result: SearchResult, plan: SearchPlan) -> int | None:
     slope, intercept = np.polyfit(batches, used, 1)
     if slope <= 0:
         return None
-    return int((plan.budget_bytes - intercept) // slope)
+    return math.floor((plan.budget_bytes - intercept) / slope + 1e-6)  # 8.9999999 from the fit means 9
 
 
 def halving_sizes(start: int) -> list[int]:

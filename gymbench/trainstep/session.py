@@ -1,13 +1,18 @@
-"""One training step, split into the phases NeMo RL times as ``timing/train/*``.
+"""A model, its optimizer and precision policy on one device, and the step that trains it.
 
-The step is written once and driven by an observer whose ``lap(phase)`` is called at each phase
-boundary: the timing loop passes a clock, the memory pass a memory probe, the FLOP counter and
-profiler nothing. So what is timed, measured for memory and counted for FLOPs is the same code.
+The step is written once and driven by an observer: each phase runs inside ``observer.phase(name)``
+and points of interest are announced with ``observer.mark(event)``. The timing loop passes a clock,
+the memory pass a memory probe, the profiler one that opens a ``record_function`` range per phase,
+the FLOP counter nothing. So what is timed, measured for memory, profiled and counted for FLOPs is
+the same code. Which step runs (the plain LM step, the LM step on variable-length sequences, or
+NeMo RL's GRPO policy step) is chosen once, here.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import torch
@@ -16,25 +21,43 @@ from torch import nn
 from gymbench.errors import GymbenchError
 from gymbench.trainstep.checkpointing import apply_checkpointing
 from gymbench.trainstep.config import TrainConfig
-from gymbench.trainstep.models import Batch, BenchModel
+from gymbench.trainstep.models import Batch, BenchModel, SequenceModel
+from gymbench.trainstep.packing import StepCount
 from gymbench.trainstep.precision import Precision
 
-PHASES = ("data", "forward", "backward", "optimizer")
+LM_PHASES = ("data", "forward", "backward", "optimizer")
 ModelFactory = Callable[[Mapping[str, Any]], nn.Module]
 
 
 class PhaseObserver(Protocol):
     def start(self) -> None: ...
 
-    def lap(self, phase: str) -> None: ...
+    def phase(self, name: str) -> AbstractContextManager[Any]: ...
+
+    def mark(self, event: str) -> None:
+        """``forward_start`` / ``forward_end`` around the first forward that keeps activations."""
+        ...
 
 
 class NoObserver:
     def start(self) -> None:
         return None
 
-    def lap(self, phase: str) -> None:
+    def phase(self, name: str) -> AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def mark(self, event: str) -> None:
         return None
+
+
+class StepKind(Protocol):
+    """One kind of training step: its phase names, and how it runs on a session."""
+
+    phases: tuple[str, ...]
+    lengths: str
+    """Where sequence lengths come from, in words; empty for the model's own fixed-shape batch."""
+
+    def run(self, session: TrainSession, observer: PhaseObserver) -> torch.Tensor: ...
 
 
 def resolve_device(name: str) -> torch.device:
@@ -55,25 +78,24 @@ class TrainSession:
         if config.threads is not None:
             torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
-        model = factory(dict(config.model_config))
-        if not isinstance(model, nn.Module) or not isinstance(model, BenchModel):
-            raise GymbenchError(
-                f"model {config.model!r} is not a benchmark model: its factory must return an nn.Module "
-                "with `blocks`, `make_batch` and `tokens_per_sample` (gymbench.trainstep.models.BenchModel)"
-            )
-        self.checkpointed_blocks = apply_checkpointing(model.blocks, config.checkpointing)
+        model = checked_model(factory, config)
+        self.checkpointing = apply_checkpointing(model.blocks, config.checkpointing, config.checkpoint_ratio)
         self.model = model.to(self.device).train()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.effective_lr)
         self.precision = Precision(config.precision, self.device)
         self.generator = torch.Generator().manual_seed(config.seed)
+        self.last_count = StepCount()
+        """What the latest step processed (tokens, slots, attention pairs)."""
+        self.kind = step_kind(self)
+        self.phases = self.kind.phases
+
+    @property
+    def checkpointed_blocks(self) -> int:
+        return self.checkpointing.wrapped
 
     @property
     def samples_per_step(self) -> int:
         return self.config.batch
-
-    @property
-    def tokens_per_step(self) -> int:
-        return self.config.batch * self.model.tokens_per_sample(self.config.seq_len)
 
     def data(self) -> Batch:
         inputs, targets = self.model.make_batch(self.config.micro_batch, self.config.seq_len, self.generator)
@@ -84,24 +106,45 @@ class TrainSession:
             return self.model(*batch) / self.config.accumulation
 
     def step(self, observer: PhaseObserver | None = None) -> torch.Tensor:
-        """Accumulate gradients over the micro-batches, then one optimizer step; returns the loss."""
+        """One optimizer step (accumulating over the micro-batches); returns the loss."""
         observer = observer or NoObserver()
         observer.start()
-        total = torch.zeros((), device=self.device)
-        for _ in range(self.config.accumulation):
-            batch = self.data()
-            observer.lap("data")
-            loss = self.forward(batch)
-            observer.lap("forward")
-            self.precision.backward(loss)
-            total += loss.detach()
-            del loss, batch
-            observer.lap("backward")
-        self.precision.step(self.optimizer)
-        self.optimizer.zero_grad(set_to_none=True)
-        observer.lap("optimizer")
-        return total
+        return self.kind.run(self, observer)
+
+    def finish_step(self, observer: PhaseObserver) -> None:
+        """The optimizer phase every kind of step ends with."""
+        with observer.phase("optimizer"):
+            self.precision.step(self.optimizer)
+            self.optimizer.zero_grad(set_to_none=True)
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+
+def checked_model(factory: ModelFactory, config: TrainConfig) -> Any:
+    model = factory(dict(config.model_config))
+    if not isinstance(model, nn.Module) or not isinstance(model, BenchModel):
+        raise GymbenchError(
+            f"model {config.model!r} is not a benchmark model: its factory must return an nn.Module "
+            "with `blocks`, `make_batch` and `tokens_per_sample` (gymbench.trainstep.models.BenchModel)"
+        )
+    if config.uses_sequences and not isinstance(model, SequenceModel):
+        what = "the RL step" if config.step == "rl" else "variable-length or packed sequences"
+        raise GymbenchError(
+            f"model {config.model!r} has no `token_logprobs`, which {what} needs: use a language model "
+            "(transformer) or add token_logprobs (gymbench.trainstep.models.SequenceModel)"
+        )
+    return model
+
+
+def step_kind(session: TrainSession) -> StepKind:
+    from gymbench.trainstep import steps
+
+    if session.config.step == "rl":
+        from gymbench.trainstep.rl import RLStep
+
+        return RLStep(session)
+    if session.config.uses_sequences:
+        return steps.SequenceLMStep(session)
+    return steps.FixedLMStep()

@@ -8,8 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymbench.settings import at_least, one_of, require, safe_name
+from gymbench.trainstep.config import STEPS, TRIAL_ALLOCATORS
+from gymbench.trainstep.lengths import LENGTH_DISTRIBUTIONS
 
 FIND_BATCH = ("search", "halve")
+LARGEST = 2**31 - 1
+"""torch takes sizes and thread counts as C integers: past this an overflow error, not a benchmark."""
+SHAPES = ("batch", "seq_len", "accumulation", "steps", "max_batch", "trial_steps", "group_size")
 
 
 def _help(text: str) -> dict[str, str]:
@@ -25,8 +30,31 @@ class TrainSettings:
         default_factory=dict, metadata=_help("model options over the preset, e.g. +model_options.layers=8")
     )
     # --- training step
+    step: str = field(
+        default="lm",
+        metadata=_help("lm: next-token loss; rl: NeMo RL's GRPO policy step (logprobs, clipped PG + KL, update)"),
+    )
     batch: int = field(default=8, metadata=_help("global batch: samples per optimizer step"))
-    seq_len: int = field(default=128, metadata=_help("tokens per sample (transformer)"))
+    seq_len: int = field(
+        default=128, metadata=_help("tokens per sample (transformer); with variable lengths the longest")
+    )
+    lengths: str = field(
+        default="fixed",
+        metadata=_help("fixed (all seq_len), uniform or skewed (log-normal, median seq_len/4) lengths"),
+    )
+    min_len: int = field(default=8, metadata=_help("shortest drawn sequence (uniform, skewed)"))
+    prompt_share: float = field(default=0.25, metadata=_help("share of a drawn sequence that is prompt (no RL loss)"))
+    rollouts: str | None = field(
+        default=None,
+        metadata=_help("a rollouts JSONL (gymbench collect or NeMo Gym) whose token counts are the lengths"),
+    )
+    packing: bool = field(
+        default=False, metadata=_help("pack sequences into rows (block-diagonal attention) instead of padding")
+    )
+    group_size: int = field(default=4, metadata=_help("RL: generations per prompt (one GRPO group)"))
+    kl_penalty: float = field(default=0.01, metadata=_help("RL: NeMo RL's reference_policy_kl_penalty"))
+    ratio_clip: float = field(default=0.2, metadata=_help("RL: NeMo RL's ratio_clip_min/max"))
+    max_grad_norm: float = field(default=1.0, metadata=_help("RL: gradient-norm clip"))
     precision: str = field(default="fp32", metadata=_help("fp32, bf16 or fp16"))
     checkpointing: str = field(default="off", metadata=_help("off, on, or every-K (checkpoint every K-th block)"))
     checkpoint_ratio: float | None = field(
@@ -47,7 +75,9 @@ class TrainSettings:
     peak_tflops: float | None = field(
         default=None, metadata=_help("device peak for MFU when gymbench does not know it")
     )
-    leak_bound_mib: float = field(default=16.0, metadata=_help("memory growth over the steps that flags a leak"))
+    leak_bound_mib_per_step: float = field(
+        default=1.0, metadata=_help("memory growth per step (robust slope) that flags a leak")
+    )
     profile: str | None = field(default=None, metadata=_help("write a torch.profiler Chrome trace of one step here"))
     # --- largest batch (OOM backoff)
     find_batch: str | None = field(
@@ -62,6 +92,10 @@ class TrainSettings:
     verify: int = field(default=3, metadata=_help("fresh runs of the chosen size"))
     trial_steps: int = field(default=2, metadata=_help("training steps per trial"))
     guided: bool = field(default=True, metadata=_help("use trial memory to guide the search (--no-guided: bisect)"))
+    trial_allocator: str = field(
+        default="default",
+        metadata=_help("CPU trials' malloc settings: default (a user's process) or fixed (gymbench's thresholds)"),
+    )
     # --- output
     save: str | None = field(
         default=None, metadata=_help("save a results record as results/<machine>/<time>_NAME.json")
@@ -76,9 +110,19 @@ class TrainSettings:
             one_of("find_batch", self.find_batch, FIND_BATCH)
         require(self.memory_budget_mib > 0, "memory_budget_mib", self.memory_budget_mib, "a size above 0")
         require(0 < self.memory_fraction <= 1, "memory_fraction", self.memory_fraction, "a share in (0, 1]")
-        at_least("max_batch", self.max_batch, 1)
-        at_least("verify", self.verify, 0)
-        at_least("trial_steps", self.trial_steps, 1)
-        require(self.leak_bound_mib >= 0, "leak_bound_mib", self.leak_bound_mib, "0 or more")
+        for name in SHAPES:
+            at_least(name, getattr(self, name), 1, LARGEST)
+        at_least("warmup", self.warmup, 0, LARGEST)
+        at_least("base_batch", self.base_batch, 1, LARGEST)
+        at_least("verify", self.verify, 0, LARGEST)
+        at_least("threads", self.threads, 1, 4096)
+        at_least("seed", self.seed, 0, 2**64 - 1)  # torch's seeds are 64-bit
+        require(self.lr >= 0, "lr", self.lr, "a learning rate of 0 or more")
+        require(self.peak_tflops is None or self.peak_tflops > 0, "peak_tflops", self.peak_tflops, "above 0")
+        bound = self.leak_bound_mib_per_step
+        require(bound >= 0, "leak_bound_mib_per_step", bound, "0 or more")
+        one_of("trial_allocator", self.trial_allocator, TRIAL_ALLOCATORS)
+        one_of("step", self.step, STEPS)
+        one_of("lengths", self.lengths, LENGTH_DISTRIBUTIONS)
         if self.checkpoint_ratio is not None:
             require(0 <= self.checkpoint_ratio <= 1, "checkpoint_ratio", self.checkpoint_ratio, "a share in [0, 1]")

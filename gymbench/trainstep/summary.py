@@ -1,4 +1,7 @@
-"""What ``gymbench train`` prints: a readable summary of a benchmark or of a batch-size search."""
+"""What ``gymbench train`` prints: a benchmark's or a batch-size search's summary, as lines.
+
+Pure formatting: the lines are returned, never printed, so the pytest API can show or keep them.
+"""
 
 from __future__ import annotations
 
@@ -6,48 +9,40 @@ import math
 
 import numpy as np
 
-from gymbench.errors import GymbenchError
-from gymbench.measure import Recorder
-from gymbench.trainstep.bench import BenchOptions, TrainReport, record_metrics, run_benchmark
+from gymbench.trainstep.bench import TrainReport
 from gymbench.trainstep.config import TrainConfig, scale_learning_rate
-from gymbench.trainstep.oom import SearchPlan, SearchResult, Trial
-from gymbench.trainstep.session import ModelFactory
-from gymbench.trainstep.settings import TrainSettings
+from gymbench.trainstep.flops import flop_rate_text
+from gymbench.trainstep.oom import SearchResult, Trial
 
 MiB = 1 << 20
-
-
-def benchmark(factory: ModelFactory, config: TrainConfig, args: TrainSettings, recorder: Recorder) -> None:
-    options = BenchOptions(
-        memory_pass=args.memory,
-        count_flops=args.flops,
-        peak_tflops=args.peak_tflops,
-        leak_bound_bytes=args.leak_bound_mib * MiB,
-        profile_path=args.profile,
-        progress=args.progress,
-    )
-    report = run_benchmark(factory, config, options)
-    record_metrics(recorder, report)
-    print("\n".join(benchmark_lines(report)))
+THIN_HEADROOM = 0.05
+"""Less room than this in verification: the same step's footprint varies about this much between
+ordinary processes (glibc's default malloc settings), so the size may still fail now and then."""
 
 
 def benchmark_lines(report: TrainReport) -> list[str]:
-    config = report.config
-    steps = np.asarray(report.timings.step_s)
+    config, timings = report.config, report.timings
+    steps = np.asarray(timings.step_s)
     q1, q3 = np.percentile(steps, [25, 75])
+    plan = report.checkpointing
     lines = [
-        f"model {config.model} {dict(config.model_config)}, {config.precision}, "
-        f"checkpointing {config.checkpointing} ({report.checkpointed_blocks} blocks), "
-        f"batch {config.batch} = {config.accumulation} x {config.micro_batch}, "
-        f"seq {config.seq_len}, lr {config.effective_lr:.3g}",
+        f"model {config.model} {dict(config.model_config)}, {config.step} step, {config.precision}, "
+        f"checkpointing {config.checkpointing if config.checkpoint_ratio is None else config.checkpoint_ratio} "
+        f"({plan.wrapped} of {plan.total} blocks), batch {config.batch} = {config.accumulation} x "
+        f"{config.micro_batch}, seq {config.seq_len}, lr {config.effective_lr:.3g}",
+    ]
+    if report.lengths:
+        layout = f"packed into rows of up to {report.config.seq_len}" if config.packing else "padded to the longest"
+        lines.append(f"lengths      {report.lengths}; {layout}: padding {timings.padding_share:.1%} of slots")
+    lines += [
         f"step time    median {np.median(steps) * 1e3:.2f} ms, IQR {(q3 - q1) * 1e3:.2f} ms "
         f"over {len(steps)} steps ({config.warmup} warm-up excluded)",
         f"throughput   {report.samples_per_step / np.median(steps):.1f} samples/s, "
-        f"{report.tokens_per_step / np.median(steps):.0f} tokens/s",
-        "phases       " + ", ".join(f"{p} {np.median(s) * 1e3:.2f} ms" for p, s in report.timings.phases_s.items()),
+        f"{report.median_tokens_per_s:.0f} tokens/s (real tokens; pad slots not counted)",
+        "phases       " + ", ".join(f"{p} {np.median(s) * 1e3:.2f} ms" for p, s in timings.phases_s.items()),
     ]
-    if config.base_batch is not None and config.base_batch != config.batch:
-        lines.append(_lr_line(config, config.batch))
+    if config.base_batch is not None:
+        lines.append(lr_line(config, config.batch))
     lines += _flop_lines(report) + _memory_lines(report)
     if report.scaling.enabled:
         scale = report.scaling.scales[-1] if report.scaling.scales else float("nan")
@@ -59,15 +54,19 @@ def benchmark_lines(report: TrainReport) -> list[str]:
 
 
 def _flop_lines(report: TrainReport) -> list[str]:
-    if report.flops is None:
+    flops, achieved = report.flops, report.achieved_flops
+    if flops is None or achieved is None:
         return []
-    flops = report.flops
+    counts = report.timings.counts
+    model = float(np.median(report.model_flops_per_step()))
+    hardware = float(np.median([flops.hardware_flops(count) for count in counts]))
+    ratio = float(np.median([flops.ratio_to_rule(count) for count in counts]))
     attention = "attention counted" if flops.attention_counted else "attention NOT counted"
     mfu = f"MFU {report.mfu:.1%}" if report.mfu is not None else f"MFU n/a ({report.peak_source})"
     return [
-        f"FLOPs/step   {flops.model:.3g} model, {flops.executed:.3g} executed (recompute included); "
-        f"{flops.ratio_to_6nt:.3f}x of 6·N·tokens ({attention})",
-        f"achieved     {flops.model / report.median_step_s / 1e12:.3f} TFLOP/s, {mfu}",
+        f"FLOPs/step   {model:.3g} model (real tokens, no recompute: MFU's numerator), {hardware:.3g} hardware "
+        f"(recompute and pad slots included); model = {ratio:.3f}x {flops.rule} ({attention})",
+        f"achieved     {flop_rate_text(achieved)} of model FLOPs, {mfu}",
     ]
 
 
@@ -84,86 +83,88 @@ def _memory_lines(report: TrainReport) -> list[str]:
     leak = report.leak
     verdict = "LEAK SUSPECTED" if leak.leaked else "no leak"
     lines.append(
-        f"leak check   {verdict}: {leak.source} grew {leak.growth_bytes / MiB:.2f} MiB over the steps "
-        f"(bound {leak.bound_bytes / MiB:.1f} MiB)"
+        f"leak check   {verdict}: {leak.source} grew {leak.growth_per_step_bytes / MiB:.3f} MiB per step over "
+        f"{leak.steps} steps (bound {leak.bound_per_step_bytes / MiB:.2f} MiB per step)"
     )
     return lines
-
-
-def find_batch(factory: ModelFactory, config: TrainConfig, args: TrainSettings, recorder: Recorder) -> None:
-    from gymbench.trainstep.backoff import find_largest_batch, halve_until_it_fits
-
-    if args.memory_budget_mib <= 0 or not 0 < args.memory_fraction <= 1:
-        raise GymbenchError(
-            f"--memory-budget-mib must be positive and --memory-fraction in (0, 1]; got "
-            f"{args.memory_budget_mib} and {args.memory_fraction}"
-        )
-    budget = int(args.memory_budget_mib * MiB)
-    if args.find_batch == "halve":
-        trials = halve_until_it_fits(
-            factory, config, budget, steps=args.trial_steps, memory_fraction=args.memory_fraction
-        )
-        _record_halving(recorder, trials, config)
-        return
-    plan = SearchPlan(
-        max_batch=args.max_batch,
-        tolerance=args.tolerance,
-        margin=args.margin,
-        verify_runs=args.verify,
-        budget_bytes=budget,
-        guided=args.guided,
-    )
-    result = find_largest_batch(
-        factory,
-        config,
-        plan,
-        steps=args.trial_steps,
-        memory_fraction=args.memory_fraction,
-        progress=args.progress,
-    )
-    _record_search(recorder, result, config)
 
 
 def trial_lines(trials: list[Trial]) -> list[str]:
-    lines = [f"{'purpose':<8} {'batch':>7} {'result':<6} {'used MiB':>9} {'seconds':>8}  error"]
+    """Each trial's own memory: address space as the cap counts it (``-`` when unknown), and RSS."""
+    lines = [f"{'purpose':<8} {'batch':>7} {'result':<6} {'cap MiB':>8} {'RSS MiB':>8} {'seconds':>8}  error"]
     for trial in trials:
         outcome = "fits" if trial.fits else "OOM"
+        used = f"{trial.used_bytes / MiB:.1f}" if trial.used_bytes else "-"
+        rss = f"{trial.rss_bytes / MiB:.1f}" if trial.rss_bytes else "-"
         lines.append(
-            f"{trial.purpose:<8} {trial.batch:>7} {outcome:<6} {trial.used_bytes / MiB:>9.1f} "
-            f"{trial.seconds:>8.2f}  {trial.error or ''}"
+            f"{trial.purpose:<8} {trial.batch:>7} {outcome:<6} {used:>8} {rss:>8} {trial.seconds:>8.2f}  "
+            f"{trial.error or ''}"
         )
     return lines
 
 
-def _record_search(recorder: Recorder, result: SearchResult, config: TrainConfig) -> None:
-    print("\n".join(trial_lines(result.trials + result.verification)))
-    passed = sum(trial.fits for trial in result.verification)
-    print(
-        f"largest fit {result.largest_fit}, first failure {result.first_failure}, "
-        f"{result.search_trials} search trials (log2(size) + 4 = {math.log2(result.largest_fit) + 4:.1f})"
+def search_lines(result: SearchResult, config: TrainConfig, longest: str) -> list[str]:
+    final = result.final_verification
+    passed = sum(trial.fits for trial in final)
+    lines = trial_lines(result.trials + result.verification)
+    if longest:
+        lines.append(f"trials ran  every sequence at its longest: {longest}")
+    lines += [
+        f"allocator   trials and verification ran under {result.allocator}",
+        f"largest fit {result.largest_fit}, first failure {result.first_failure}, {result.search_trials} search "
+        f"trials (log2(size) + 4 = {math.log2(result.largest_fit) + 4:.1f})",
+        f"chosen {result.chosen} ({_how_chosen(result)}), verification {passed}/{len(final)} passed in fresh processes",
+    ]
+    lines += _headroom_lines(result)
+    if config.step == "rl" and config.group_size > 1:
+        groups = result.chosen // config.group_size
+        lines.append(f"for GRPO groups of {config.group_size}: {groups * config.group_size} samples ({groups} groups)")
+    if config.base_batch is not None:
+        lines.append(lr_line(config, result.chosen))
+    return lines
+
+
+def _headroom_lines(result: SearchResult) -> list[str]:
+    headroom = result.headroom
+    if headroom is None:
+        return []
+    used = [trial.used_bytes / MiB for trial in result.final_verification if trial.used_bytes > 0]
+    lines = [
+        f"headroom    verification used {min(used):.0f}-{max(used):.0f} MiB of the "
+        f"{result.budget_bytes / MiB:.0f} MiB budget: {headroom:.1%} left"
+    ]
+    if headroom < THIN_HEADROOM:
+        lines.append(
+            f"warning     under {THIN_HEADROOM:.0%} left: a step's footprint varies by a few percent between "
+            "ordinary processes, so this size may still fail now and then; a larger --margin leaves more room"
+        )
+    return lines
+
+
+def _how_chosen(result: SearchResult) -> str:
+    if not result.backoffs:
+        return "safety margin below the largest fit"
+    failed = sorted({t.batch for t in result.verification if not t.fits and t.batch != result.chosen}, reverse=True)
+    return (
+        f"safety margin, then {result.backoffs} back-off(s) after failed verification of "
+        f"{', '.join(map(str, failed))}: near the boundary a size can fit in one process and fail in the next"
     )
-    print(f"chosen {result.chosen} (safety margin), verification {passed}/{len(result.verification)} passed")
-    print(_lr_line(config, result.chosen))
-    recorder.record("largest_fit", result.largest_fit, "samples", "higher")
-    recorder.record("chosen_batch", result.chosen, "samples", "higher")
-    recorder.record("search_trials", result.search_trials, "trials", "lower")
-    if result.verification:
-        recorder.record("verification_pass_rate", result.pass_rate, "ratio", "higher")
-    recorder.extra.update(result.to_dict())
 
 
-def _record_halving(recorder: Recorder, trials: list[Trial], config: TrainConfig) -> None:
-    print("\n".join(trial_lines(trials)))
-    settled = trials[-1].batch if trials and trials[-1].fits else 0
-    print(f"halving settled on {settled} after {len(trials)} tries, starting from {config.batch}")
-    if settled:
-        print(_lr_line(config, settled))
-    recorder.record("settled_batch", settled, "samples", "higher")
-    recorder.record("tries", len(trials), "trials", "lower")
-    recorder.extra["trials"] = [trial.__dict__ for trial in trials]
+def halving_lines(trials: list[Trial], config: TrainConfig) -> list[str]:
+    settled = settled_batch(trials)
+    lines = trial_lines(trials) + [f"halving settled on {settled} after {len(trials)} tries, from {config.batch}"]
+    if settled and config.base_batch is not None:
+        lines.append(lr_line(config, settled))
+    return lines
 
 
-def _lr_line(config: TrainConfig, batch: int) -> str:
-    base = config.base_batch or config.batch
-    scaled = scale_learning_rate(config.lr, batch, base)
-    return f"square-root LR rule: lr {config.lr:g} at batch {base} -> {scaled:.3g} at batch {batch}"
+def settled_batch(trials: list[Trial]) -> int:
+    return trials[-1].batch if trials and trials[-1].fits else 0
+
+
+def lr_line(config: TrainConfig, batch: int) -> str:
+    """Only meaningful when the user named the batch the learning rate was tuned for."""
+    assert config.base_batch is not None
+    scaled = scale_learning_rate(config.lr, batch, config.base_batch)
+    return f"square-root LR rule: lr {config.lr:g} at batch {config.base_batch} -> {scaled:.3g} at batch {batch}"

@@ -2,8 +2,13 @@
 
 Why a subprocess on the CPU: glibc reads its malloc thresholds at start-up (the memory pass needs
 them fixed), and an out-of-memory trial needs a real limit (``RLIMIT_AS``) that must not fall on
-the caller. The job travels pickled on stdin, so a model factory must be picklable: a module-level
-function, as the built-in ones are. The result comes back as JSON in a file named on the command
+the caller. Trials run under the allocator settings the user's training process will have (the
+environment as inherited: ``default``) unless ``fixed`` asks for the memory pass's thresholds;
+with glibc's default, dynamic mmap threshold a process holds more address space for the same
+tensors, so a size found under fixed thresholds can fail in an ordinary process.
+
+The job travels pickled on stdin, so a model factory must be picklable: a module-level function,
+as the built-in ones are. The result comes back as JSON in a file named on the command
 line (stdout belongs to the model code). On CUDA the same job functions run in-process, capped by
 ``torch.cuda.set_per_process_memory_fraction`` instead.
 """
@@ -19,12 +24,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from gymbench.errors import GymbenchError
-from gymbench.trainstep.config import TrainConfig
+from gymbench.trainstep.config import TrainConfig, trial_config
 from gymbench.trainstep.oom import Trial, attempt, halving_sizes
 
 OOM_EXIT_TEXT = (
@@ -46,6 +51,15 @@ class WorkerJob:
     """For ``trial``/``halve``: address space allowed above the process's baseline."""
     steps: int = 2
     purpose: str = "search"
+    allocator: str = "default"
+    """``default``: the environment as inherited; ``fixed``: gymbench's malloc thresholds."""
+
+
+ALLOCATOR_WORDS = {
+    "default": "the default allocator settings a user's training process has (environment as inherited)",
+    "fixed": "gymbench's fixed malloc thresholds (MALLOC_MMAP_THRESHOLD_=65536, MALLOC_TRIM_THRESHOLD_=131072); "
+    "an ordinary process without them may need more",
+}
 
 
 # --------------------------------------------------------------------------- jobs (in the child)
@@ -63,7 +77,7 @@ def _capped_session(job: WorkerJob) -> tuple[Any, int, int]:
     from gymbench.trainstep.memory import proc_status_bytes
     from gymbench.trainstep.session import TrainSession
 
-    session = TrainSession(job.factory, replace(job.config, batch=1, accumulation=1))
+    session = TrainSession(job.factory, trial_config(job.config, 1))
     session.step()
     baseline = proc_status_bytes("VmSize")
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -72,16 +86,24 @@ def _capped_session(job: WorkerJob) -> tuple[Any, int, int]:
 
 
 def _try(session: Any, batch: int, steps: int, baseline: int, earlier_peak: int, purpose: str) -> Trial:
-    """One capped attempt. ``VmPeak`` cannot be reset, so the memory used is known only when the
-    trial set a new peak; otherwise it stays 0 (unknown) and the search does not learn from it."""
-    from gymbench.trainstep.memory import proc_status_bytes
+    """One capped attempt, with its own memory figures.
 
-    session.config = replace(session.config, batch=batch, accumulation=1)
+    Address space (what the cap counts): ``VmPeak`` cannot be reset, so it is this trial's own only
+    when the trial set a new peak; otherwise 0 (unknown) and the search does not learn from it.
+    Resident memory: ``VmHWM`` is reset before the trial, so its peak is always this trial's own.
+    """
+    from gymbench.trainstep.memory import proc_status_bytes, reset_peak_rss
+
+    session.config = trial_config(session.config, batch)
+    rss_known = reset_peak_rss()
+    rss_before = proc_status_bytes("VmRSS")
     started = time.perf_counter()
     error = attempt(lambda: [session.step() for _ in range(steps)])
+    seconds = time.perf_counter() - started
     peak = proc_status_bytes("VmPeak")
     used = peak - baseline if peak > earlier_peak else 0
-    return Trial(batch, error is None, used, time.perf_counter() - started, error, purpose)
+    rss = proc_status_bytes("VmHWM") - rss_before if rss_known else 0
+    return Trial(batch, error is None, used, seconds, error, purpose, max(rss, 0))
 
 
 def trial_job(job: WorkerJob) -> dict[str, Any]:
@@ -90,11 +112,14 @@ def trial_job(job: WorkerJob) -> dict[str, Any]:
 
 
 def halve_job(job: WorkerJob) -> dict[str, Any]:
-    """The seed's in-process handler: one process, halve on OOM and retry."""
+    """NeMo RL's guide's in-process handler: one process, halve on OOM and retry."""
+    from gymbench.trainstep.memory import proc_status_bytes
+
     session, baseline, earlier_peak = _capped_session(job)
     trials = []
     for batch in halving_sizes(job.config.batch):
         trials.append(_try(session, batch, job.steps, baseline, earlier_peak, "halve"))
+        earlier_peak = max(earlier_peak, proc_status_bytes("VmPeak"))
         if trials[-1].fits:
             break
     return {"trials": [asdict(trial) for trial in trials]}
@@ -112,11 +137,13 @@ def main() -> int:
 # --------------------------------------------------------------------------- parent side
 
 
-def child_environment() -> dict[str, str]:
+def child_environment(job: WorkerJob) -> dict[str, str]:
+    """The memory pass always fixes the malloc thresholds (it measures); trials only when asked."""
     from gymbench.trainstep.memory import SHARP_MALLOC_ENV
 
     path = os.pathsep.join(entry for entry in sys.path if entry)
-    return {**os.environ, **SHARP_MALLOC_ENV, "PYTHONPATH": path}
+    fixed = job.kind == "memory" or job.allocator == "fixed"
+    return {**os.environ, **(SHARP_MALLOC_ENV if fixed else {}), "PYTHONPATH": path}
 
 
 def run_job(job: WorkerJob, timeout_s: float = 600.0) -> dict[str, Any]:
@@ -135,7 +162,7 @@ def run_job(job: WorkerJob, timeout_s: float = 600.0) -> dict[str, Any]:
                 [sys.executable, "-m", "gymbench.trainstep.worker", str(out)],
                 input=payload,
                 capture_output=True,
-                env=child_environment(),
+                env=child_environment(job),
                 timeout=timeout_s,
                 check=False,
             )

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gymbench.tuning import advice
 from gymbench.tuning.probe import ProbeResult
 
+CLIENT_CORES = 0.8
+CLIENT_LAG_S = 0.05
 VARIANCE_SPREAD = 3.0
 """p99 ÷ p50 of latency per output token above which latency varies beyond what lengths explain."""
 
@@ -38,17 +41,26 @@ class Diagnosis:
     high: ProbeResult
     evidence: list[str] = field(default_factory=list)
     symptoms: list[str] = field(default_factory=list)
+    backend_kind: str = advice.MODEL_SERVER
 
     @property
     def next_step(self) -> str:
-        return NEXT_STEPS[self.verdict]
+        return advice.next_step(self.verdict, self.backend_kind, NEXT_STEPS)
 
 
 def stage_share(probe: ProbeResult, stage: str) -> float:
+    """A stage's share of a rollout's time once it holds its slot.
+
+    The backend's stages nest (``ttft`` lies inside ``generation``), so they are not summed: the
+    whole is the rollout's ``total`` less its ``slot_wait``, and whatever no stage names (the
+    writer, the collector's own work) counts in the whole too.
+    """
     stages = probe.stage_mean_s
-    total = (stages.get("generation") or 0) + (stages.get("connection_wait") or 0) + (stages.get("verification") or 0)
+    whole = (stages.get("total") or 0.0) - (stages.get("slot_wait") or 0.0)
+    if whole <= 0:
+        whole = sum(stages.get(name) or 0.0 for name in ("connection_wait", "generation", "verification"))
     value = stages.get(stage) or 0.0
-    return value / total if total > 0 else 0.0
+    return min(1.0, value / whole) if whole > 0 else 0.0
 
 
 def diagnose(low: ProbeResult, high: ProbeResult, error_bound: float = 0.05) -> Diagnosis:
@@ -78,7 +90,9 @@ def diagnose(low: ProbeResult, high: ProbeResult, error_bound: float = 0.05) -> 
 
 
 def _slow_part(verification: float, pool: float, high: ProbeResult) -> str:
-    if high.client_cpu_cores >= 0.8 or high.loop_lag_p99_s >= 0.05:
+    """The client only when it is both busy (near a core) and late (its event loop lags): a late
+    loop alone is a machine loaded by others, which starves the client without it being the limit."""
+    if high.client_cpu_cores >= CLIENT_CORES and high.loop_lag_p99_s >= CLIENT_LAG_S:
         return "client"
     if pool >= 0.3:
         return "connection pool"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -147,6 +148,16 @@ class Prober:
         self.pooled_successes = 0
         self._runs = 0
 
+    def close(self) -> None:
+        """Remove the probes' rollout files: they are scratch (the rates are what a tune keeps)."""
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Prober:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     @property
     def per_rollout(self) -> float:
         return self.pooled_work / self.pooled_successes if self.pooled_successes else 1.0
@@ -241,7 +252,7 @@ class Prober:
             meter.counters = seen.tokens
         listen(done)
         if meter is not None and meter.window_start is not None and done.ok:
-            latencies.append((timings.get("generation", done.end - done.start), done.work))
+            latencies.append((request_latency(timings, done.end - done.start), done.work))
             self._show(meter)
 
     def _show(self, meter: Meter) -> None:
@@ -285,7 +296,7 @@ class Prober:
             per_token_p99_s=_percentile(per_token, 99),
             output_tokens_per_s=tokens_per_s,
             stage_mean_s=summary["stage_mean_s"],
-            client_cpu_cores=run.seen.cpu_s / max(stats.elapsed_s, 1e-9),
+            client_cpu_cores=run.seen.cpu_cores,
             loop_lag_p99_s=float(np.percentile(run.seen.lags, 99)) if run.seen.lags else 0.0,
             elapsed_s=stats.elapsed_s,
             server_waiting_max=max(run.seen.waiting) if run.seen.waiting else None,
@@ -298,6 +309,14 @@ class Prober:
         """Every probe's rollouts/s from the work per rollout pooled over all of them."""
         for result in results:
             result.per_rollout = self.per_rollout
+
+
+def request_latency(timings: Mapping[str, float], otherwise: float) -> float:
+    """The server's answer time: to the first token, then to the last (a streamed backend times
+    them apart; one that does not stream reports ``generation`` alone)."""
+    if "generation" not in timings:
+        return otherwise
+    return timings["generation"] + timings.get("ttft", 0.0)
 
 
 def _percentile(values: np.ndarray | None, q: float) -> float | None:
@@ -316,7 +335,7 @@ class _RolloutReader:
         self._refusals_seen = 0
 
     def failed(self, failure: GenerationFailed) -> None:
-        if failure.status == 429 and "rate limit" in failure.reason.lower():
+        if failure.rate_limit:
             self.rate_limit_refusals += 1
 
     def completion(self, timings: Mapping[str, float]) -> Completion:

@@ -22,7 +22,9 @@ def fenced(program: str) -> str:
 
 @pytest.fixture
 def verifier() -> CodeVerifier:
-    return make_plugins().verifier("code", {"timeout_s": 1.5, "cpu_s": 1, "memory_mb": 256, "file_mb": 1})
+    # A generous wall clock: a loaded machine may take seconds to start an interpreter. The CPU
+    # limit, which load does not stretch, is what stops runaway programs here.
+    return make_plugins().verifier("code", {"timeout_s": 60, "cpu_s": 1, "memory_mb": 256, "file_mb": 1})
 
 
 def test_right_program_passes_every_case(verifier: CodeVerifier) -> None:
@@ -41,7 +43,7 @@ def test_wrong_program_is_judged_wrong_not_a_failure(verifier: CodeVerifier) -> 
 
 
 def test_all_or_nothing_scoring() -> None:
-    strict = make_plugins().verifier("code", {"timeout_s": 2, "scoring": "all_or_nothing"})
+    strict = make_plugins().verifier("code", {"timeout_s": 60, "scoring": "all_or_nothing"})
     verdict = strict.verify({"tests": {"inputs": ["1 2", "5 5"], "outputs": ["3", "10"]}}, "print(3)")
     assert (verdict.reward, verdict.failure_kind) == (0.0, None)
 
@@ -78,12 +80,13 @@ def test_infinite_loop_is_killed_and_later_cases_skipped(verifier: CodeVerifier)
     verdict = verifier.verify({"tests": CASES}, fenced("while True:\n    pass\n"))
     assert (verdict.reward, verdict.failure_kind) == (0.0, "timeout")
     first, second = verdict.details["cases"]
-    assert first["outcome"] == "timeout" and first["duration_s"] < 5
+    assert first["outcome"] == "timeout"
     assert second == {"outcome": "skipped"}
 
 
-def test_sleeping_program_is_killed_by_the_wall_clock(verifier: CodeVerifier) -> None:
-    verdict = verifier.verify({"tests": CASES[:1]}, fenced("import time\ntime.sleep(60)\n"))
+def test_sleeping_program_is_killed_by_the_wall_clock() -> None:
+    short = make_plugins().verifier("code", {"timeout_s": 1.5, "cpu_s": 1})
+    verdict = short.verify({"tests": CASES[:1]}, fenced("import time\ntime.sleep(600)\n"))
     assert verdict.failure_kind == "timeout"
     assert verdict.details["confinement"]["process_group_killed"] is True
 

@@ -17,7 +17,7 @@ from gymbench.sim import SimServerHandle, start_sim_server
 from tests.builtin.conftest import Serve
 from tests.builtin.loopback import app_with_models
 
-FAST = {"step_base_s": 0.002, "step_per_seq_s": 0.0, "prefill_per_token_s": 0.0, "output_tokens_mean": 6}
+FAST = {"model": "m", "step_base_s": 0.002, "step_per_seq_s": 0.0, "prefill_per_token_s": 0.0, "output_tokens_mean": 6}
 QUESTION = {"input": [{"role": "user", "content": "What is 6 * 7?"}]}
 
 
@@ -163,10 +163,10 @@ async def test_connection_resets_are_retried(servers: dict[str, SimServerHandle]
 
 
 async def test_bad_request_is_not_retried(servers: dict[str, SimServerHandle]) -> None:
-    async with backend(servers["fast"], max_retries=5, extra_body={"n": 3}) as client:
+    async with backend(servers["fast"], max_retries=5, extra_body={"temperature": "hot"}) as client:
         with pytest.raises(GenerationFailed) as info:
             await client.generate(request())
-    assert info.value.kind == "bad_request" and info.value.retries == 0 and "n=1" in info.value.reason
+    assert info.value.kind == "bad_request" and info.value.retries == 0 and "'temperature'" in info.value.reason
 
 
 async def test_unreachable_server_is_a_clear_error_after_a_bounded_number_of_tries() -> None:

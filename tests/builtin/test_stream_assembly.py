@@ -11,12 +11,21 @@ from aiohttp import web
 from gymbench import GenerationFailed, GenerationRequest
 from gymbench.builtin.openai_backend import OpenAIBackend
 from gymbench.builtin.stream_assembly import ChatStream, ResponsesStream
-from gymbench.sim.openai_format import RESPONSES, ChatCompletions, Reply
-from gymbench.sim.text import PlannedOutput
+from gymbench.sim.endpoints import CHAT, RESPONSES
+from gymbench.sim.openai_format import Reply, render_stream
+from gymbench.sim.planner import PlannedOutput
+from gymbench.sim.request import ParsedRequest
 from tests.builtin.conftest import Serve
 from tests.builtin.loopback import app_with_models, send_sse, sse_lines
 
-REPLY = Reply("chatcmpl-7", "m", PlannedOutput(("Six times seven", "\n", "42"), "stop", True), 12, 1700000000)
+REPLY = Reply(
+    "chatcmpl-7",
+    "m",
+    1700000000,
+    12,
+    (PlannedOutput(("Six times seven", "\n", "42"), "stop"),),
+    ParsedRequest("m", "", "", None, stream=True, include_usage=True),
+)
 QUESTION = GenerationRequest(0, 0, {"input": "What is 6 * 7?"})
 
 
@@ -27,20 +36,17 @@ def sim_events(stream: bytes) -> list[dict[str, Any]]:
 
 
 def chat_stream_of(reply: Reply) -> list[dict[str, Any]]:
-    chat = ChatCompletions()
-    deltas = b"".join(chat.stream_delta(reply, i) for i in range(len(reply.output.tokens)))
-    return sim_events(chat.stream_start(reply) + deltas + chat.stream_end(reply, include_usage=True))
+    return sim_events(render_stream(CHAT, reply))
 
 
 def responses_stream_of(reply: Reply) -> list[dict[str, Any]]:
-    deltas = b"".join(RESPONSES.stream_delta(reply, i) for i in range(len(reply.output.tokens)))
-    return sim_events(RESPONSES.stream_start(reply) + deltas + RESPONSES.stream_end(reply, include_usage=True))
+    return sim_events(render_stream(RESPONSES, reply))
 
 
 def test_chat_chunks_assemble_into_the_completion_a_plain_call_returns() -> None:
     stream = ChatStream()
     produced = [stream.add(event) for event in chat_stream_of(REPLY)]
-    assert stream.response() == ChatCompletions().full(REPLY)
+    assert stream.response() == CHAT.full(REPLY)
     assert stream.text == REPLY.output.text and produced.count(True) == len(REPLY.output.tokens)
     assert (stream.usage().prompt_tokens, stream.usage().completion_tokens) == (12, 3)
 
@@ -51,6 +57,59 @@ def test_responses_stream_keeps_its_final_response() -> None:
         stream.add(event)
     assert stream.response() == RESPONSES.full(REPLY) and stream.text == REPLY.output.text
     assert stream.usage().completion_tokens == 3
+
+
+def planned(endpoint: Any, body: dict[str, Any]) -> Reply:
+    """The simulator's reply to ``body``, as its server plans it."""
+    from gymbench.sim.config import SimConfig
+    from gymbench.sim.planner import Planner
+
+    parsed = endpoint.parse({"model": "m", "stream": True, "stream_options": {"include_usage": True}, **body})
+    return Reply(f"{endpoint.prefix}1", "m", 1, 9, Planner(SimConfig()).plan(parsed), parsed)
+
+
+TOOL = {"name": "lookup", "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": [{"role": "user", "content": "2 + 2?"}], "logprobs": True, "top_logprobs": 2, "n": 2},
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "function", "function": TOOL}],
+            "tool_choice": "required",
+        },  # noqa: E501
+    ],
+    ids=["logprobs-n2", "tool-call"],
+)
+def test_chat_logprobs_and_tool_calls_assemble_as_sent_whole(body: dict[str, Any]) -> None:
+    reply = planned(CHAT, body)
+    stream = ChatStream()
+    for event in sim_events(render_stream(CHAT, reply)):
+        stream.add(event)
+    assert stream.response() == as_sent(CHAT.full(reply))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"input": "2 + 2?", "include": ["message.output_text.logprobs"], "top_logprobs": 2},
+        {"input": "x", "tools": [{"type": "function", **TOOL}], "tool_choice": "required"},
+    ],
+    ids=["logprobs", "tool-call"],
+)
+def test_responses_logprobs_and_tool_calls_assemble_without_the_final_event(body: dict[str, Any]) -> None:
+    reply = planned(RESPONSES, body)
+    stream = ResponsesStream()
+    for event in sim_events(render_stream(RESPONSES, reply)):
+        if event["type"] not in ("response.completed", "response.output_item.done"):
+            stream.add(event)
+    assert stream.response() == as_sent({**RESPONSES.full(reply), "usage": None})
+
+
+def as_sent(value: dict[str, Any]) -> Any:
+    return json.loads(json.dumps(value))
 
 
 @pytest.mark.parametrize(
@@ -139,17 +198,10 @@ async def test_streamed_tool_calls_are_assembled_by_index(serve: Serve, style: s
 async def test_an_event_longer_than_aiohttps_line_limit_is_read(serve: Serve) -> None:
     """A Responses API ``response.completed`` carries the whole output on one line; aiohttp's
     line reader refuses lines over 512 KiB (3.14; 128 KiB in 3.9)."""
-    long_reply = Reply("resp_1", "m", PlannedOutput(("x" * 600_000,), "stop", True), 5, 1)
+    long_reply = Reply("resp_1", "m", 1, 5, (PlannedOutput(("x" * 600_000,), "stop"),), REPLY.request)
 
     async def responses(request: web.Request) -> web.StreamResponse:
-        body = b"".join(
-            [
-                RESPONSES.stream_start(long_reply),
-                RESPONSES.stream_delta(long_reply, 0),
-                RESPONSES.stream_end(long_reply, True),
-            ]
-        )
-        return await send_sse(request, body, piece=65536)
+        return await send_sse(request, render_stream(RESPONSES, long_reply), piece=65536)
 
     app = app_with_models()
     app.router.add_post("/v1/responses", responses)

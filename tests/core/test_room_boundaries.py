@@ -29,6 +29,7 @@ CORE = {
     "gymbench.curves",
     "gymbench.rates",
     "gymbench.knee_search",
+    "gymbench.lazy",
 }
 ROOMS = ("builtin", "rollout", "sim", "trainstep", "baseline")
 

@@ -7,6 +7,8 @@ import pytest
 
 from gymbench.sim import SimServerHandle, start_sim_server
 
+MODEL = "gymbench-sim"
+"""The model the simulator serves unless configured otherwise."""
 FAST = {"step_base_s": 0.002, "step_per_seq_s": 0.0, "prefill_per_token_s": 0.0, "output_tokens_mean": 8}
 
 

@@ -122,3 +122,10 @@ def test_describe_command_prints_the_step_at_saturation() -> None:
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "saturates at concurrency 1; step there 20.01 ms" in done.stdout
+
+
+def test_non_finite_numbers_are_refused_however_the_configuration_is_made() -> None:
+    with pytest.raises(GymbenchError, match="step_base_s must be a finite number, got nan"):
+        SimConfig(step_base_s=float("nan"))
+    with pytest.raises(GymbenchError, match="setting 'rpm_limit': got inf"):
+        config_from_preset(None, {"rpm_limit": float("inf")})

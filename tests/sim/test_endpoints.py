@@ -10,6 +10,8 @@ import pytest
 
 from gymbench.sim import SimServerHandle
 
+from .conftest import FAST, MODEL
+
 QUESTION = "What is 17 + 25?"
 
 
@@ -41,9 +43,9 @@ async def stream_events(server: SimServerHandle, path: str, body: dict[str, Any]
 
 async def test_chat_completion(fast_sim: SimServerHandle) -> None:
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}]
-    status, body = await post(fast_sim, "/chat/completions", {"model": "m", "messages": messages})
+    status, body = await post(fast_sim, "/chat/completions", {"model": MODEL, "messages": messages})
     assert status == 200
-    assert body["object"] == "chat.completion" and body["model"] == "m"
+    assert body["object"] == "chat.completion" and body["model"] == MODEL
     choice = body["choices"][0]
     assert choice["message"]["role"] == "assistant" and choice["finish_reason"] == "stop"
     usage = body["usage"]
@@ -54,7 +56,7 @@ async def test_chat_completion(fast_sim: SimServerHandle) -> None:
 
 async def test_chat_stream_matches_whole_answer(fast_sim: SimServerHandle) -> None:
     body = {
-        "model": "m",
+        "model": MODEL,
         "messages": [{"role": "user", "content": "hello"}],
         "stream_options": {"include_usage": True},
     }
@@ -75,24 +77,24 @@ async def test_chat_stream_matches_whole_answer(fast_sim: SimServerHandle) -> No
 
 
 async def test_completions(fast_sim: SimServerHandle) -> None:
-    status, body = await post(fast_sim, "/completions", {"model": "m", "prompt": "3 * 4 =", "max_tokens": 5})
+    status, body = await post(fast_sim, "/completions", {"model": MODEL, "prompt": "3 * 4 =", "max_tokens": 5})
     assert status == 200 and body["object"] == "text_completion"
     assert body["usage"]["completion_tokens"] == 5
     assert body["choices"][0]["finish_reason"] == "length"
-    events = await stream_events(fast_sim, "/completions", {"model": "m", "prompt": ["hi"], "max_tokens": 3})
+    events = await stream_events(fast_sim, "/completions", {"model": MODEL, "prompt": ["hi"], "max_tokens": 3})
     assert events[-1][1] == "[DONE]"
     texts = [json.loads(d)["choices"][0]["text"] for _, d in events[:-1]]
     assert len([t for t in texts if t]) == 3
 
 
 async def test_completions_default_max_tokens_is_openais_16(fast_sim: SimServerHandle) -> None:
-    status, body = await post(fast_sim, "/completions", {"model": "m", "prompt": "x"})
+    status, body = await post(fast_sim, "/completions", {"model": MODEL, "prompt": "x"})
     assert status == 200 and body["usage"]["completion_tokens"] == 8  # mean 8 < default cap 16
 
 
 async def test_responses_api(fast_sim: SimServerHandle) -> None:
     request = {
-        "model": "m",
+        "model": MODEL,
         "input": [{"role": "user", "content": [{"type": "input_text", "text": QUESTION}]}],
     }
     status, body = await post(fast_sim, "/responses", request)
@@ -105,9 +107,14 @@ async def test_responses_api(fast_sim: SimServerHandle) -> None:
 
 
 async def test_responses_stream_event_sequence(fast_sim: SimServerHandle) -> None:
-    events = await stream_events(fast_sim, "/responses", {"model": "m", "input": QUESTION, "max_output_tokens": 4})
+    events = await stream_events(fast_sim, "/responses", {"model": MODEL, "input": QUESTION, "max_output_tokens": 4})
     names = [name for name, _ in events]
-    assert names[:3] == ["response.created", "response.output_item.added", "response.content_part.added"]
+    assert names[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
     assert names[-4:] == [
         "response.output_text.done",
         "response.content_part.done",
@@ -133,14 +140,40 @@ async def test_models_and_health(fast_sim: SimServerHandle) -> None:
     ("path", "body", "param"),
     [
         ("/chat/completions", {"messages": [{"role": "user", "content": "x"}]}, "model"),
-        ("/chat/completions", {"model": "m"}, "messages"),
-        ("/chat/completions", {"model": "m", "messages": []}, "messages"),
-        ("/chat/completions", {"model": "m", "messages": [{"role": "user"}], "max_tokens": 0}, "max_tokens"),
-        ("/chat/completions", {"model": "m", "messages": [{"role": "user"}], "stream": "yes"}, "stream"),
-        ("/completions", {"model": "m"}, "prompt"),
-        ("/completions", {"model": "m", "prompt": 5}, "prompt"),
-        ("/responses", {"model": "m"}, "input"),
+        ("/chat/completions", {"model": MODEL}, "messages"),
+        ("/chat/completions", {"model": MODEL, "messages": []}, "messages"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "max_tokens": 0}, "max_tokens"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "stream": "yes"}, "stream"),
+        ("/completions", {"model": MODEL}, "prompt"),
+        ("/completions", {"model": MODEL, "prompt": 5}, "prompt"),
+        ("/responses", {"model": MODEL}, "input"),
         ("/responses", {"model": 3, "input": "x"}, "model"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "temperature": "hot"}, "temperature"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "top_p": 3}, "top_p"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "n": 0}, "n"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "seed": "7"}, "seed"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "logprobs": 1}, "logprobs"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "top_logprobs": 2}, "top_logprobs"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "robot"}]}, "messages"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "tool", "content": "1"}]}, "messages"),
+        ("/chat/completions", {"model": MODEL, "messages": [{"role": "user"}], "tools": True}, "tools"),
+        (
+            "/chat/completions",
+            {"model": MODEL, "messages": [{"role": "user"}], "tools": [{"type": "function"}]},
+            "tools[0].function",
+        ),  # noqa: E501
+        (
+            "/chat/completions",
+            {"model": MODEL, "messages": [{"role": "user"}], "tool_choice": "required"},
+            "tool_choice",
+        ),  # noqa: E501
+        ("/completions", {"model": MODEL, "prompt": "x", "logprobs": True}, "logprobs"),
+        ("/completions", {"model": MODEL, "prompt": "x", "logprobs": 9}, "logprobs"),
+        ("/responses", {"model": MODEL, "input": "x", "tools": [{"type": "web_search"}]}, "tools[0]"),
+        ("/responses", {"model": MODEL, "input": "x", "tools": [{"type": "function", "name": ""}]}, "tools[0].name"),
+        ("/responses", {"model": MODEL, "input": "x", "tool_choice": "sometimes"}, "tool_choice"),
+        ("/responses", {"model": MODEL, "input": "x", "include": "logprobs"}, "include"),
+        ("/responses", {"model": MODEL, "input": [{"type": "function_call_output", "output": "1"}]}, "input"),
     ],
 )
 async def test_missing_or_wrong_fields_are_400(fast_sim: SimServerHandle, path: str, body: Any, param: str) -> None:
@@ -179,3 +212,18 @@ async def test_agent_run_returns_the_row_with_response_and_reward(fast_sim: SimS
         async with session.post(f"{fast_sim.url}/run", json={"expected_answer": "1"}) as answer:
             assert answer.status == 400
             assert (await answer.json())["error"]["param"] == "responses_create_params"
+
+
+async def test_an_unknown_model_is_404_and_aliases_are_served(sim_factory: Any) -> None:
+    server = sim_factory(model="served", model_aliases=["alias"], **FAST)
+    for name, status in (("served", 200), ("alias", 200), ("gymbench-sim", 404)):
+        got, body = await post(server, "/completions", {"model": name, "prompt": "x"})
+        assert got == status
+        if status == 404:
+            assert body["error"]["code"] == "model_not_found" and "served, alias" in body["error"]["message"]
+        else:
+            assert body["model"] == name
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{server.base_url}/models") as answer:
+            assert [model["id"] for model in (await answer.json())["data"]] == ["served", "alias"]
+    assert server.metrics()['gymbench_sim:requests_rejected_total{reason="model_not_found"}'] == 1

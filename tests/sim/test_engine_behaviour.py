@@ -21,7 +21,7 @@ from gymbench.sim.capacity import step_time
 from gymbench.sim.text import count_tokens
 from gymbench.types import Generation, GenerationFailed, GenerationRequest
 
-from .conftest import FAST
+from .conftest import FAST, MODEL
 
 T = TypeVar("T")
 Outcome = Generation | GenerationFailed
@@ -166,7 +166,7 @@ def test_slow_start() -> None:
         for _ in range(2):
             factor = backend.service.metrics.values()["gymbench_sim:slowdown_factor"]
             generation = await backend.generate(ask())
-            seen.append((factor, generation.timings["generation"]))
+            seen.append((factor, generation.timings["ttft"] + generation.timings["generation"]))
             await asyncio.sleep(2.0)
         return seen
 
@@ -225,7 +225,7 @@ def test_token_rate_limit_counts_max_tokens() -> None:
 
 
 def chat(content: str = "What is 2 + 2?", **extra: Any) -> dict[str, Any]:
-    return {"model": "m", "messages": [{"role": "user", "content": content}], **extra}
+    return {"model": MODEL, "messages": [{"role": "user", "content": content}], **extra}
 
 
 async def burst_http(

@@ -17,6 +17,8 @@ import pytest
 from gymbench.cli import main
 from gymbench.sim import running_sim_server
 
+from .conftest import MODEL
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -112,7 +114,7 @@ def test_cli_serves_in_the_foreground_and_stops_on_sigint() -> None:
         line = process.stdout.readline()
         assert "listening on http://127.0.0.1:" in line
         url = line.split("listening on ")[1].split()[0]
-        body = json.dumps({"model": "m", "prompt": "1 + 1 ="}).encode()
+        body = json.dumps({"model": MODEL, "prompt": "1 + 1 ="}).encode()
         request = urllib.request.Request(f"{url}/completions", data=body, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=5) as answer:
             assert json.loads(answer.read())["object"] == "text_completion"

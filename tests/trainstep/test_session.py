@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gymbench import GymbenchError
-from gymbench.trainstep.checkpointing import Checkpointed, checkpoint_every, mode_from_ratio
+from gymbench.trainstep.checkpointing import Checkpointed, blocks_for_ratio, checkpoint_every
 from gymbench.trainstep.config import TrainConfig, scale_learning_rate
 from gymbench.trainstep.plugin import build_mlp, build_transformer
 from gymbench.trainstep.runner import run_steps
@@ -49,10 +49,28 @@ def test_every_kth_block_is_checkpointed(mode: str, wrapped: int) -> None:
     assert sum(isinstance(block, Checkpointed) for block in session.model.blocks) == wrapped
 
 
-def test_checkpoint_modes_and_the_seeds_ratio() -> None:
-    assert mode_from_ratio(0.5) == "every-2"
-    assert mode_from_ratio(1.0) == "on"
-    assert mode_from_ratio(0.0) == "off"
+@pytest.mark.parametrize(
+    ("ratio", "indices", "note"),
+    [
+        (0.5, [0, 2], ""),
+        (0.75, [0, 1, 2], ""),
+        (1.0, [0, 1, 2, 3], ""),
+        (0.0, [], ""),
+        (0.3, [0], "1 of 4 blocks checkpointed (25%)"),
+        (0.6, [0, 2], "2 of 4 blocks checkpointed (50%)"),
+    ],
+)
+def test_checkpoint_ratio_is_exact_or_says_what_it_did(ratio: float, indices: list[int], note: str) -> None:
+    chosen, said = blocks_for_ratio(ratio, 4)
+    assert chosen == indices
+    assert (note in said) if note else said == ""
+    config = replace(TINY, model_config={"size": "tiny", "layers": 4}, checkpoint_ratio=ratio)
+    session = TrainSession(build_transformer, config)
+    wrapped = [i for i, block in enumerate(session.model.blocks) if isinstance(block, Checkpointed)]
+    assert wrapped == indices and session.checkpointing.note == said
+
+
+def test_checkpoint_modes() -> None:
     for bad in ("sometimes", "every-0", "every-x"):
         with pytest.raises(GymbenchError, match="use 'off', 'on' or 'every-K'"):
             checkpoint_every(bad)

@@ -10,6 +10,7 @@ rate is known in closed form (``p ÷ E[hold]``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -91,7 +92,8 @@ def with_prober(
             settings = CollectSettings(TASKS, Path(scratch) / "unused.jsonl", verify=VerifySettings("exact-match"))
             prober = Prober(TASKS, backend, lambda: plugins.verifier("exact-match", {}), settings, 200,  # type: ignore[arg-type]
                             precision, Counters(counters) if counters else None, clock=loop.time)  # fmt: skip
-            return await work(prober)
+            with prober:
+                return await work(prober)
 
     return run_in_simulated_time(main())
 
@@ -130,3 +132,29 @@ def long_run_tokens_per_s(config: SimConfig, parallelism: int, completions: int 
         return (g1 - g0) / (t1 - t0)
 
     return run_in_simulated_time(main())
+
+
+class PooledBackend:
+    """``backend`` behind a pool of ``size`` connections, as aiohttp's connector limit makes one:
+    a request waits for a free connection, and that wait is its ``connection_wait`` stage."""
+
+    def __init__(self, backend: InProcessBackend, size: int) -> None:
+        self.backend = backend
+        self.pool = asyncio.Semaphore(size)
+
+    async def __aenter__(self) -> PooledBackend:
+        await self.backend.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.backend.__aexit__(exc_type, exc, tb)
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
+        async with self.pool:
+            waited = loop.time() - asked
+            generation = await self.backend.generate(request)
+        return dataclasses.replace(generation, timings={**generation.timings, "connection_wait": waited})

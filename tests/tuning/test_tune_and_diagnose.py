@@ -65,7 +65,8 @@ def test_cli_writes_table_plot_and_record(tmp_path: Path) -> None:
     assert list((tmp_path / "results").glob("*/*_tune.json"))
     diagnosed = subprocess.run(
         [sys.executable, "-m", "gymbench.cli", "diagnose", f"+input_jsonl_fpath={TASKS}", "+low=2", "+high=8",
-         "+max_batches=8", "+save_results=false", *[f"+sim.{k}={v}" for k, v in KNEE16.items()]],
+         f"+results_dir={tmp_path / 'results'}",
+         "+max_batches=8", *[f"+sim.{k}={v}" for k, v in KNEE16.items()]],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert diagnosed.returncode == 0, diagnosed.stderr

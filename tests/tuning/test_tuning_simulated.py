@@ -28,7 +28,7 @@ from gymbench.tuning.sweep import (
     doubling_sweep,
     validate_stability,
 )
-from tests.tuning.simulated import long_run_tokens_per_s, sim_counters, with_prober
+from tests.tuning.simulated import PooledBackend, long_run_tokens_per_s, sim_counters, with_prober
 
 # Saturates at 16 sequences, exponential output lengths (mean 24): requests of ~0.3 s.
 KNEE16 = SimConfig(max_num_seqs=16, step_base_s=0.01, step_per_seq_s=0.0005, output_tokens_mean=24,
@@ -116,6 +116,12 @@ def test_adaptive_does_not_end_on_an_under_measured_level() -> None:
         assert levels[parallelism].relative <= 0.02 * 1.01 or levels[parallelism].under_measured is False
 
 
+def test_adaptive_strategy_takes_an_injected_clock() -> None:
+    ticks = iter(range(1000))
+    strategy = AdaptiveStrategy(SearchSettings(start=3), clock=lambda: float(next(ticks)))
+    assert strategy.limiter.clock is strategy.clock and strategy.meter.since == 1.0  # ticks 0, 1: its own
+
+
 def test_adaptive_strategy_takes_the_probes_clock() -> None:
     strategy = AdaptiveStrategy(SearchSettings(start=3))
     with_prober(InProcessBackend(KNEE16), lambda prober: prober.run(strategy, 3, lambda c: None, lambda: True))
@@ -140,14 +146,15 @@ def test_stability_validation_catches_a_server_that_degrades() -> None:
     assert not stability.passed and "below 90% of the expected" in stability.reasons[0]
 
 
-def diagnosis(config: SimConfig, low: int, high: int, **backend: Any) -> Diagnosis:
+def diagnosis(config: SimConfig, low: int, high: int, pool: int | None = None, **backend: Any) -> Diagnosis:
     server = InProcessBackend(config, **backend)
+    client = server if pool is None else PooledBackend(server, pool)
 
     async def work(prober: Prober) -> Diagnosis:
         low_probe = await prober.probe(low, SemaphoreStrategy(low))
         return diagnose(low_probe, await prober.probe(high, SemaphoreStrategy(high)))
 
-    return with_prober(server, work, counters=sim_counters(server))
+    return with_prober(client, work, counters=sim_counters(server))
 
 
 def variance(found: Diagnosis) -> list[str]:
@@ -180,3 +187,11 @@ def test_timeouts_are_a_symptom() -> None:
     found = diagnosis(KNEE16.replace(max_num_seqs=64, hang_rate=0.05), low=2, high=8, timeout_s=5.0)
     assert any(s.startswith("timeouts") for s in found.symptoms)
     assert found.symptoms[-1].startswith("GPU utilisation: not readable")
+
+
+def test_a_tiny_connection_pool_is_the_connection_pool_in_simulated_time() -> None:
+    """Two connections in front of a server that takes 256: the wait for a connection is most of
+    a rollout's time. Simulated time: no machine load can move this verdict."""
+    found = diagnosis(KNEE16.replace(max_num_seqs=256), low=4, high=16, pool=2)
+    assert found.verdict == "connection pool", found.evidence
+    assert found.gain < 1.2

@@ -1,0 +1,1 @@
+"""An example NeMo-Gym-style environment: arithmetic word problems and a numeric verifier."""

@@ -1,0 +1,83 @@
+"""The core readers the fuzz sweep leans on: exact JSON, settings that name their setting and file."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gymbench.errors import GymbenchError
+from gymbench.jsonio import JSONReadError, check_writable_file, loads
+from gymbench.settings import build_settings, load_settings_file
+
+
+def test_numbers_beyond_a_double_are_refused_not_turned_into_infinity() -> None:
+    assert loads("[1.5, 1e-400, 1e308]") == [1.5, 0.0, 1e308]
+    assert loads("123456789012345678901234567890") == 123456789012345678901234567890
+    for text in ("1e400", b"[-2.5E+999]", "[" + "9" * 400 + ".5]"):
+        with pytest.raises(JSONReadError, match="beyond a 64-bit float's range"):
+            loads(text)
+
+
+def test_nan_is_refused_unless_another_tool_wrote_the_file() -> None:
+    with pytest.raises(JSONReadError, match="NaN is not valid JSON"):
+        loads('{"a": NaN}')
+    assert math.isnan(loads('{"a": NaN}', allow_nan=True)["a"])
+    assert loads(b"\xef\xbb\xbf[1]") == [1]  # bytes: the encoding (and a byte-order mark) as json.loads finds them
+
+
+def test_a_writable_file_is_proved_without_leaving_anything(tmp_path: Path) -> None:
+    existing = tmp_path / "kept.txt"
+    existing.write_text("as it was")
+    check_writable_file(existing, "plot", "+plot")
+    check_writable_file(tmp_path / "new" / "plot.png", "plot", "+plot")
+    assert existing.read_text() == "as it was" and not (tmp_path / "new" / "plot.png").exists()
+    (tmp_path / "file").write_text("x")
+    unwritable = [(tmp_path, "is a directory"), (tmp_path / "file" / "p.png", "cannot write the plot"),
+                  (tmp_path / ("n" * 300), "File name too long"), (tmp_path / "a\x00b", "cannot write")]  # fmt: skip
+    for bad, reason in unwritable:
+        with pytest.raises(GymbenchError, match=reason) as error:
+            check_writable_file(bad, "plot", "+plot")
+        assert "+plot" in str(error.value)
+
+
+@dataclass
+class Schema:
+    limit: int = 3
+    rate: float = 1.0
+    name: str = "x"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@pytest.mark.parametrize(
+    ("dotlist", "message"),
+    [
+        (["rate=nan"], "setting 'rate': got nan, expected a finite number"),
+        (["rate=1e400"], "setting 'rate': got inf"),
+        (["extra.t=.inf"], "setting 'extra.t': got inf"),
+        (["limit=" + "9" * 5000], "setting 'limit': Exceeds the limit"),
+        (["extra=[1, 2]"], "setting 'extra'"),
+        (["name=a\x00b"], "setting 'name': unacceptable character"),
+        (["name=\udcff"], "setting 'name': '\\udcff' is not UTF-8 text"),
+        (["limit=${x}"], "setting 'limit': Value '${x}'"),
+    ],
+)
+def test_a_bad_value_names_its_setting(dotlist: list[str], message: str) -> None:
+    with pytest.raises(GymbenchError) as error:
+        build_settings(Schema, dotlist)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_bad_value_from_a_settings_file_names_the_file(tmp_path: Path) -> None:
+    settings = tmp_path / "s.yaml"
+    for text, setting in [("limit: x\n", "limit"), ("rate: .nan\n", "rate"), ("limit: ${x}\n", "limit"),
+                          ("nope: 1\n", "nope")]:  # fmt: skip
+        settings.write_text(text)
+        with pytest.raises(GymbenchError, match=f"^{settings}: .*'{setting}'"):
+            build_settings(Schema, [], load_settings_file(settings))
+    settings.write_text("limit: 4\nrate: 2.5\n")
+    built = build_settings(Schema, ["limit=5"], load_settings_file(settings))
+    assert (built.limit, built.rate) == (5, 2.5)  # the command line wins over the file
