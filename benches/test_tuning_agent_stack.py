@@ -37,7 +37,7 @@ def stack() -> Iterator[dict[str, Any]]:
 
 def test_tune_against_the_agent_stack(gymbench: Recorder, stack: dict[str, Any]) -> None:
     runs = 1 if gymbench.quick else 3
-    batches = ["max_batches=8"] if gymbench.quick else []
+    batches = ["min_batches=3", "max_batches=6"] if gymbench.quick else []
     results = []
     for _ in range(runs):
         settings = [f"input_jsonl_fpath={TASKS}", "save_results=false", "plot=", "progress=false",

@@ -179,13 +179,6 @@ class Watch:
     tokens: list[tuple[float, float]] = field(default_factory=list)
     """(time, the server's cumulative generated tokens)."""
     cpu_s: float = 0.0
-    wall_s: float = 0.0
-    """Real seconds the watcher ran (not the loop's clock, which may be simulated)."""
-
-    @property
-    def cpu_cores(self) -> float:
-        """The process's CPU seconds per real second while the loop ran."""
-        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
 
 async def watch(seen: Watch, clock: Callable[[], float], counters: Counters | None, poll_s: float) -> None:
@@ -196,7 +189,7 @@ async def watch(seen: Watch, clock: Callable[[], float], counters: Counters | No
     same part of a step.
     """
     loop = asyncio.get_running_loop()
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    cpu0 = time.process_time()
     jitter = random.Random(POLL_SEED)
     next_poll = clock()
     try:
@@ -213,4 +206,3 @@ async def watch(seen: Watch, clock: Callable[[], float], counters: Counters | No
             seen.lags.append(max(0.0, loop.time() - before - LAG_TICK_S))
     finally:
         seen.cpu_s = time.process_time() - cpu0
-        seen.wall_s = time.perf_counter() - wall0

@@ -90,14 +90,18 @@ def diagnose(low: ProbeResult, high: ProbeResult, error_bound: float = 0.05) -> 
 
 
 def _slow_part(verification: float, pool: float, high: ProbeResult) -> str:
-    """The client only when it is both busy (near a core) and late (its event loop lags): a late
-    loop alone is a machine loaded by others, which starves the client without it being the limit."""
-    if high.client_cpu_cores >= CLIENT_CORES and high.loop_lag_p99_s >= CLIENT_LAG_S:
-        return "client"
+    """The stage that takes the time first, then a busy client, then the server.
+
+    A stage's share (waiting for a connection, verifying) is specific evidence; a late event loop
+    is not (a machine loaded by others makes every loop late, which made a tiny connection pool
+    read "client"), so the client is judged only when no stage explains the time.
+    """
     if pool >= 0.3:
         return "connection pool"
     if verification >= 0.3:
         return "verification"
+    if high.client_cpu_cores >= CLIENT_CORES or high.loop_lag_p99_s >= CLIENT_LAG_S:
+        return "client"
     return "model server"
 
 

@@ -296,7 +296,7 @@ class Prober:
             per_token_p99_s=_percentile(per_token, 99),
             output_tokens_per_s=tokens_per_s,
             stage_mean_s=summary["stage_mean_s"],
-            client_cpu_cores=run.seen.cpu_cores,
+            client_cpu_cores=run.seen.cpu_s / max(stats.elapsed_s, 1e-9),
             loop_lag_p99_s=float(np.percentile(run.seen.lags, 99)) if run.seen.lags else 0.0,
             elapsed_s=stats.elapsed_s,
             server_waiting_max=max(run.seen.waiting) if run.seen.waiting else None,

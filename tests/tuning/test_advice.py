@@ -58,3 +58,15 @@ def test_diagnose_against_an_agent_stack_whose_agent_saturates() -> None:
     assert diagnosis.backend_kind == AGENT_STACK and diagnosis.gain < 1.5, diagnosis.evidence
     assert diagnosis.verdict in ("model server", "client"), diagnosis.evidence
     assert diagnosis.next_step == AGENT_STACK_STEPS.get(diagnosis.verdict, NEXT_STEPS[diagnosis.verdict])
+
+
+def test_a_stage_that_takes_the_time_wins_over_a_late_event_loop() -> None:
+    """A loaded machine makes every event loop late; waiting for a connection is specific evidence."""
+    low, high = probe(4, 20.0, 0.1), probe(16, 21.0, 0.1)
+    high.stage_mean_s = {"slot_wait": 0.0, "connection_wait": 0.3, "ttft": 0.02, "generation": 0.08, "total": 0.4}
+    high.loop_lag_p99_s, high.client_cpu_cores = 0.2, 0.3
+    assert diagnose(low, high).verdict == "connection pool"
+    high.stage_mean_s = {"slot_wait": 0.5, "connection_wait": 0.0, "ttft": 0.02, "generation": 0.08, "total": 0.6}
+    assert diagnose(low, high).verdict == "client"  # the slot's own wait is not a stage of the rollout
+    high.loop_lag_p99_s = 0.001
+    assert diagnose(low, high).verdict == "model server"
