@@ -238,7 +238,7 @@ class KneeSearch:
             level = self.levels[parallelism]
             if not level.precise and level.measurements <= self.settings.reprobes:
                 return Step(parallelism, why=f"re-measure {parallelism}: the knee is read from it")
-        knee = find_knee(curve)
+        knee = find_knee(curve, estimator_gap=False)
         width = (knee.high - knee.low) / 2 / knee.parallelism
         if width <= self.settings.knee_precision:
             return None
