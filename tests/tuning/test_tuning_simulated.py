@@ -195,3 +195,15 @@ def test_a_tiny_connection_pool_is_the_connection_pool_in_simulated_time() -> No
     found = diagnosis(KNEE16.replace(max_num_seqs=256), low=4, high=16, pool=2)
     assert found.verdict == "connection pool", found.evidence
     assert found.gain < 1.2
+
+
+def test_the_probes_scratch_files_are_removed() -> None:
+    scratch = []
+
+    async def work(prober: Prober) -> None:
+        scratch.append(prober.workdir)
+        await prober.probe(4, SemaphoreStrategy(4))
+        assert any(prober.workdir.iterdir())  # the probe's rollouts were written there
+
+    with_prober(InProcessBackend(KNEE16), work)
+    assert not scratch[0].exists()
