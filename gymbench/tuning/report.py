@@ -29,7 +29,7 @@ def _flags(probe: ProbeResult) -> str:
 def markdown_table(result: TuneResult) -> str:
     """Every probe (or level) in the order measured, with its rate's 95% interval and its source."""
     header = "| parallelism | rollouts/s | 95% CI | read from | output tokens/s | p50 latency (s) | p99 latency (s) |"
-    lines = [header + " errors | |", "|---:|---:|---:|---|---:|---:|---:|---:|---|"]
+    lines = [header + " errors | flags |", "|---:|---:|---:|---|---:|---:|---:|---:|---|"]
     for probe in result.probes:
         rate = probe.rate
         lines.append(
