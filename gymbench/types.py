@@ -75,6 +75,11 @@ class GenerationFailed(Exception):
         self.status = status
         self.retries = retries
 
+    @property
+    def rate_limit(self) -> bool:
+        """A rate limit's refusal (a 429 that names one), not a full queue's: a sign of the limit."""
+        return self.status == 429 and "rate limit" in self.reason.lower()
+
 
 @runtime_checkable
 class Backend(Protocol):
@@ -126,6 +131,12 @@ class RequestOutcome:
     latency_s: float
     ok: bool
     status: int | None = None
+    output_tokens: int = 0
+    """Tokens the answer carried (0 when the backend reports none)."""
+    retries: int = 0
+    """Requests the backend repeated before this outcome (429s, 5xx, resets)."""
+    rate_limited: bool = False
+    """It failed on a rate limit's refusal (:attr:`GenerationFailed.rate_limit`)."""
 
 
 @runtime_checkable

@@ -1,52 +1,63 @@
 """The ``adaptive`` concurrency strategy: find the knee of the throughput curve during the run.
 
-Instead of restarting a collection at 5, 10, 20, 40, 80 (the seeds' sweep), one run changes its
-own limit: it measures throughput at the current limit over a short window (after letting the new
-limit settle for about one request latency), grows the limit while throughput still grows by more
-than ``plateau_gain`` (doubling it), then brackets
-the knee between the last two limits and bisects in log space until the bracket is narrower than
-``resolution``. No run is restarted, so no ramp-up and drain are paid per probe. The knee is then
-estimated from every window measured (:func:`gymbench.curves.find_knee`) and the run continues
-at it, or stops (``stop_when_converged``), as the ``tune`` command asks.
+Instead of restarting a collection at 5, 10, 20, 40, 80 (NeMo Gym's doubling sweep), one run
+changes its own limit. Each limit is a *level*, measured exactly as a sweep's probe is
+(:class:`gymbench.rates.Meter`: half a turnover of warm-up, then until the rate's 95% interval is
+tight), and the next limit comes from the same rules as the sweep's
+(:class:`gymbench.knee_search.KneeSearch`): grow while throughput grows beyond its noise, stop on a
+plateau, on degradation beyond the noise, on errors or on a rate limit, re-measure when a
+decision is in doubt, then bisect around the peak and the knee. No collection is restarted, so
+no warm-up from an empty server and no drain are paid per level. A level is never left before it
+is measured: the search only moves when the level's meter says so.
+
+Once the knee is found the limit settles at the recommendation, and the run stops there when
+``stop_when_converged`` (``gymbench tune +method=adaptive``) or goes on collecting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import math
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
-import numpy as np
-
-from gymbench.curves import KNEE_FRACTION, Knee, find_knee
-from gymbench.errors import GymbenchError
+from gymbench.knee_search import KneeSearch, Level, SearchResult, SearchSettings, Step
+from gymbench.rates import Completion, Meter, Precision, Rate
 from gymbench.types import RequestOutcome, StopDispatch
+
+THROTTLED_SHARE = 0.1
+LEVEL_WARMUP = 0.5
+"""Turnovers discarded after a change of limit: rollouts from the level before are ignored
+anyway, so only the new ones' first landings (the short ones) need dropping."""
 
 
 class DynamicLimiter:
-    """A semaphore whose size can change while it is held."""
+    """A semaphore whose size can change while it is held, with its occupancy integral."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, clock: Callable[[], float]) -> None:
         self.limit = limit
         self.in_flight = 0
+        self.clock = clock
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._area = 0.0
-        self._changed = time.monotonic()
+        self._changed = clock()
+
+    def use_clock(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self._changed = clock()
 
     def occupancy_area(self) -> float:
         """∫ in_flight dt so far: occupancy over any interval is the difference ÷ its length."""
-        now = time.monotonic()
-        return self._area + self.in_flight * (now - self._changed)
+        return self._area + self.in_flight * (self.clock() - self._changed)
 
     def _count(self, delta: int) -> None:
-        now = time.monotonic()
+        now = self.clock()
         self._area += self.in_flight * (now - self._changed)
         self._changed = now
         self.in_flight += delta
 
-    async def __aenter__(self) -> None:
+    async def acquire(self) -> None:
         if self.in_flight < self.limit and not self._waiters:
             self._count(+1)
             return
@@ -54,7 +65,7 @@ class DynamicLimiter:
         self._waiters.append(waiter)
         await waiter  # the releaser counted us in
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    def release(self) -> None:
         self._count(-1)
         self._wake()
 
@@ -70,142 +81,148 @@ class DynamicLimiter:
                 waiter.set_result(None)
 
 
-@dataclass
-class Window:
-    limit: int
-    started: float
-    area_at_start: float
-    completions: int = 0
-    errors: int = 0
-    latency_sum: float = 0.0
-    marks: list[tuple[float, float, float]] = field(default_factory=list)
-    """(time, occupancy area, latency) at each completion."""
+class _Hold:
+    """One rollout's slot: when it was taken, and the outcome reported while it was held."""
 
-    def batch_rates(self, batches: int = 4) -> list[float]:
-        """Throughput by Little's law (mean occupancy ÷ mean latency) in equal slices of time.
+    def __init__(self, strategy: AdaptiveStrategy) -> None:
+        self.strategy = strategy
+        self.start = 0.0
 
-        Counting completions is biased when they arrive in bursts (an engine finishing a whole
-        batch in one step); occupancy and latency use every rollout's whole duration. Slices are
-        equal in time, not in completions, so a burst's instant does not weigh like a second.
-        """
-        times = np.array([self.started] + [mark[0] for mark in self.marks])
-        areas = np.array([self.area_at_start] + [mark[1] for mark in self.marks])
-        latencies = np.array([mark[2] for mark in self.marks])
-        edges = np.linspace(times[0], times[-1], batches + 1)
-        rates = []
-        for low, high in zip(edges[:-1], edges[1:], strict=True):
-            inside = (times[1:] > low) & (times[1:] <= high)
-            if high > low and inside.any():
-                occupancy = (np.interp(high, times, areas) - np.interp(low, times, areas)) / (high - low)
-                rates.append(float(occupancy / latencies[inside].mean()))
-        return rates or [self.limit / max(1e-9, float(latencies.mean()) if len(latencies) else 1.0)]
+    async def __aenter__(self) -> None:
+        await self.strategy.limiter.acquire()
+        self.start = self.strategy.clock()
+        self.strategy.holding.add(self)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.strategy.release(self)
 
 
 @dataclass
-class SearchLog:
-    """Every window measured: (limit, throughput samples per sub-window, error rate)."""
+class LevelLog:
+    """What one level saw besides its rate: request latencies and tokens of the rollouts measured."""
 
-    samples: dict[int, list[float]] = field(default_factory=dict)
-    errors: dict[int, float] = field(default_factory=dict)
-    latency: dict[int, float] = field(default_factory=dict)
-    knee: Knee | None = None
+    parallelism: int
+    latencies: list[float] = field(default_factory=list)
+    tokens: int = 0
+    measured_s: float = 0.0
 
 
 class AdaptiveStrategy:
     def __init__(
         self,
-        start: int = 4,
-        max_limit: int = 4096,
-        plateau_gain: float = 0.10,
-        resolution: float = 1.2,
-        error_rate: float = 0.02,
-        min_window: int = 24,
+        search: SearchSettings,
+        precision: Precision | None = None,
         stop_when_converged: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if start < 1 or max_limit < start:
-            raise GymbenchError(f"adaptive strategy needs 1 <= start <= max_limit, got {start} and {max_limit}")
-        self.limiter = DynamicLimiter(start)
-        self.max_limit = max_limit
-        self.plateau_gain = plateau_gain
-        self.resolution = resolution
-        self.error_rate = error_rate
-        self.min_window = min_window
+        self.clock = clock
+        """Seconds, monotonic; a test passes a fake one, and :meth:`use_clock` sets the event
+        loop's in simulated time."""
+        self.search = KneeSearch(search)
+        self.precision = precision or Precision()
         self.stop_when_converged = stop_when_converged
-        self.log = SearchLog()
         self.converged = False
-        self._settle_until = 0.0
-        self._window: Window | None = None
-        self._bracket: tuple[int, int] | None = None
-        self._latency = 0.0
+        self.outcome: SearchResult | None = None
+        self.logs: dict[int, LevelLog] = {}
+        self.unit: str | None = None
+        self.counters: list[tuple[float, float]] | None = None
+        first = self.search.next_step()
+        assert first is not None
+        self.limiter = DynamicLimiter(first.parallelism, self.clock)
+        self.meter = self._meter(first)
+        self._outcomes: dict[asyncio.Task[object] | None, RequestOutcome] = {}
+        self._refused = 0
+        """429 failures at the current level."""
+        self._judged = 0
+        self.holding: set[_Hold] = set()
+        self._earlier: set[_Hold] = set()
+        """Rollouts of the levels before still out."""
+
+    def use_clock(self, clock: Callable[[], float], counters: list[tuple[float, float]] | None = None) -> None:
+        """Time from ``clock`` (set before the run starts), and the server's token counter when sampled."""
+        self.clock = clock
+        self.limiter.use_clock(clock)
+        self.meter.since = clock()
+        self.counters = counters
 
     @property
     def limit(self) -> int | None:
         return self.limiter.limit
 
-    def slot(self) -> DynamicLimiter:
+    def slot(self) -> _Hold:
         if self.converged and self.stop_when_converged:
             raise StopDispatch
-        return self.limiter
+        return _Hold(self)
 
     def observe(self, outcome: RequestOutcome) -> None:
-        if self.converged:
+        self._outcomes[asyncio.current_task()] = outcome
+
+    def release(self, hold: _Hold) -> None:
+        outcome = self._outcomes.pop(asyncio.current_task(), None)
+        area = self.limiter.occupancy_area()
+        self.limiter.release()
+        self.holding.discard(hold)
+        if self.converged or outcome is None:
             return
-        now = time.monotonic()
-        self._latency = outcome.latency_s if not self._latency else 0.8 * self._latency + 0.2 * outcome.latency_s
-        if now < self._settle_until or self.limiter.in_flight > self.limiter.limit:
-            return  # settling, or still draining down to a lowered limit
-        window = self._window
-        if window is None or window.limit != self.limiter.limit:
-            self._window = Window(self.limiter.limit, now, self.limiter.occupancy_area())
+        if outcome.ok and self.unit is None:
+            self.unit = "tokens" if outcome.output_tokens > 0 else "rollouts"
+        work = (outcome.output_tokens if self.unit == "tokens" else 1.0) if outcome.ok else 0.0
+        throttled = outcome.status == 429 or outcome.retries > 0
+        done = Completion(hold.start, self.clock(), float(work), outcome.ok, area, throttled, outcome.rate_limited)
+        self._record(done, outcome, hold)
+        if self.meter.done() or self._decided():
+            self._finish_level()
+
+    def _record(self, done: Completion, outcome: RequestOutcome, hold: _Hold) -> None:
+        meter = self.meter
+        if hold in self._earlier:
+            self._earlier.discard(hold)
+            meter.settled = not self._earlier
             return
-        window.completions += 1
-        window.marks.append((now, self.limiter.occupancy_area(), outcome.latency_s))
-        window.errors += not outcome.ok
-        window.latency_sum += outcome.latency_s
-        elapsed = now - window.started
-        if window.completions >= max(self.min_window, window.limit) and elapsed >= 1.5 * self._latency:
-            self._finish_window(window, elapsed)
+        meter.add(done)
+        self._refused += outcome.rate_limited
+        if self.unit == "tokens" and meter.counters is None:
+            meter.counters = self.counters
+        log = self.logs.setdefault(meter.parallelism, LevelLog(meter.parallelism))
+        if meter.window_start is not None and done.ok:
+            log.latencies.append(outcome.latency_s)
+            log.tokens += outcome.output_tokens
 
-    def _finish_window(self, window: Window, elapsed: float) -> None:
-        limit = window.limit
-        rates = window.batch_rates()
-        rate = sum(rates) / len(rates)
-        self.log.samples.setdefault(limit, []).extend(rates)
-        self.log.errors[limit] = window.errors / window.completions
-        self.log.latency[limit] = window.latency_sum / window.completions
-        self._move(self._next_limit(limit, rate))
+    def _decided(self) -> bool:
+        """A growing level may end before its precision once its growth decision is clear."""
+        meter = self.meter
+        if meter.batches() < meter.precision.min_batches or meter.batches() == self._judged:
+            return False
+        self._judged = meter.batches()
+        rate = meter.estimate()
+        return rate is not None and self.search.decisive(self._level(rate))
 
-    def _next_limit(self, limit: int, rate: float) -> int | None:
-        """The next limit to measure, or None once the knee is bracketed tightly enough."""
-        means = {p: sum(v) / len(v) for p, v in self.log.samples.items()}
-        overloaded = self.log.errors[limit] > self.error_rate
-        if self._bracket is None:
-            smaller = [p for p in means if p < limit]
-            previous = means[max(smaller)] if smaller else None
-            growing = previous is None or rate >= previous * (1 + self.plateau_gain)
-            if growing and not overloaded and limit < self.max_limit:
-                return min(self.max_limit, limit * 2)
-            self._bracket = (1, limit)
-        best = max(means.values())
-        healthy = [p for p in means if self.log.errors.get(p, 0.0) <= self.error_rate]
-        reached = [p for p in healthy if means[p] >= KNEE_FRACTION * best]
-        high = min(reached) if reached else limit
-        below = [p for p in means if p < high]
-        low = max(below) if below else max(1, high // 2)
-        self._bracket = (low, high)
-        if high / low <= self.resolution or high - low <= 1:
-            return None
-        return max(low + 1, min(high - 1, round(math.sqrt(low * high))))
+    def _level(self, rate: Rate) -> Level:
+        meter = self.meter
+        limited = self._refused > 0 or meter.throttled >= THROTTLED_SHARE * meter.completions
+        errors = meter.failures / max(1, meter.completions)
+        return Level(meter.parallelism, rate, errors, limited, rate.relative <= meter.precision.target)
 
-    def _move(self, limit: int | None) -> None:
-        if limit is None:
-            self.log.knee = find_knee(self.log.samples)
+    def _finish_level(self) -> None:
+        meter = self.meter
+        rate = meter.final()
+        log = self.logs[meter.parallelism]
+        if meter.window and meter.window_start is not None:
+            log.measured_s += meter.window[-1].end - meter.window_start.end
+        self.search.record(self._level(rate))
+        step = self.search.next_step()
+        if step is None:
+            self.outcome = self.search.result()
             self.converged = True
-            self.limiter.set_limit(max(1, round(self.log.knee.parallelism)))
+            self.limiter.set_limit(self.outcome.recommendation.parallelism)
             return
-        growth = max(1.0, limit / self.limiter.limit)
-        self.limiter.set_limit(limit)
-        # Past the knee latency grows with the limit; wait until requests sent at the new limit
-        # are the ones completing, or their shorter old latencies inflate the measurement.
-        self._settle_until = time.monotonic() + self._latency * growth
-        self._window = None
+        self.meter = self._meter(step)
+        self._refused = 0
+        self._judged = 0
+        self._earlier = set(self.holding)
+        self.meter.settled = not self._earlier
+        self.limiter.set_limit(step.parallelism)
+
+    def _meter(self, step: Step) -> Meter:
+        wanted = replace(self.precision, target=self.precision.target * step.precision_scale)
+        return Meter(step.parallelism, wanted, since=self.clock(), warmup=LEVEL_WARMUP)

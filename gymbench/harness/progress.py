@@ -53,7 +53,8 @@ def collect_progress(collector: Collector, enabled: bool) -> Iterator[Callable[[
 
 
 class ProbeProgress:
-    """One line per probe while it runs: which parallelism, rollouts so far and their rate."""
+    """One line per probe while it runs: which parallelism, rollouts so far, and the probe's own
+    steady-state rollouts/s with its interval so far (:meth:`show`)."""
 
     def __init__(self, enabled: bool, what: str = "probe") -> None:
         self.enabled = enabled
@@ -72,6 +73,10 @@ class ProbeProgress:
             bar.update(done)
 
         return on_progress
+
+    def show(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=False)
 
     def close(self) -> None:
         if self.bar is not None:

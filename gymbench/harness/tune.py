@@ -14,7 +14,9 @@ from gymbench.harness.collection import backend_settings, checked_backend, chose
 from gymbench.harness.progress import ProbeProgress
 from gymbench.harness.tune_config import DiagnoseConfig, ProbeConfig, TuneConfig
 from gymbench.jsonio import check_writable_file
+from gymbench.knee_search import SearchSettings
 from gymbench.plugins import Plugins
+from gymbench.rates import Precision
 from gymbench.report.markdown import write_step_summary
 from gymbench.rollout.dataset import TaskSlice, check_input_file, read_tasks
 from gymbench.rollout.engine import CollectSettings
@@ -32,27 +34,21 @@ from gymbench.tuning.report import (
     summary_text,
     tune_result,
 )
-from gymbench.tuning.server_metrics import waiting_reader
-from gymbench.tuning.sweep import (
-    Strategies,
-    SweepSettings,
-    TuneResult,
-    adaptive_search,
-    doubling_sweep,
-    validate_stability,
-)
+from gymbench.tuning.server_metrics import server_counters
+from gymbench.tuning.sweep import Strategies, TuneResult, adaptive_search, doubling_sweep, validate_stability
 
 
-def sweep_settings(config: TuneConfig) -> SweepSettings:
-    return SweepSettings(
+def search_settings(config: TuneConfig) -> SearchSettings:
+    return SearchSettings(
         start=config.start,
         factor=config.factor,
         max_parallelism=config.max_parallelism,
         plateau_gain=config.plateau_gain,
         degrade=config.degrade,
         error_rate=config.error_rate,
-        fraction=config.fraction,
-        refine=config.refine,
+        resolution=config.resolution,
+        reprobes=config.reprobes,
+        share=config.share,
     )
 
 
@@ -86,15 +82,15 @@ def with_prober(config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], 
     )
     with backend_settings(config, plugins) as (name, backend_config):
         backend = plugins.backend(name, backend_config)
-        reader = waiting_reader(backend_config.get("base_url"))
+        counters = server_counters(backend_config.get("base_url")) if config.server_counters else None
         prober = Prober(
             source,
             backend,
             lambda: plugins.verifier(config.verifier, config.verifier_options),
             settings,
             config.sample_size,
-            config.min_rollouts,
-            reader,
+            Precision(config.precision, config.min_batches, config.max_batches),
+            counters,
         )
         progress = ProbeProgress(config.progress)
         prober.progress = progress
@@ -102,10 +98,11 @@ def with_prober(config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], 
             return run_loop(work(prober))
         finally:
             progress.close()
+            prober.close()
 
 
 def tune_run(config: TuneConfig, plugins: Plugins) -> TuneResult:
-    search = sweep_settings(config)
+    search = search_settings(config)
     strategies = strategies_for(config, plugins)
 
     async def work(prober: Prober) -> TuneResult:

@@ -218,7 +218,7 @@ class Collector:
                 failure = GenerationFailed("backend_error", f"{type(exc).__name__}: {exc}")
             generated = self.clock()
             where = f"the strategy {type(self.strategy).__name__}'s observe()"
-            self.strategy.observe(RequestOutcome(generated - started, failure is None, failure and failure.status))
+            self.strategy.observe(_outcome(generated - started, generation, failure))
             where = "verification"
             judgement = await self._judge(task, generation) if generation is not None else None
             finished = self.clock()
@@ -268,3 +268,10 @@ class Collector:
         self.stats.cache_hits = cache.hits if cache is not None else 0
         self.stats.cache_misses = cache.misses if cache is not None else 0
         self.stats.verify_skipped = self.verification.skipped
+
+
+def _outcome(latency: float, generation: Generation | None, failure: GenerationFailed | None) -> RequestOutcome:
+    if generation is not None:
+        return RequestOutcome(latency, True, None, generation.usage.completion_tokens, generation.retries)
+    assert failure is not None
+    return RequestOutcome(latency, False, failure.status, 0, failure.retries, failure.rate_limit)

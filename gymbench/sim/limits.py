@@ -22,8 +22,10 @@ class Bucket:
         self.updated = now
 
     def wait_for(self, amount: float) -> float:
-        """Seconds until ``amount`` is available (0 when it is now)."""
-        return max(0.0, (amount - self.level) * 60 / self.per_minute)
+        """Seconds until ``amount`` is available (0 when it is now, or short of it by a rounding
+        error: a wait of 1e-17 s cannot move a clock at 20 s, and a simulated clock would stall)."""
+        missing = amount - self.level
+        return missing * 60 / self.per_minute if missing > 1e-9 * max(1.0, amount) else 0.0
 
 
 @dataclass(frozen=True)

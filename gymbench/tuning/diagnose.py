@@ -1,7 +1,8 @@
-"""What limits throughput: the seeds' low-versus-high parallelism test, with evidence.
+"""What limits throughput: NeMo Gym's low-versus-high parallelism test, with evidence.
 
-Seed ``002_…``: if throughput doubled or more going from low to high parallelism, parallelism was
-the limit; under 20% gain, the model server or verification is; errors or OOM mean too high. The
+NeMo Gym's bottleneck guide: if throughput doubled or more going from low to high parallelism,
+parallelism was the limit; under 20% gain, the model server or verification is; errors or OOM
+mean too high. The
 stage timings and the server's own queue say which of the slow parts it is: time queueing at the
 server, in verification, waiting for a pooled connection, or a client that is itself busy (its
 CPU near a full core, its event loop late).
@@ -13,6 +14,11 @@ from dataclasses import dataclass, field
 
 from gymbench.tuning import advice
 from gymbench.tuning.probe import ProbeResult
+
+CLIENT_CORES = 0.8
+CLIENT_LAG_S = 0.05
+VARIANCE_SPREAD = 3.0
+"""p99 ÷ p50 of latency per output token above which latency varies beyond what lengths explain."""
 
 NEXT_STEPS = {
     "parallelism": "raise num_samples_in_parallel (run `gymbench tune` to find the knee)",
@@ -43,10 +49,18 @@ class Diagnosis:
 
 
 def stage_share(probe: ProbeResult, stage: str) -> float:
+    """A stage's share of a rollout's time once it holds its slot.
+
+    The backend's stages nest (``ttft`` lies inside ``generation``), so they are not summed: the
+    whole is the rollout's ``total`` less its ``slot_wait``, and whatever no stage names (the
+    writer, the collector's own work) counts in the whole too.
+    """
     stages = probe.stage_mean_s
-    total = (stages.get("generation") or 0) + (stages.get("connection_wait") or 0) + (stages.get("verification") or 0)
+    whole = (stages.get("total") or 0.0) - (stages.get("slot_wait") or 0.0)
+    if whole <= 0:
+        whole = sum(stages.get(name) or 0.0 for name in ("connection_wait", "generation", "verification"))
     value = stages.get(stage) or 0.0
-    return value / total if total > 0 else 0.0
+    return min(1.0, value / whole) if whole > 0 else 0.0
 
 
 def diagnose(low: ProbeResult, high: ProbeResult, error_bound: float = 0.05) -> Diagnosis:
@@ -76,12 +90,18 @@ def diagnose(low: ProbeResult, high: ProbeResult, error_bound: float = 0.05) -> 
 
 
 def _slow_part(verification: float, pool: float, high: ProbeResult) -> str:
-    if high.client_cpu_cores >= 0.8 or high.loop_lag_p99_s >= 0.05:
-        return "client"
+    """The stage that takes the time first, then a busy client, then the server.
+
+    A stage's share (waiting for a connection, verifying) is specific evidence; a late event loop
+    is not (a machine loaded by others makes every loop late, which made a tiny connection pool
+    read "client"), so the client is judged only when no stage explains the time.
+    """
     if pool >= 0.3:
         return "connection pool"
     if verification >= 0.3:
         return "verification"
+    if high.client_cpu_cores >= CLIENT_CORES or high.loop_lag_p99_s >= CLIENT_LAG_S:
+        return "client"
     return "model server"
 
 
@@ -92,7 +112,7 @@ def _latency_growth(low: ProbeResult, high: ProbeResult) -> float:
 
 
 def find_symptoms(probe: ProbeResult) -> list[str]:
-    """Seed ``001_…``'s table of over-parallelism symptoms, as far as they can be read."""
+    """NeMo Gym's tuning guide's table of over-parallelism symptoms, as far as they can be read."""
     found = []
     kinds = probe.failure_kinds
     if kinds.get("timeout"):
@@ -101,10 +121,41 @@ def find_symptoms(probe: ProbeResult) -> list[str]:
         found.append(f"429s after retries ({kinds['rate_limited']}): rate limits, reduce parallelism")
     if any("memory" in kind for kind in kinds):
         found.append("out-of-memory errors on the backend: reduce parallelism")
-    if probe.latency_p50_s and probe.latency_p99_s and probe.latency_p99_s > 3 * probe.latency_p50_s:
-        found.append(
-            f"high latency variance (p99 {probe.latency_p99_s:.2f}s vs p50 {probe.latency_p50_s:.2f}s): "
-            "request queuing, reduce parallelism"
-        )
+    variance = latency_variance(probe)
+    if variance is not None:
+        found.append(variance)
     found.append("GPU utilisation: not readable from this server (no GPU metrics at /metrics)")
     return found
+
+
+def latency_variance(probe: ProbeResult) -> str | None:
+    """High latency variance from queueing: judged per output token, so that lengths alone never count.
+
+    A request's latency is its queueing plus about one step per output token; with exponential
+    output lengths raw latency's p99 is many times its p50 with no queue at all, which is not a
+    reason to lower parallelism. Divided by (output tokens + 1), latency is nearly constant when
+    nothing queues and spreads when a wait unrelated to length is added: that is the symptom.
+    Without token counts, raw latency is judged, and only when the server's queue was seen non-empty.
+    """
+    if probe.per_token_p50_s and probe.per_token_p99_s:
+        spread = probe.per_token_p99_s / probe.per_token_p50_s
+        if spread <= VARIANCE_SPREAD:
+            return None
+        queue = f"; the server's queue held up to {probe.server_waiting_max:.0f}" if probe.server_waiting_max else ""
+        return (
+            f"high latency variance beyond what output lengths explain (latency per output token p99 "
+            f"{probe.per_token_p99_s * 1e3:.1f} ms vs p50 {probe.per_token_p50_s * 1e3:.1f} ms{queue}): "
+            "request queuing, reduce parallelism"
+        )
+    queued = probe.server_waiting_max is not None and probe.server_waiting_max > 0
+    if (
+        probe.latency_p50_s
+        and probe.latency_p99_s
+        and probe.latency_p99_s > VARIANCE_SPREAD * probe.latency_p50_s
+        and queued
+    ):
+        return (
+            f"high latency variance (p99 {probe.latency_p99_s:.2f}s vs p50 {probe.latency_p50_s:.2f}s) with "
+            f"up to {probe.server_waiting_max:.0f} requests waiting at the server: request queuing, reduce parallelism"
+        )
+    return None

@@ -1,40 +1,31 @@
-"""The seeds' doubling sweep, made into one command: probe, stop, find the knee, recommend.
+"""NeMo Gym's doubling sweep made into one command, the adaptive search, and the stability check.
 
-Stopping rules (seed ``000_…``): throughput plateaus (gain below ``plateau_gain``), degrades (below
-the best so far by more than ``degrade``), or errors appear (error rate above ``error_rate``).
-The knee is refined by probing between the two sweep points that bracket it. The recommendation
-is the seeds' 80% (``fraction``) of the knee's parallelism — the smallest parallelism that already
-gives the plateau's throughput — with the throughput expected there.
+Both searches ask :class:`gymbench.knee_search.KneeSearch` what to measure next, so they decide
+by the same evidence and define the knee the same way; they differ in how a level is measured.
+The sweep runs a separate probe per level (:class:`~gymbench.tuning.probe.Prober`): every row of
+its table is a steady-state measurement with a stated precision. The adaptive search runs one
+collection whose ``adaptive`` strategy changes its own limit, paying no cold start per level.
 """
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gymbench.curves import Knee, find_knee, throughput_at
+from gymbench.curves import Knee
+from gymbench.knee_search import KneeSearch, SearchResult, SearchSettings, Step
+from gymbench.rates import Precision, Rate
 from gymbench.tuning.probe import Prober, ProbeResult
 from gymbench.types import ConcurrencyStrategy
 
 if TYPE_CHECKING:
     from gymbench.plugins import Plugins
 
-
-@dataclass(frozen=True)
-class SweepSettings:
-    start: int = 5
-    factor: float = 2.0
-    max_parallelism: int = 1024
-    plateau_gain: float = 0.10
-    degrade: float = 0.05
-    error_rate: float = 0.01
-    fraction: float = 0.8
-    refine: bool = True
+ADAPTIVE_BUDGET = 1_000_000
+"""Rollouts an adaptive search may take at most before it gives up finding the knee."""
 
 
 @dataclass(frozen=True)
@@ -44,8 +35,8 @@ class Strategies:
 
     fixed: Callable[[int], ConcurrencyStrategy]
     """A strategy holding exactly this many rollouts in flight."""
-    adaptive: Callable[[SweepSettings], Any]
-    """The ``adaptive`` strategy for a search (it must expose ``log`` and ``converged``)."""
+    adaptive: Callable[[SearchSettings, Precision], Any]
+    """The ``adaptive`` strategy for a search (it must expose ``search``, ``converged``, ``logs``)."""
 
     @classmethod
     def from_plugins(
@@ -54,19 +45,26 @@ class Strategies:
         def fixed(parallelism: int) -> ConcurrencyStrategy:
             return plugins.strategy(name, {**(options or {}), "num_samples_in_parallel": parallelism})
 
-        def adaptive(settings: SweepSettings) -> Any:
-            return plugins.strategy(
-                "adaptive",
-                {
-                    "start": settings.start,
-                    "max_limit": settings.max_parallelism,
-                    "plateau_gain": settings.plateau_gain,
-                    "error_rate": settings.error_rate,
-                    "stop_when_converged": True,
-                },
-            )
+        def adaptive(search: SearchSettings, precision: Precision) -> Any:
+            return plugins.strategy("adaptive", adaptive_options(search, precision))
 
         return cls(fixed, adaptive)
+
+
+def adaptive_options(search: SearchSettings, precision: Precision) -> dict[str, Any]:
+    return {
+        "start": search.start,
+        "max_limit": search.max_parallelism,
+        "factor": search.factor,
+        "plateau_gain": search.plateau_gain,
+        "degrade": search.degrade,
+        "error_rate": search.error_rate,
+        "resolution": search.resolution,
+        "precision": precision.target,
+        "max_batches": precision.max_batches,
+        "share": search.share,
+        "stop_when_converged": True,
+    }
 
 
 def builtin_strategies() -> Strategies:
@@ -92,120 +90,114 @@ class StabilityResult:
 class TuneResult:
     method: str
     probes: list[ProbeResult]
-    stop_reason: str
-    knee: Knee
-    recommended: int
-    expected_rollouts_per_s: float
+    """One per probe (the sweep) or per level (the adaptive search), in the order measured."""
+    search: SearchResult
+    per_rollout: float
+    """Work per rollout (output tokens, or 1), pooled over the run: work/s ÷ this = rollouts/s."""
+    per_rollout_relative_se: float
     wall_s: float
-    measured: dict[int, list[float]]
+    steps: list[Step] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     stability: StabilityResult | None = None
 
+    @property
+    def knee(self) -> Knee:
+        """The knee, its plateau in rollouts/s."""
+        knee = self.search.knee
+        scale = 1 / self.per_rollout
+        return Knee(knee.parallelism, knee.low, knee.high, knee.plateau * scale, knee.plateau_half_width * scale,
+                    knee.peak_parallelism)  # fmt: skip
 
-def next_parallelism(current: int, factor: float) -> int:
-    return max(current + 1, math.ceil(current * factor))
+    @property
+    def recommended(self) -> int:
+        return self.search.recommendation.parallelism
+
+    @property
+    def expected_rollouts_per_s(self) -> float:
+        return self.search.recommendation.expected / self.per_rollout
+
+    @property
+    def expected_share(self) -> float:
+        return self.search.recommendation.share
+
+    @property
+    def stop_reason(self) -> str:
+        return self.search.stop_reason
+
+    @property
+    def curve(self) -> dict[int, Rate]:
+        """Rollouts/s per parallelism as the knee was computed from (capped at a rate limit)."""
+        return {p: rate.scaled(1 / self.per_rollout) for p, rate in self.search.curve.items()}
 
 
-async def doubling_sweep(prober: Prober, settings: SweepSettings, strategies: Strategies | None = None) -> TuneResult:
+async def doubling_sweep(prober: Prober, settings: SearchSettings, strategies: Strategies | None = None) -> TuneResult:
+    """The seeds' sweep: a probe per level, each until precise, levels chosen by the shared rules."""
     strategies = strategies or builtin_strategies()
-    started = time.perf_counter()
+    started = prober.clock()
+    search = KneeSearch(settings)
     probes: list[ProbeResult] = []
-    parallelism = settings.start
-    while True:
-        result = await prober.probe(parallelism, strategies.fixed(parallelism))
-        probes.append(result)
-        reason = stop_reason(probes, settings)
-        if reason is not None:
-            break
-        if next_parallelism(parallelism, settings.factor) > settings.max_parallelism:
-            reason = f"reached max_parallelism {settings.max_parallelism}"
-            break
-        parallelism = next_parallelism(parallelism, settings.factor)
-    usable = [p for p in probes if p.error_rate <= settings.error_rate] or probes[:1]
-    measured = {p.parallelism: list(p.batch_rates) for p in usable}
-    knee = find_knee(measured)
-    if settings.refine:
-        for midpoint in refinement_points(sorted(measured), knee.parallelism):
-            result = await prober.probe(midpoint, strategies.fixed(midpoint))
-            probes.append(result)
-            if result.error_rate <= settings.error_rate:
-                measured[midpoint] = list(result.batch_rates)
-        knee = find_knee(measured)
-    recommended, expected = recommend(measured, knee, settings.fraction)
-    return TuneResult("sweep", probes, reason, knee, recommended, expected, time.perf_counter() - started, measured)
-
-
-def stop_reason(probes: list[ProbeResult], settings: SweepSettings) -> str | None:
-    last = probes[-1]
-    if last.error_rate > settings.error_rate:
-        kinds = ", ".join(f"{k}: {v}" for k, v in last.failure_kinds.items())
-        return f"errors appeared at {last.parallelism} ({last.error_rate:.1%}: {kinds})"
-    if len(probes) < 2:
-        return None
-    best = max(p.rollouts_per_s for p in probes[:-1])
-    previous = probes[-2].rollouts_per_s
-    if last.rollouts_per_s < (1 - settings.degrade) * best:
-        return f"throughput degraded at {last.parallelism} ({last.rollouts_per_s:.2f} < best {best:.2f})"
-    if last.rollouts_per_s < previous * (1 + settings.plateau_gain):
-        gain = last.rollouts_per_s / previous - 1
-        return f"throughput plateaued at {last.parallelism} (gain {gain:+.1%} < {settings.plateau_gain:.0%})"
-    return None
-
-
-def refinement_points(points: list[int], knee: float) -> list[int]:
-    """The geometric midpoint of the two sweep points around the knee, when they are far apart."""
-    below = [p for p in points if p <= knee]
-    above = [p for p in points if p > knee]
-    if not below or not above:
-        return []
-    low, high = max(below), min(above)
-    if high / low < 1.3 or high - low < 2:
-        return []
-    return [round(math.sqrt(low * high))]
-
-
-def recommend(measured: dict[int, list[float]], knee: Knee, fraction: float) -> tuple[int, float]:
-    means = {p: float(np.mean(v)) for p, v in measured.items()}
-    recommended = max(1, math.floor(fraction * knee.parallelism))
-    smallest = min(means)
-    if recommended < smallest:
-        return recommended, means[smallest] * recommended / smallest
-    return recommended, throughput_at(means, recommended)
+    steps: list[Step] = []
+    while (step := search.next_step()) is not None:
+        steps.append(step)
+        probe = await prober.probe(step.parallelism, strategies.fixed(step.parallelism), step.precision_scale)
+        probes.append(probe)
+        search.record(probe.level())
+    prober.normalise(probes)
+    notes = search.notes + [f"{p.parallelism}: {note}" for p in probes for note in p.notes]
+    return TuneResult("sweep", probes, search.result(), prober.per_rollout, prober.per_rollout_relative_se,
+                      prober.clock() - started, steps, notes)  # fmt: skip
 
 
 async def adaptive_search(
-    prober: Prober, settings: SweepSettings, budget: int = 200_000, strategies: Strategies | None = None
+    prober: Prober, settings: SearchSettings, strategies: Strategies | None = None, budget: int = ADAPTIVE_BUDGET
 ) -> TuneResult:
-    """One run with the ``adaptive`` strategy; it stops dispatching once the knee is bracketed."""
-    started = time.perf_counter()
-    strategy = (strategies or builtin_strategies()).adaptive(settings)
-    result = await prober.probe(settings.start, strategy, rollouts=budget)
-    log = strategy.log
-    knee = log.knee if log.knee is not None else find_knee(log.samples)
-    reason = "knee bracketed" if strategy.converged else "task budget ran out before the knee was bracketed"
-    recommended, expected = recommend(log.samples, knee, settings.fraction)
-    probes = [
-        _level(result, p, rates, log.errors.get(p, 0.0), log.latency.get(p)) for p, rates in sorted(log.samples.items())
-    ]
-    return TuneResult(
-        "adaptive", probes, reason, knee, recommended, expected, time.perf_counter() - started, log.samples
-    )
+    """One collection under the ``adaptive`` strategy; it stops once the knee is found."""
+    started = prober.clock()
+    strategy = (strategies or builtin_strategies()).adaptive(settings, prober.precision)
+
+    def show(_: object) -> None:
+        show_text = getattr(prober.progress, "show", None)
+        if show_text is not None:
+            show_text(f"limit {strategy.limit}")
+
+    await prober.run(strategy, settings.start, show, lambda: strategy.converged, budget=budget)
+    search: KneeSearch = strategy.search
+    outcome = strategy.outcome or search.result()
+    notes = list(search.notes)
+    if not strategy.converged:
+        notes.append(f"the budget of {budget} rollouts ran out before the knee was found")
+    probes = [_level_probe(strategy, p) for p in search.levels]
+    for probe in probes:
+        probe.per_rollout = prober.per_rollout
+    return TuneResult("adaptive", probes, outcome, prober.per_rollout, prober.per_rollout_relative_se,
+                      prober.clock() - started, notes=notes)  # fmt: skip
 
 
-def _level(run: ProbeResult, parallelism: int, rates: list[float], errors: float, latency: float | None) -> ProbeResult:
+def _level_probe(strategy: Any, parallelism: int) -> ProbeResult:
+    """A level of the adaptive search, in the shape of a sweep's probe (its own tokens/s and p99)."""
+    level = strategy.search.levels[parallelism]
+    log = strategy.logs.get(parallelism)
+    latencies = np.array(log.latencies) if log is not None and log.latencies else None
+    tokens_per_s = level.rate.value if strategy.unit == "tokens" else (
+        log.tokens / log.measured_s if log is not None and log.measured_s > 0 else 0.0)  # fmt: skip
     return ProbeResult(
         parallelism=parallelism,
-        rollouts=0,
-        rollouts_per_s=float(np.mean(rates)),
-        batch_rates=rates,
-        output_tokens_per_s=run.output_tokens_per_s,
-        latency_p50_s=latency,
-        latency_p99_s=None,
-        error_rate=errors,
+        work_rate=level.rate,
+        work_unit=strategy.unit or "rollouts",
+        per_rollout=1.0,
+        rollouts=level.rate.samples,
+        error_rate=level.error_rate,
         failure_kinds={},
+        throttled=0,
+        latency_p50_s=float(np.percentile(latencies, 50)) if latencies is not None else None,
+        latency_p99_s=float(np.percentile(latencies, 99)) if latencies is not None else None,
+        per_token_p50_s=None,
+        per_token_p99_s=None,
+        output_tokens_per_s=tokens_per_s,
         stage_mean_s={},
-        client_cpu_cores=run.client_cpu_cores,
-        loop_lag_p99_s=run.loop_lag_p99_s,
-        elapsed_s=0.0,
+        client_cpu_cores=0.0,
+        loop_lag_p99_s=0.0,
+        elapsed_s=log.measured_s if log is not None else 0.0,
     )
 
 
@@ -220,7 +212,7 @@ async def validate_stability(
     """A longer run at the recommendation: does throughput hold, and do errors stay rare?"""
     strategy = (strategies or builtin_strategies()).fixed(parallelism)
     result = await prober.probe(parallelism, strategy, rollouts=rollouts)
-    rates = result.batch_rates
+    rates = result.batch_rates or [result.rollouts_per_s]
     third = max(1, len(rates) // 3)
     first, last = float(np.mean(rates[:third])), float(np.mean(rates[-third:]))
     reasons = []
@@ -230,14 +222,5 @@ async def validate_stability(
         reasons.append(f"throughput fell during the run ({first:.2f}/s → {last:.2f}/s)")
     if result.error_rate > error_bound:
         reasons.append(f"error rate {result.error_rate:.1%} is above {error_bound:.1%}")
-    return StabilityResult(
-        parallelism,
-        result.rollouts,
-        result.rollouts_per_s,
-        expected,
-        result.error_rate,
-        first,
-        last,
-        not reasons,
-        reasons,
-    )
+    return StabilityResult(parallelism, result.rollouts, result.rollouts_per_s, expected, result.error_rate,
+                           first, last, not reasons, reasons)  # fmt: skip

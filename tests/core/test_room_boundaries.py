@@ -29,6 +29,8 @@ CORE = {
     "gymbench.curves",
     "gymbench.callgrind",
     "gymbench.instructions",
+    "gymbench.rates",
+    "gymbench.knee_search",
     "gymbench.lazy",
     "gymbench.units",
 }

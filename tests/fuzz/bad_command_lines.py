@@ -150,8 +150,8 @@ def command_line_cases() -> Iterator[Case]:
 
 # --------------------------------------------------------------------------- destinations
 
-TINY_TUNE = ["+sample_size=2", "+min_rollouts=2", "+start=1", "+max_parallelism=2", "+refine=false", "+progress=false"]
-TINY_DIAGNOSE = ["+sample_size=2", "+min_rollouts=2", "+low=1", "+high=2", "+progress=false"]
+TINY_TUNE = ["+sample_size=2", "+min_batches=2", "+max_batches=2", "+start=1", "+max_parallelism=2", "+progress=false"]
+TINY_DIAGNOSE = ["+sample_size=2", "+min_batches=2", "+max_batches=2", "+low=1", "+high=2", "+progress=false"]
 TINY_TRAIN = ["--size", "tiny", "--steps", "1", "--warmup", "0", "--no-progress", "--no-memory", "--no-flops"]
 
 

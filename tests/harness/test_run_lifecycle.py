@@ -21,7 +21,8 @@ from gymbench.testing import make_plugins
 
 from .test_collect_cli import EXAMPLES, FAST_SIM
 
-SMALL_PROBES = ["sample_size=16", "min_rollouts=16", "progress=false", *(s.lstrip("+") for s in FAST_SIM)]
+SMALL_PROBES = ["sample_size=16", "min_batches=2", "max_batches=3", "progress=false"]
+SMALL_PROBES += [s.lstrip("+") for s in FAST_SIM]
 
 
 class Watcher:
@@ -52,7 +53,7 @@ def test_collect_tune_and_diagnose_fire_the_events_and_carry_the_plugin_fingerpr
                                                 "progress=false", *(s.lstrip("+") for s in FAST_SIM)])  # fmt: skip
         assert run_collect(config, make_plugins(watcher)) == 0
     elif kind == "tune":
-        config = build_settings(TuneConfig, [*common, "start=2", "max_parallelism=4", "refine=false", "plot=",
+        config = build_settings(TuneConfig, [*common, "start=2", "max_parallelism=4", "plot=",
                                              *SMALL_PROBES])  # fmt: skip
         assert run_tune(config, make_plugins(watcher)) == 0
     else:

@@ -69,6 +69,61 @@ def test_unknown_setting_and_preset() -> None:
         config_from_preset("tgi", {})
 
 
+def test_describe_reports_the_step_at_the_saturation_it_reports() -> None:
+    """A rate-limited API saturates at one client: the step there is a + b, not a + 1024·b."""
+    config = config_from_preset("hosted-api")
+    capacity = describe(config)
+    assert capacity.saturation_concurrency == 1
+    assert capacity.step_time_at_saturation_s == pytest.approx(step_time(config, 1, 32, 32))
+    assert capacity.step_time_at_saturation_s == pytest.approx(0.02001)
+    assert capacity.latency_at_saturation_s == pytest.approx(32 * 0.02001)
+
+
+@pytest.mark.parametrize(("dist", "engine_rate"), [("uniform", 33.94), ("exponential", 29.35)])
+def test_kv_bound_formula_with_varied_lengths(dist: str, engine_rate: float) -> None:
+    """A long request holds its KV reservation longer, so running sequences are length-biased.
+    ``engine_rate``: the engine's own long-run requests/s (40,000 closed-loop completions in
+    simulated time, 23-token prompts). The fixed-length formula read 36.7 for both."""
+    config = SimConfig(max_num_seqs=512, kv_cache_tokens=3200, output_tokens_dist=dist)
+    capacity = describe(config, prompt_tokens=23)
+    assert capacity.limited_by == "kv_cache_tokens"
+    assert capacity.max_requests_per_s == pytest.approx(engine_rate, rel=0.02)
+    fixed = describe(SimConfig(max_num_seqs=512, kv_cache_tokens=3200), prompt_tokens=23)
+    assert fixed.max_requests_per_s == pytest.approx(36.68, rel=0.005)
+
+
+def test_exact_mean_output_length() -> None:
+    from gymbench.sim.capacity import mean_output_tokens
+
+    assert mean_output_tokens(SimConfig(output_tokens_dist="uniform", output_tokens_mean=32), None) == 32.0
+    exponential = mean_output_tokens(SimConfig(output_tokens_dist="exponential", output_tokens_mean=32), None)
+    assert exponential == pytest.approx(32.014, abs=0.001)  # max(1, round(X)): a little above the mean
+    capped = mean_output_tokens(SimConfig(output_tokens_dist="exponential", output_tokens_mean=32), 16)
+    assert capped < 16
+
+
+def test_sim_server_help_lists_every_preset() -> None:
+    """A preset's help has a % in it ("5% server errors"): argparse must not read it as a format."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "gymbench.cli", "sim-server", "--help"], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())  # argparse wraps the help
+    assert "5% server errors" in text and "hosted-api" in text
+
+
+def test_describe_command_prints_the_step_at_saturation() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "gymbench.cli", "sim-server", "--preset", "hosted-api", "--describe"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "saturates at concurrency 1; step there 20.01 ms" in done.stdout
+
+
 def test_non_finite_numbers_are_refused_however_the_configuration_is_made() -> None:
     with pytest.raises(GymbenchError, match="step_base_s must be a finite number, got nan"):
         SimConfig(step_base_s=float("nan"))

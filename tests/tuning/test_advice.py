@@ -6,6 +6,7 @@ import pytest
 
 from gymbench.harness.tune import diagnose_run
 from gymbench.harness.tune_config import DiagnoseConfig
+from gymbench.rates import Rate
 from gymbench.testing import make_plugins
 from gymbench.tuning.advice import AGENT_STACK, AGENT_STACK_STEPS, MODEL_SERVER, backend_kind
 from gymbench.tuning.diagnose import NEXT_STEPS, diagnose
@@ -18,8 +19,8 @@ from .test_tune_and_diagnose import config
 def probe(parallelism: int, rollouts_per_s: float, latency_s: float) -> ProbeResult:
     stages = {"generation": latency_s, "connection_wait": 0.0, "verification": 0.0}
     return ProbeResult(
-        parallelism, 100, rollouts_per_s, [rollouts_per_s], 10 * rollouts_per_s, latency_s, latency_s * 1.5, 0.0, {},
-        stages, 0.1, 0.001, 10.0,
+        parallelism, Rate(rollouts_per_s, 0.02 * rollouts_per_s), "rollouts", 1.0, 100, 0.0, {}, 0, latency_s,
+        latency_s * 1.5, None, None, 10 * rollouts_per_s, stages, 0.1, 0.001, 10.0,
     )  # fmt: skip
 
 
@@ -57,3 +58,15 @@ def test_diagnose_against_an_agent_stack_whose_agent_saturates() -> None:
     assert diagnosis.backend_kind == AGENT_STACK and diagnosis.gain < 1.5, diagnosis.evidence
     assert diagnosis.verdict in ("model server", "client"), diagnosis.evidence
     assert diagnosis.next_step == AGENT_STACK_STEPS.get(diagnosis.verdict, NEXT_STEPS[diagnosis.verdict])
+
+
+def test_a_stage_that_takes_the_time_wins_over_a_late_event_loop() -> None:
+    """A loaded machine makes every event loop late; waiting for a connection is specific evidence."""
+    low, high = probe(4, 20.0, 0.1), probe(16, 21.0, 0.1)
+    high.stage_mean_s = {"slot_wait": 0.0, "connection_wait": 0.3, "ttft": 0.02, "generation": 0.08, "total": 0.4}
+    high.loop_lag_p99_s, high.client_cpu_cores = 0.2, 0.3
+    assert diagnose(low, high).verdict == "connection pool"
+    high.stage_mean_s = {"slot_wait": 0.5, "connection_wait": 0.0, "ttft": 0.02, "generation": 0.08, "total": 0.6}
+    assert diagnose(low, high).verdict == "client"  # the slot's own wait is not a stage of the rollout
+    high.loop_lag_p99_s = 0.001
+    assert diagnose(low, high).verdict == "model server"

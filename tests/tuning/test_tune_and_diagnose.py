@@ -23,7 +23,7 @@ KNEE16 = {"max_num_seqs": 16, "step_base_s": 0.01, "step_per_seq_s": 0.0005, "ou
 
 def config(*settings: str, sim: dict | None = None, tasks: Path = TASKS, schema: type = TuneConfig) -> Any:
     sim_settings = [f"sim.{key}={value}" for key, value in (sim or {}).items()]
-    base = [f"input_jsonl_fpath={tasks}", "save_results=false", "min_rollouts=32", "progress=false"]
+    base = [f"input_jsonl_fpath={tasks}", "save_results=false", "max_batches=8", "progress=false"]
     if schema is TuneConfig:
         base.append("plot=")
     return build_settings(schema, [*base, *sim_settings, *(s.removeprefix("+") for s in settings)])
@@ -40,22 +40,22 @@ def test_a_tiny_connection_pool_is_the_connection_pool() -> None:
 
 
 def test_slow_verification_is_verification() -> None:
-    settings = ("low=4", "high=16", "verifier=code", "verifier_workers=1", "min_rollouts=24")
+    settings = ("low=4", "high=16", "verifier=code", "verifier_workers=1")
     fast = {**KNEE16, "max_num_seqs": 256, "step_base_s": 0.002, "seed": 4}
     assert verdict(*settings, sim=fast, tasks=CODE_TASKS) == "verification"
 
 
 @pytest.mark.slow
 def test_a_zero_latency_server_at_high_parallelism_is_the_client() -> None:
-    settings = ("low=64", "high=256", "sim_preset=zero-latency", "min_rollouts=1500")
+    settings = ("low=64", "high=256", "sim_preset=zero-latency", "min_batches=6")
     assert verdict(*settings) == "client"
 
 
 def test_cli_writes_table_plot_and_record(tmp_path: Path) -> None:
     plot = tmp_path / "tune.png"
     done = subprocess.run(
-        [sys.executable, "-m", "gymbench.cli", "tune", f"+input_jsonl_fpath={TASKS}", "+start=4", "+refine=false",
-         f"+plot={plot}", f"+results_dir={tmp_path / 'results'}", "+min_rollouts=48",
+        [sys.executable, "-m", "gymbench.cli", "tune", f"+input_jsonl_fpath={TASKS}", "+start=4", "+max_batches=8",
+         f"+plot={plot}", f"+results_dir={tmp_path / 'results'}",
          *[f"+sim.{k}={v}" for k, v in KNEE16.items()]],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -66,7 +66,7 @@ def test_cli_writes_table_plot_and_record(tmp_path: Path) -> None:
     diagnosed = subprocess.run(
         [sys.executable, "-m", "gymbench.cli", "diagnose", f"+input_jsonl_fpath={TASKS}", "+low=2", "+high=8",
          f"+results_dir={tmp_path / 'results'}",
-         "+min_rollouts=32", *[f"+sim.{k}={v}" for k, v in KNEE16.items()]],
+         "+max_batches=8", *[f"+sim.{k}={v}" for k, v in KNEE16.items()]],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert diagnosed.returncode == 0, diagnosed.stderr
@@ -74,7 +74,7 @@ def test_cli_writes_table_plot_and_record(tmp_path: Path) -> None:
 
 
 def test_stability_validation_at_the_recommendation() -> None:
-    result = tune_run(config("start=4", "refine=false", "stability_rollouts=150", sim=KNEE16), make_plugins())
+    result = tune_run(config("start=4", "stability_rollouts=150", sim=KNEE16), make_plugins())
     stability = result.stability
     assert stability is not None and stability.parallelism == result.recommended
-    assert stability.rollouts == 150 and stability.error_rate == 0.0
+    assert stability.rollouts >= 150 and stability.error_rate == 0.0

@@ -1,0 +1,330 @@
+"""Which parallelism to measure next, and when the knee is found: one set of rules for every search.
+
+The doubling sweep (separate probes) and the adaptive strategy (one run that changes its own
+limit) ask this the same questions and so decide the same way:
+
+* **Grow** by ``factor`` while the last level is above the one before by more than
+  ``plateau_gain`` with 95% confidence. Stop growing when it is clearly not: a *plateau*, or
+  *degradation* when the level is below the best so far by more than ``degrade``, beyond its
+  noise (a drop inside the noise is not degradation). When the interval straddles the threshold
+  the decision is in doubt: the level with the wider interval is measured again, more tightly
+  (``reprobes`` times at most, then the point estimate decides).
+* Stop growing, too, when errors exceed ``error_rate`` (levels above it are not usable), or
+  when the server answers 429 for a rate limit: then the limit, not the parallelism, is the
+  ceiling, every level's rate is capped at the sustained rate measured there, and the knee is
+  the parallelism that reaches it.
+* **Refine**: where the curve falls past a peak, bisect (in log space) on both sides of the best
+  level until its neighbours are within ``resolution``; then bisect the bracket of the knee
+  (:mod:`gymbench.curves`) until it is within ``resolution`` too. When the lowest level already
+  reaches the plateau, measure lower.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gymbench.curves import KNEE_FRACTION, Knee, Recommendation, find_knee, plateau_members, plateau_of, recommend
+from gymbench.rates import Rate, pooled, ratio
+
+HUMP_GAP = 1.5
+"""Plateau points this far apart (or more) get a look between them."""
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    start: int = 5
+    factor: float = 2.0
+    max_parallelism: int = 1024
+    plateau_gain: float = 0.10
+    degrade: float = 0.05
+    error_rate: float = 0.01
+    resolution: float = 1.1
+    reprobes: int = 2
+    share: float = KNEE_FRACTION
+    """The recommendation: the smallest parallelism expected to give this share of the plateau."""
+    knee_precision: float = 0.05
+    """Re-measure the levels the knee is read from until its 95% interval is within ± this share."""
+    fine_growth: bool = False
+    """Once a step gains less than half, grow by √factor: less overshoot past the plateau (the
+    adaptive search, where a level far past the knee is the costliest to measure)."""
+
+
+@dataclass(frozen=True)
+class Level:
+    """One parallelism's measurement: its rate (any unit, the same for every level) and health."""
+
+    parallelism: int
+    rate: Rate
+    error_rate: float = 0.0
+    rate_limited: bool = False
+    precise: bool = True
+    """Measured to the precision asked (a level may end earlier once its decision is clear)."""
+    measurements: int = 1
+
+
+@dataclass(frozen=True)
+class Step:
+    parallelism: int
+    precision_scale: float = 1.0
+    """Below 1 for a re-measurement: ask for a tighter interval."""
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    curve: dict[int, Rate]
+    """The usable levels, capped at a rate limit's sustained rate when there is one."""
+    knee: Knee
+    recommendation: Recommendation
+    stop_reason: str
+    ceiling: str
+    """What limits throughput at the plateau: ``parallelism``, ``rate limit`` or ``errors``."""
+
+
+class KneeSearch:
+    def __init__(self, settings: SearchSettings | None = None) -> None:
+        self.settings = settings or SearchSettings()
+        self.levels: dict[int, Level] = {}
+        self.grown: list[int] = []
+        self.stop_reason = ""
+        self.ceiling = "parallelism"
+        self.growing = True
+        self.notes: list[str] = []
+
+    def record(self, level: Level) -> None:
+        """A level's measurement; a second one of the same parallelism is pooled with the first."""
+        old = self.levels.get(level.parallelism)
+        if old is not None:
+            merged = pooled([old.rate, level.rate])
+            errors = (old.error_rate * old.measurements + level.error_rate) / (old.measurements + 1)
+            limited = old.rate_limited or level.rate_limited
+            level = Level(
+                level.parallelism, merged, errors, limited, old.precise or level.precise, old.measurements + 1
+            )
+        self.levels[level.parallelism] = level
+
+    def next_step(self) -> Step | None:
+        """What to measure next; ``None`` once the knee is found."""
+        if self.growing:
+            step = self._grow()
+            if step is not None:
+                return step
+            self.growing = False
+        return self._refine()
+
+    # --- growing -------------------------------------------------------------------------------
+
+    def _grow(self) -> Step | None:
+        s = self.settings
+        if not self.grown:
+            return self._visit(s.start, "first level")
+        last = self.levels[self.grown[-1]]
+        if last.rate_limited:
+            return self._stop_at_rate_limit(last)
+        if last.error_rate > s.error_rate:
+            return self._stop_on_errors(last)
+        below = [p for p in self.grown[:-1] if p < last.parallelism]
+        if not below:
+            return self._grow_from(last)
+        previous = self.levels[max(below)]
+        gain, low, high = ratio(last.rate, previous.rate)
+        if low > 1 + s.plateau_gain:
+            return self._grow_from(last, gain)
+        if high < 1 + s.plateau_gain:
+            return self._stop_growing(last)
+        doubt = self._remeasure(previous, last, f"gain {gain - 1:+.1%} (95% CI {low - 1:+.1%} to {high - 1:+.1%})")
+        if doubt is not None:
+            return doubt
+        return self._grow_from(last, gain) if gain > 1 + s.plateau_gain else self._stop_growing(last)
+
+    def _visit(self, parallelism: int, why: str) -> Step:
+        self.grown.append(parallelism)
+        return Step(parallelism, why=why)
+
+    def _grow_from(self, last: Level, gain: float = math.inf) -> Step | None:
+        s = self.settings
+        factor = math.sqrt(s.factor) if s.fine_growth and gain < 1.5 else s.factor
+        following = max(last.parallelism + 1, math.ceil(last.parallelism * factor))
+        if following > s.max_parallelism:
+            self.stop_reason = f"reached max_parallelism {s.max_parallelism}"
+            return None
+        return self._visit(following, "still growing")
+
+    def _remeasure(self, a: Level, b: Level, what: str) -> Step | None:
+        wider = max((a, b), key=lambda level: level.rate.relative)
+        if wider.measurements > self.settings.reprobes:
+            self.notes.append(f"{what}: still in doubt after re-measuring; the point estimate decided")
+            return None
+        return Step(wider.parallelism, 0.5, f"re-measure {wider.parallelism}: {what}")
+
+    def _stop_growing(self, last: Level) -> Step | None:
+        s = self.settings
+        best = max((self.levels[p] for p in self.grown[:-1]), key=lambda level: level.rate.value)
+        value, _, high = ratio(last.rate, best.rate)
+        if high < 1 - s.degrade:
+            if last.measurements == 1 and s.reprobes > 0:
+                return Step(last.parallelism, 0.5, f"confirm the drop at {last.parallelism} before stopping on it")
+            self.stop_reason = (
+                f"throughput degraded at {last.parallelism}: {value:.0%} of the best so far (at {best.parallelism}), "
+                f"95% CI up to {high:.0%}"
+            )
+        elif value < 1 - s.degrade:
+            self.stop_reason = (
+                f"throughput plateaued at {last.parallelism} (a drop to {value:.0%} of the best, inside the noise)"
+            )
+        else:
+            self.stop_reason = f"throughput plateaued at {last.parallelism} (gain below {s.plateau_gain:.0%})"
+        return None
+
+    def _stop_on_errors(self, last: Level) -> None:
+        self.ceiling = "errors"
+        self.stop_reason = (
+            f"errors appeared at {last.parallelism} ({last.error_rate:.1%} > {self.settings.error_rate:.0%})"
+        )
+
+    def _stop_at_rate_limit(self, last: Level) -> None:
+        self.ceiling = "rate limit"
+        self.stop_reason = (
+            f"the server's rate limit is the ceiling: 429s at {last.parallelism}, where its sustained rate was "
+            "measured; more parallelism only meets more 429s"
+        )
+
+    # --- refining ------------------------------------------------------------------------------
+
+    def curve(self) -> dict[int, Rate]:
+        """Usable levels: healthy ones (or all, when none is), capped at a rate limit's ceiling."""
+        bound = self.settings.error_rate
+        usable = {p: lv for p, lv in self.levels.items() if lv.error_rate <= bound or lv.rate_limited}
+        usable = usable or dict(self.levels)
+        limited = [lv.rate for lv in usable.values() if lv.rate_limited]
+        if not limited:
+            return {p: lv.rate for p, lv in usable.items()}
+        ceiling = pooled(limited)
+        return {p: ceiling if lv.rate_limited else lv.rate.capped(ceiling.value) for p, lv in usable.items()}
+
+    def _refine(self) -> Step | None:
+        step = self._below_errors()
+        if step is not None:
+            return step
+        curve = self.curve()
+        for rule in (self._around_peak, self._inside_plateau, self._bracket_knee, self._rests_on):
+            step = rule(curve)
+            if step is not None:
+                return step
+        return None
+
+    def _inside_plateau(self, curve: dict[int, Rate]) -> Step | None:
+        """Two plateau points far apart may hide a peak between them (16 and 32 alike, 24 far above)."""
+        members = sorted(plateau_members(curve))
+        if len(members) < 2 or members[1] / members[0] < HUMP_GAP:
+            return None
+        middle = self._midpoint(members[0], members[1])
+        why = f"is the plateau flat between {members[0]} and {members[1]}?"
+        return None if middle is None else Step(middle, why=why)
+
+    def _rests_on(self, curve: dict[int, Rate]) -> Step | None:
+        """The levels the knee is read from: measured to the precision asked, and again (more
+        tightly) while the knee's own interval is wider than ``knee_precision``."""
+        plateau, best = plateau_of(curve)
+        values = {p: rate.value for p, rate in curve.items() if p <= best}
+        target = KNEE_FRACTION * plateau.value
+        reached = next(p for p in sorted(values) if values[p] >= target)
+        below = [p for p in values if p < reached]
+        read_from = [p for p in (max(below, default=None), reached) if p is not None]
+        if not any(self.levels[p].precise for p in plateau_members(curve)):
+            read_from.append(best)
+        for parallelism in read_from:
+            level = self.levels[parallelism]
+            if not level.precise and level.measurements <= self.settings.reprobes:
+                return Step(parallelism, why=f"re-measure {parallelism}: the knee is read from it")
+        knee = find_knee(curve, estimator_gap=False)
+        width = (knee.high - knee.low) / 2 / knee.parallelism
+        if width <= self.settings.knee_precision:
+            return None
+        wanted = [p for p in read_from if self.levels[p].measurements <= self.settings.reprobes]
+        if not wanted:
+            self.notes.append(f"the knee's interval is ±{width:.0%} after re-measuring the levels it is read from")
+            return None
+        widest = max(wanted, key=lambda p: curve[p].relative)
+        return Step(widest, 0.5, f"re-measure {widest}: the knee's interval is ±{width:.0%}")
+
+    def decisive(self, level: Level) -> bool:
+        """While growing: would this measurement of the last level decide the next step beyond doubt?"""
+        if not self.growing or not self.grown or level.parallelism != self.grown[-1]:
+            return False
+        below = [p for p in self.grown[:-1] if p < level.parallelism]
+        if not below or level.rate_limited or level.error_rate > self.settings.error_rate:
+            return True
+        _, low, high = ratio(level.rate, self.levels[max(below)].rate)
+        threshold = 1 + self.settings.plateau_gain
+        return low > threshold or high < threshold
+
+    def _below_errors(self) -> Step | None:
+        """With errors above some level: find the healthy levels below it (and how close they go)."""
+        bound = self.settings.error_rate
+        failing = [p for p, lv in self.levels.items() if lv.error_rate > bound and not lv.rate_limited]
+        if not failing:
+            return None
+        healthy = [p for p, lv in self.levels.items() if lv.error_rate <= bound and p < min(failing)]
+        if healthy:
+            middle = self._midpoint(max(healthy), min(failing))
+            return None if middle is None else Step(middle, why=f"errors at {min(failing)}: how close can we go")
+        if min(failing) > 1:
+            return Step(max(1, min(failing) // 2), why=f"errors at {min(failing)} already: measure lower")
+        self.stop_reason = (
+            f"errors above {bound:.0%} at every parallelism down to 1: not a load problem "
+            "(raise +error_rate to tune anyway)"
+        )
+        return None
+
+    def _midpoint(self, a: int, b: int) -> int | None:
+        low, high = min(a, b), max(a, b)
+        if high / low <= self.settings.resolution or high - low <= 1:
+            return None
+        middle = min(high - 1, max(low + 1, round(math.sqrt(low * high))))
+        return None if middle in self.levels else middle
+
+    def _around_peak(self, curve: dict[int, Rate]) -> Step | None:
+        """On a curve that falls past its best level, close in on the peak from both sides."""
+        ps = sorted(curve)
+        best = max(ps, key=lambda p: curve[p].value)
+        index = ps.index(best)
+        if index == len(ps) - 1 or ratio(curve[ps[index + 1]], curve[best])[2] >= 1:
+            return None  # not falling after the best level (beyond the noise)
+        for neighbour in (ps[index + 1], ps[index - 1] if index > 0 else None):
+            if neighbour is not None and ratio(curve[neighbour], curve[best])[2] < 1:
+                middle = self._midpoint(best, neighbour)
+                if middle is not None:
+                    return Step(
+                        middle, why=f"locate the peak between {min(best, neighbour)} and {max(best, neighbour)}"
+                    )
+        return None
+
+    def _bracket_knee(self, curve: dict[int, Rate]) -> Step | None:
+        plateau, best = plateau_of(curve)
+        values = {p: rate.value for p, rate in curve.items() if p <= best}
+        target = KNEE_FRACTION * plateau.value
+        rising = sorted(values)
+        reached = next(p for p in rising if values[p] >= target)
+        below = [p for p in rising if p < reached]
+        if not below:
+            lower = max(1, math.floor(reached / self.settings.factor))
+            if reached == 1 or lower in self.levels or len(curve) < 2:
+                return None
+            return Step(lower, why=f"{reached} already reaches the plateau: measure lower")
+        middle = self._midpoint(max(below), reached)
+        return None if middle is None else Step(middle, why=f"bracket the knee between {max(below)} and {reached}")
+
+    # --- the answer ----------------------------------------------------------------------------
+
+    def result(self) -> SearchResult:
+        curve = self.curve()
+        knee = find_knee(curve)
+        advice = recommend(curve, knee, self.settings.share)
+        reason = self.stop_reason or "knee bracketed"
+        ps = sorted(curve)
+        best = knee.peak_parallelism
+        if best != ps[-1] and "degraded" not in reason and ratio(curve[ps[-1]], curve[best])[2] < 1:
+            reason += f"; throughput peaks near {best} and falls beyond it"
+        return SearchResult(curve, knee, advice, reason, self.ceiling)

@@ -1,0 +1,137 @@
+"""The search's rules against noisy measurements of curves whose knee is known.
+
+Each level is "measured" as the true rate times a normal error of ``noise`` (halved on a
+re-measurement, as a tighter probe would be), reported with its honest 95% interval. Hundreds of
+seeded runs per case: a rule that is right only on average fails here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from gymbench.curves import KNEE_FRACTION, knee_of
+from gymbench.knee_search import KneeSearch, Level, SearchResult, SearchSettings
+from gymbench.rates import Rate
+
+Curve = Callable[[int], float]
+
+
+def saturating(saturation: int, step: float = 0.02, per_seq: float = 0.0005) -> Curve:
+    """A batch engine: X(n) = n / T(n) up to ``saturation`` sequences, flat beyond."""
+    return lambda n: min(n, saturation) / (step + min(n, saturation) * per_seq)
+
+
+def collapsing(peak: int, fall: float) -> Curve:
+    """Rises like an engine to ``peak``, then loses ``fall`` of its throughput per doubling."""
+    rise = saturating(peak)
+    return lambda n: rise(n) * (1 - fall) ** max(0.0, np.log2(n / peak))
+
+
+def true_knee(curve: Curve, top: int = 2048) -> float:
+    points = {n: curve(n) for n in range(1, top + 1)}
+    return knee_of(points, max(points.values()))
+
+
+def search(
+    curve: Curve,
+    seed: int,
+    noise: float = 0.01,
+    settings: SearchSettings | None = None,
+    errors: Callable[[int], float] = lambda n: 0.0,
+    limit: float | None = None,
+) -> tuple[SearchResult, KneeSearch]:
+    rng = np.random.default_rng(seed)
+    finder = KneeSearch(settings or SearchSettings(start=4))
+    while (step := finder.next_step()) is not None:
+        sd = noise * step.precision_scale
+        truth = curve(step.parallelism)
+        limited = limit is not None and truth > limit
+        value = (min(truth, limit) if limit else truth) * (1 + rng.normal(0, sd))
+        rate = Rate(value, 1.96 * sd * value, dof=1000)
+        finder.record(Level(step.parallelism, rate, errors(step.parallelism), limited))
+    return finder.result(), finder
+
+
+def test_no_false_degradation_on_a_flat_plateau() -> None:
+    """3% noise per probe, a flat plateau past 48: the old 5%-below-the-best rule stopped on
+    "degradation" that was noise; decided with intervals, none of 300 runs does."""
+    curve = saturating(48)
+    reasons = [search(curve, seed, noise=0.03)[0].stop_reason for seed in range(300)]
+    assert not [r for r in reasons if "degraded" in r]
+    assert all("plateau" in r for r in reasons)
+
+
+def test_a_real_collapse_is_degradation_and_advice_stays_near_the_peak() -> None:
+    """The old sweep put this kind of knee far below the peak and recommended 57% of it."""
+    curve = collapsing(24, fall=0.4)
+    peak = max(curve(n) for n in range(1, 512))
+    for seed in range(100):
+        result, _ = search(curve, seed)
+        assert "degraded" in result.stop_reason or "falls beyond" in result.stop_reason
+        assert result.knee.parallelism == pytest.approx(true_knee(curve), rel=0.10)
+        assert curve(result.recommendation.parallelism) >= 0.93 * peak
+
+
+@pytest.mark.parametrize("saturation", [8, 24, 40, 96, 128])
+def test_knee_within_ten_percent_and_advice_keeps_the_throughput(saturation: int) -> None:
+    curve = saturating(saturation)
+    truth, plateau = true_knee(curve), curve(saturation)
+    errors = []
+    for seed in range(60):
+        result, _ = search(curve, seed)
+        errors.append(result.knee.parallelism / truth - 1)
+        assert curve(result.recommendation.parallelism) >= 0.93 * plateau
+    assert max(abs(e) for e in errors) <= 0.10
+    assert abs(float(np.median(errors))) <= 0.05
+
+
+def test_a_gain_in_doubt_is_measured_again() -> None:
+    """From 10 to 20 this curve gains the 10% plateau threshold exactly."""
+
+    def curve(n: int) -> float:
+        return 100 * n**0.1375
+
+    assert curve(20) / curve(10) == pytest.approx(1.1, abs=0.001)
+    doubted = 0
+    for seed in range(50):
+        result, finder = search(curve, seed, noise=0.02, settings=SearchSettings(start=5))
+        doubted += any(level.measurements > 1 for level in finder.levels.values())
+    assert doubted >= 25
+
+
+def test_errors_stop_the_growth_and_the_knee_is_found_below_them() -> None:
+    curve = saturating(64)
+    result, finder = search(curve, 1, errors=lambda n: 0.2 if n >= 40 else 0.0)
+    assert result.ceiling == "errors" and "errors appeared at" in result.stop_reason
+    assert max(result.curve) < 40
+    assert max(p for p, lv in finder.levels.items() if lv.error_rate == 0) >= 36  # closed in on the boundary
+
+
+def test_a_rate_limit_caps_every_level_and_is_named_the_ceiling() -> None:
+    """Levels above the limit that did not meet 429s (a full bucket) are capped at the sustained rate."""
+    curve = saturating(512, per_seq=0.0)
+    limit = 0.6 * curve(64)
+    result, _ = search(curve, 2, limit=limit)
+    assert result.ceiling == "rate limit" and "rate limit is the ceiling" in result.stop_reason
+    assert max(rate.value for rate in result.curve.values()) <= limit * 1.05
+    assert result.knee.parallelism == pytest.approx(true_knee(lambda n: min(curve(n), limit)), rel=0.10)
+
+
+def test_a_start_already_on_the_plateau_measures_lower() -> None:
+    result, finder = search(saturating(6), 3, settings=SearchSettings(start=16))
+    assert min(finder.levels) < 6
+    assert result.knee.parallelism == pytest.approx(true_knee(saturating(6)), rel=0.10)
+
+
+def test_recommendation_share_is_the_one_asked() -> None:
+    curve = saturating(64)
+    result, _ = search(curve, 4, settings=SearchSettings(start=4, share=0.9))
+    plateau = curve(64)
+    assert result.recommendation.share >= 0.9 - 0.02
+    assert curve(result.recommendation.parallelism - 1) < 0.9 * plateau * 1.02
+    default, _ = search(curve, 4)
+    assert default.recommendation.parallelism == int(np.ceil(default.knee.parallelism))
+    assert default.recommendation.share == pytest.approx(KNEE_FRACTION, abs=0.02)
