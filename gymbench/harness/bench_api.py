@@ -125,6 +125,18 @@ class Benchmark(Recorder):
 
         return run_train(self, config, metric_prefix, {"find_batch": "search", **settings})
 
+    def tune(self, config: ConfigSource = None, /, *, metric_prefix: str = "", **settings: Any) -> Any:
+        """Find the knee and the recommended parallelism exactly as ``gymbench tune`` would.
+
+        Records ``knee_parallelism``, ``recommended_parallelism``, ``plateau_rollouts_per_s``,
+        ``expected_rollouts_per_s`` and ``expected_share_of_plateau``, so CI notices when a change
+        moves the knee; returns a :class:`~gymbench.harness.bench_tune.TuneOutcome`. Call it from a
+        plain (not ``async``) test: tuning runs its own event loop.
+        """
+        from gymbench.harness.bench_tune import run_tune
+
+        return run_tune(self, config, metric_prefix, settings)
+
     async def _collect(self, config: ConfigSource, prefix: str, settings: Mapping[str, Any]) -> CollectResult:
         try:
             collection = await self._run_collection(config, settings)

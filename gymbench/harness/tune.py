@@ -64,8 +64,11 @@ def strategies_for(config: ProbeConfig, plugins: Plugins) -> Strategies:
     return Strategies.from_plugins(plugins, config.strategy, config.strategy_options)
 
 
-def with_prober(config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], Awaitable[Any]]) -> Any:
-    """Start the backend (or the simulator), build a prober on the task sample, run ``work``."""
+def with_prober(
+    config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], Awaitable[Any]], running_sim: Any = None
+) -> Any:
+    """Start the backend (or the simulator, unless one is running), build a prober on the task
+    sample, run ``work``."""
     plugins.verifier(config.verifier, config.verifier_options)
     checked_backend(config, plugins)
     if not config.input_jsonl_fpath:
@@ -80,7 +83,7 @@ def with_prober(config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], 
         overrides=dict(config.responses_create_params),
         verify=config.verify_settings(),
     )
-    with backend_settings(config, plugins) as (name, backend_config):
+    with backend_settings(config, plugins, running_sim=running_sim) as (name, backend_config):
         backend = plugins.backend(name, backend_config)
         counters = server_counters(backend_config.get("base_url")) if config.server_counters else None
         prober = Prober(
@@ -101,7 +104,7 @@ def with_prober(config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], 
             prober.close()
 
 
-def tune_run(config: TuneConfig, plugins: Plugins) -> TuneResult:
+def tune_run(config: TuneConfig, plugins: Plugins, running_sim: Any = None) -> TuneResult:
     search = search_settings(config)
     strategies = strategies_for(config, plugins)
 
@@ -120,7 +123,7 @@ def tune_run(config: TuneConfig, plugins: Plugins) -> TuneResult:
             )
         return result
 
-    return with_prober(config, plugins, work)
+    return with_prober(config, plugins, work, running_sim)
 
 
 def run_tune(config: TuneConfig, plugins: Plugins) -> int:

@@ -114,3 +114,41 @@ def test_collect(gymbench):
     outcome.assert_outcomes(passed=1)
     for path in Path(results).rglob("*.json"):
         assert secret not in path.read_text()
+
+
+TUNE_SUITE = f"""
+import pytest
+
+TASKS = {str(EXAMPLES)!r}
+
+
+def test_knee(gymbench, gymbench_sim):
+    outcome = gymbench.tune(input_jsonl_fpath=TASKS, start=2, max_parallelism=32, precision=0.1, min_batches=2,
+                            max_batches=4, sample_size=32)
+    assert 1 <= outcome.recommended <= 32 and outcome.expected_rollouts_per_s > 0
+    assert gymbench.metrics["knee_parallelism"].unit == "parallelism"
+
+
+@pytest.mark.asyncio
+async def test_tune_in_an_async_test(gymbench):
+    gymbench.tune(input_jsonl_fpath=TASKS)
+
+
+def test_bad_tune_setting(gymbench):
+    gymbench.tune(input_jsonl_fpath=TASKS, max_paralelism=8)
+"""
+
+
+def test_tune_records_the_knee_and_says_what_is_wrong_in_one_line(pytester: pytest.Pytester) -> None:
+    pyproject(pytester)
+    pytester.makepyfile(test_tune=TUNE_SUITE)
+    results = pytester.path / "results"
+    outcome = run(pytester, "--gymbench-save", "t", "--gymbench-results-dir", str(results))
+    outcome.assert_outcomes(passed=1, failed=2)
+    text = outcome.stdout.str()
+    assert "gymbench: error: gymbench.tune(...) runs its own event loop; call it from a plain test" in text
+    assert "gymbench: error: gymbench.tune: unknown setting 'max_paralelism'" in text
+    record = load_record(next(Path(results).glob("*/*_t.json")))
+    metrics = record.benchmark("test_tune.py::test_knee").metrics
+    for name in ("knee_parallelism", "recommended_parallelism", "plateau_rollouts_per_s", "expected_rollouts_per_s"):
+        assert metrics[name].value > 0, name

@@ -1,0 +1,82 @@
+"""``gymbench.tune(...)``: ``gymbench tune`` inside a benchmark, its knee and recommendation as metrics.
+
+CI then notices when a server, agent or environment change moves the knee. The settings are
+exactly ``gymbench tune``'s (``[tool.gymbench.tune]`` of pyproject.toml and the pytest server
+options first, then a mapping or YAML/JSON file, then keyword arguments), and the same
+:func:`~gymbench.harness.tune.tune_run` runs. With no server named, the session's simulator
+answers, as for ``gymbench.collect``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gymbench.errors import GymbenchError
+from gymbench.record import Metric
+
+ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | None
+
+
+@dataclass
+class TuneOutcome:
+    """What one ``gymbench.tune(...)`` found, for assertions; ``result`` has every probe."""
+
+    recommended: int
+    knee_parallelism: float
+    expected_rollouts_per_s: float
+    metrics: dict[str, Metric]
+    result: Any
+    """The :class:`~gymbench.tuning.sweep.TuneResult`: probes, knee interval, stop reason."""
+
+
+def run_tune(bench: Any, config: ConfigSource, prefix: str, settings: Mapping[str, Any]) -> TuneOutcome:
+    """Tune with these settings; the knee and recommendation land in ``bench`` under ``prefix``."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        bench.context.fail("gymbench: error: gymbench.tune(...) runs its own event loop; call it from a plain test")
+    try:
+        outcome = _tune(bench, config, settings)
+    except GymbenchError as exc:
+        problem = str(exc)
+    else:
+        return _recorded(bench, outcome, prefix)
+    # the command line's one line as the test's failure (outside the handler: no chained traceback)
+    bench.context.fail(f"gymbench: error: {problem}")
+    raise AssertionError(problem)  # not reached: fail() raises
+
+
+def _tune(bench: Any, config: ConfigSource, settings: Mapping[str, Any]) -> Any:
+    from gymbench.harness.collection import chosen_backend
+    from gymbench.harness.tune import tune_run
+    from gymbench.harness.tune_config import TuneConfig
+    from gymbench.settings import build_settings, load_settings_file
+
+    given = load_settings_file(Path(config)) if isinstance(config, (str, os.PathLike)) else dict(config or {})
+    layers = [dict(bench.context.defaults("tune")), given, dict(settings), {"progress": False, "plot": ""}]
+    tune_config = build_settings(TuneConfig, (), *layers, where="gymbench.tune")
+    sim = bench.context.sim() if chosen_backend(tune_config)[1] else None
+    return tune_run(tune_config, bench.context.plugins(), running_sim=sim)
+
+
+def _recorded(bench: Any, result: Any, prefix: str) -> TuneOutcome:
+    from gymbench.tuning.report import tune_result
+
+    record = tune_result(result, {})
+    for name, metric in record.metrics.items():
+        bench.metrics[prefix + name] = metric
+    bench.extra.setdefault("tune", []).append({"params": dict(record.params), **record.extra})
+    return TuneOutcome(
+        recommended=result.recommended,
+        knee_parallelism=float(result.knee.parallelism),
+        expected_rollouts_per_s=float(result.expected_rollouts_per_s),
+        metrics=dict(record.metrics),
+        result=result,
+    )
