@@ -24,6 +24,10 @@ from gymbench.types import GenerationFailed
 
 
 def run_collect(config: CollectConfig, plugins: Plugins) -> int:
+    if config.sharded:
+        from gymbench.harness.sharded_collect import run_sharded_collect
+
+        return run_sharded_collect(config, plugins)
     run = Run(plugins, "collect", config.run_name, settings_dict(config), results_dir=config.results_dir,
               save=config.save_results)  # fmt: skip
     collection = Collection.prepare(config, plugins)
