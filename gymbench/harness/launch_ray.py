@@ -12,6 +12,7 @@ Retries are the driver's (the same for both launchers), so Ray's own task retrie
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import uuid
@@ -24,6 +25,8 @@ from gymbench.harness.shard_events import ShardEvent
 from gymbench.harness.shard_worker import ShardJob, ShardOutcome, collect_shard
 
 CHUNK_BYTES = 8 << 20
+QUIET = {"log_to_driver": False, "logging_level": logging.WARNING}
+"""Workers' own output and Ray's start-up lines would tear the progress bar; errors still come back."""
 INSTALL_HINT = "+launcher=ray needs Ray: pip install 'gymbench[ray]' (core ray only), or use +launcher=local"
 
 
@@ -89,9 +92,9 @@ class RayLauncher:
     def start(self) -> None:
         ray = self.ray = import_ray()
         if self.address is None:
-            ray.init(address="local", num_cpus=self.num_workers, include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", num_cpus=self.num_workers, include_dashboard=False, **QUIET)
         else:
-            ray.init(address=self.address, log_to_driver=False)
+            ray.init(address=self.address, **QUIET)
         self.board = ray.remote(num_cpus=0)(ProgressBoard).remote()
         self.task = ray.remote(num_cpus=1, max_retries=0)(run_shard_task)
         self.stream_rows = self._decide_transfer()

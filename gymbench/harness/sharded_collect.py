@@ -30,6 +30,7 @@ from gymbench.harness.sharded_record import sharded_result
 from gymbench.harness.shards import Shard, ShardProgress, plan_shards, shard_settings, shards_dir
 from gymbench.jsonio import write_json_atomic
 from gymbench.plugins import Plugins
+from gymbench.record import Metric
 from gymbench.rollout.output import check_output_path, refuse_to_overwrite
 from gymbench.run import Run
 from gymbench.settings import settings_dict
@@ -44,14 +45,13 @@ def run_sharded_collect(config: CollectConfig, plugins: Plugins) -> int:
     checked_backend(config, plugins)
     shards = plan_shards(config)
     run.start()
-    started = time.perf_counter()
     with _shared_server(config) as server:
         jobs = [ShardJob(s.index, 0, shard_settings(config, s, server), _own_simulator(config)) for s in shards]
-        outcomes, unfinished, interrupted = _drive(make_launcher(config), jobs, config)
-    wall_s = time.perf_counter() - started
-    result = sharded_result(config, shards, outcomes, wall_s, _simulator_mode(config))
-    if interrupted or unfinished:
-        return _stopped(config, output, unfinished, interrupted)
+        driver = _drive(make_launcher(config), jobs, config)
+    result = sharded_result(config, shards, driver.outcomes, driver.collecting_s, _simulator_mode(config))
+    result.metrics["worker_startup_s"] = Metric(driver.startup_s, "s", "lower")
+    if driver.interrupted or driver.unfinished:
+        return _stopped(config, output, driver.unfinished, driver.interrupted)
     report = merge_rollouts([Path(s.path) for s in shards], output, _expected(config, shards))
     summary = result.extra["summary"]
     from gymbench.harness.collect import format_summary
@@ -124,57 +124,71 @@ def make_launcher(config: CollectConfig) -> Launcher:
     return LocalLauncher(config.num_workers)
 
 
-def _drive(
-    launcher: Launcher, jobs: list[ShardJob], config: CollectConfig
-) -> tuple[dict[int, list[ShardOutcome]], dict[int, str], bool]:
-    """Run every shard to an outcome, retrying lost or failed ones; returns each shard's outcomes,
-    the shards left unfinished (with why) and whether the run was interrupted."""
+def _drive(launcher: Launcher, jobs: list[ShardJob], config: CollectConfig) -> _Driver:
+    """Run every shard to an outcome, retrying lost or failed ones, until done or interrupted."""
     total = sum((job.settings["end_idx"] - job.settings["start_idx"]) * config.num_repeats for job in jobs)
-    progress = ShardProgress(total, config.progress)
-    driver = _Driver(jobs, config.shard_attempts, progress)
+    driver = _Driver(jobs, config.shard_attempts)
     try:
-        launcher.start()
+        began = time.perf_counter()
+        launcher.start()  # before the bar: Ray's start-up lines would tear it
+        driver.startup_s = time.perf_counter() - began
+        driver.progress = ShardProgress(total, config.progress)
         driver.run(launcher)
-        return driver.outcomes, driver.unfinished, False
     except KeyboardInterrupt:
-        return driver.outcomes, driver.unfinished, True
+        driver.interrupted = True
     finally:
         launcher.close()
-        progress.close()
+        if driver.progress is not None:
+            driver.progress.close()
+    return driver
 
 
 class _Driver:
-    def __init__(self, jobs: list[ShardJob], attempts: int, progress: ShardProgress) -> None:
+    def __init__(self, jobs: list[ShardJob], attempts: int) -> None:
         self.queue = list(reversed(jobs))
         self.jobs = {job.index: job for job in jobs}
         self.attempts = attempts
         self.tries: Counter[int] = Counter()
-        self.progress = progress
+        self.progress: ShardProgress | None = None
         self.outcomes: dict[int, list[ShardOutcome]] = {job.index: [] for job in jobs}
         self.unfinished: dict[int, str] = {}
+        self.interrupted = False
+        self.startup_s = 0.0
+        self.collecting_s = 0.0
+        """From the workers' start to the last shard's end: what the record's rates are over."""
 
     def run(self, launcher: Launcher) -> None:
-        while self.queue or launcher.busy():
-            while self.queue and launcher.free_slots() > 0:
-                job = self.queue.pop()
-                self.tries[job.index] += 1
-                job.attempt = self.tries[job.index]
-                launcher.submit(job)
-            for event in launcher.poll(POLL_S):
-                self._handle(event)
+        began = time.perf_counter()
+        try:
+            while self.queue or launcher.busy():
+                while self.queue and launcher.free_slots() > 0:
+                    job = self.queue.pop()
+                    self.tries[job.index] += 1
+                    job.attempt = self.tries[job.index]
+                    launcher.submit(job)
+                for event in launcher.poll(POLL_S):
+                    self._handle(event)
+        finally:
+            self.collecting_s = time.perf_counter() - began
 
     def _handle(self, event: ShardEvent) -> None:
         if event.kind == "progress":
-            self.progress.report(event.shard, event.done)
+            self._report(event.shard, event.done)
             return
         if event.kind == "done":
             self.outcomes[event.shard].append(event.outcome)
+            if (stats := event.outcome.stats) is not None:
+                self._report(event.shard, stats.skipped + stats.completed + stats.failed)
             if event.outcome.error is None:
                 self.unfinished.pop(event.shard, None)
                 return
             self._retry(event.shard, event.outcome.error, event.outcome.retryable)
         else:
             self._retry(event.shard, event.reason, True)
+
+    def _report(self, shard: int, done: int) -> None:
+        if self.progress is not None:
+            self.progress.report(shard, done)
 
     def _retry(self, shard: int, reason: str, retryable: bool) -> None:
         tries = self.tries[shard]

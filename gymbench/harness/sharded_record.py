@@ -55,7 +55,8 @@ def worker_figures(outcomes: dict[int, list[ShardOutcome]]) -> list[dict[str, An
     for key, environment in workers.items():
         total = totals[key]
         rate = total["rollouts"] / total["busy_s"] if total["busy_s"] > 0 else 0.0
-        figures.append({**environment, **total, "rollouts_per_s_busy": rate})
+        counts = {name: int(total[name]) for name in ("shards", "rollouts")}
+        figures.append({**environment, **total, **counts, "rollouts_per_s_busy": rate})
     return sorted(figures, key=lambda figure: (figure["host"], figure["pid"]))
 
 
