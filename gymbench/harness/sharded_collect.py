@@ -48,7 +48,7 @@ def run_sharded_collect(config: CollectConfig, plugins: Plugins) -> int:
     with _shared_server(config) as server:
         jobs = [ShardJob(s.index, 0, shard_settings(config, s, server), _own_simulator(config)) for s in shards]
         driver = _drive(make_launcher(config), jobs, config)
-    result = sharded_result(config, shards, driver.outcomes, driver.collecting_s, _simulator_mode(config))
+    result = sharded_result(config, shards, driver.outcomes, driver.tries, driver.collecting_s, _simulator_mode(config))
     result.metrics["worker_startup_s"] = Metric(driver.startup_s, "s", "lower")
     if driver.interrupted or driver.unfinished:
         return _stopped(config, output, driver.unfinished, driver.interrupted)

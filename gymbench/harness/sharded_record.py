@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from gymbench.harness.collect_config import CollectConfig
@@ -60,15 +61,18 @@ def worker_figures(outcomes: dict[int, list[ShardOutcome]]) -> list[dict[str, An
     return sorted(figures, key=lambda figure: (figure["host"], figure["pid"]))
 
 
-def shard_figures(shards: list[Shard], outcomes: dict[int, list[ShardOutcome]]) -> list[dict[str, Any]]:
+def shard_figures(
+    shards: list[Shard], outcomes: dict[int, list[ShardOutcome]], tries: Mapping[int, int]
+) -> list[dict[str, Any]]:
+    """Attempts include those whose worker died (they left no outcome)."""
     return [
         {
             "shard": shard.index,
             "start_idx": shard.start_idx,
             "end_idx": shard.end_idx,
-            "attempts": len(outcomes[shard.index]),
+            "attempts": tries.get(shard.index, 0),
             "errors": [o.error for o in outcomes[shard.index] if o.error],
-        }  # fmt: skip
+        }
         for shard in shards
     ]
 
@@ -77,6 +81,7 @@ def sharded_result(
     config: CollectConfig,
     shards: list[Shard],
     outcomes: dict[int, list[ShardOutcome]],
+    tries: Mapping[int, int],
     wall_s: float,
     simulator: str,
 ) -> BenchmarkResult:
@@ -84,8 +89,8 @@ def sharded_result(
     backend = next((o.backend for attempts in outcomes.values() for o in attempts if o.backend), "")
     result = collect_result(config, backend, stats, cpu)
     workers = worker_figures(outcomes)
-    attempts = sum(len(attempts) for attempts in outcomes.values())
-    result.metrics["shard_retries"] = Metric(float(max(attempts - len(shards), 0)), "shards", "lower")
+    retries = sum(max(tries.get(shard.index, 0) - 1, 0) for shard in shards)
+    result.metrics["shard_retries"] = Metric(float(retries), "shards", "lower")
     if workers:
         rates = [worker["rollouts_per_s_busy"] for worker in workers]
         result.metrics["worker_rollouts_per_s_min"] = Metric(min(rates), "rollouts/s", "higher")
@@ -93,6 +98,9 @@ def sharded_result(
     distribution = {"launcher": config.launcher, "num_workers": config.num_workers, "simulator": simulator,
                     "shard_attempts": config.shard_attempts}  # fmt: skip
     result.extra.update(
-        summary=stats.summary(), workers=workers, shards=shard_figures(shards, outcomes), distribution=distribution
+        summary=stats.summary(),
+        workers=workers,
+        shards=shard_figures(shards, outcomes, tries),
+        distribution=distribution,
     )
     return result
