@@ -12,6 +12,7 @@ Retries are the driver's (the same for both launchers), so Ray's own task retrie
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import tempfile
@@ -42,7 +43,8 @@ def node_local_path(job: ShardJob) -> str:
     """Where a node without the driver's file system keeps a shard: the same name on every attempt,
     so a retry on that node resumes it."""
     shard = Path(job.settings["output_jsonl_fpath"])
-    return str(Path(tempfile.gettempdir()) / "gymbench-shards" / shard.parent.name / shard.name)
+    run = hashlib.blake2b(str(shard.parent).encode(), digest_size=6).hexdigest()
+    return str(Path(tempfile.gettempdir()) / "gymbench-shards" / run / shard.name)
 
 
 def run_shard_task(job: ShardJob, board: Any, stream_rows: bool) -> Iterator[Any]:
@@ -51,9 +53,12 @@ def run_shard_task(job: ShardJob, board: Any, stream_rows: bool) -> Iterator[Any
         job.settings = {**job.settings, "output_jsonl_fpath": node_local_path(job)}
     outcome = collect_shard(job, lambda done: board.report.remote(job.index, done))
     if stream_rows and outcome.error is None:
-        with open(job.settings["output_jsonl_fpath"], "rb") as handle:
+        local = Path(job.settings["output_jsonl_fpath"])
+        with open(local, "rb") as handle:
             while chunk := handle.read(CHUNK_BYTES):
                 yield chunk
+        for leftover in (local, local.with_name(local.name + ".run.json")):
+            leftover.unlink(missing_ok=True)  # the driver has the rows now (a lost outcome redoes the shard)
     yield outcome
 
 
