@@ -47,6 +47,7 @@ class LocalLauncher:
     """``num_workers`` processes on this machine."""
 
     name = "local"
+    rows_travel_by = "files (this machine)"
 
     def __init__(self, num_workers: int) -> None:
         self.num_workers = num_workers

@@ -93,6 +93,7 @@ class RayLauncher:
         self.running: dict[Any, tuple[ShardJob, Any]] = {}
         self.ray: Any = None
         self.stream_rows = False
+        self.rows_travel_by = "not started"
 
     def start(self) -> None:
         ray = self.ray = import_ray()
@@ -103,6 +104,8 @@ class RayLauncher:
         self.board = ray.remote(num_cpus=0)(ProgressBoard).remote()
         self.task = ray.remote(num_cpus=1, max_retries=0)(run_shard_task)
         self.stream_rows = self._decide_transfer()
+        shared = "files (every node sees the driver's file system)"
+        self.rows_travel_by = f"Ray's object store, {CHUNK_BYTES >> 20} MiB chunks" if self.stream_rows else shared
 
     def _decide_transfer(self) -> bool:
         """Stream rows through the object store unless every alive node sees the driver's files."""

@@ -21,6 +21,8 @@ class ShardEvent:
 class Launcher(Protocol):
     name: str
     num_workers: int
+    rows_travel_by: str
+    """How shard rows reach the driver's ``OUT.shards/``, for the record."""
 
     def start(self) -> None: ...
 

@@ -47,9 +47,11 @@ def run_sharded_collect(config: CollectConfig, plugins: Plugins) -> int:
     run.start()
     with _shared_server(config) as server:
         jobs = [ShardJob(s.index, 0, shard_settings(config, s, server), _own_simulator(config)) for s in shards]
-        driver = _drive(make_launcher(config), jobs, config)
+        launcher = make_launcher(config)
+        driver = _drive(launcher, jobs, config)
     result = sharded_result(config, shards, driver.outcomes, driver.tries, driver.collecting_s, _simulator_mode(config))
     result.metrics["worker_startup_s"] = Metric(driver.startup_s, "s", "lower")
+    result.extra["distribution"]["rows_travel_by"] = launcher.rows_travel_by
     if driver.interrupted or driver.unfinished:
         return _stopped(config, output, driver.unfinished, driver.interrupted)
     report = merge_rollouts([Path(s.path) for s in shards], output, _expected(config, shards))

@@ -74,7 +74,7 @@ def plan_shards(config: CollectConfig) -> list[Shard]:
 def _saved_bounds(path: Path, wanted: dict[str, int]) -> list[tuple[int, int]] | None:
     if not path.exists():
         return None
-    plan = read_json_file(path)
+    plan = read_json_file(path, "shard plan")
     if {key: plan.get(key) for key in wanted} != wanted:
         raise GymbenchError(
             f"{path}: the shards there belong to another selection of tasks ({_described(plan)}, "

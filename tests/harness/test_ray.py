@@ -39,6 +39,7 @@ def test_shards_as_ray_tasks_with_rows_streamed_through_the_object_store(tmp_pat
     assert sorted(pairs(out)) == [(t, r) for t in range(20) for r in range(2)]
     (benchmark,) = load_record(next((tmp_path / "r").glob("*/*_collect.json"))).benchmarks
     assert benchmark.params["launcher"] == "ray" and benchmark.extra["summary"]["completed"] == 40
+    assert benchmark.extra["distribution"]["rows_travel_by"].startswith("Ray's object store")
     assert all(worker["nice"] is not None for worker in benchmark.extra["workers"])
     assert not list((tmp_path / "out.jsonl.shards").glob("*.incoming"))
 
