@@ -184,5 +184,5 @@ class CollectConfig(ServerConfig):
 
     @property
     def sharded(self) -> bool:
-        """Collected in shards by workers: more than one worker, or on Ray."""
-        return self.num_workers > 1 or self.launcher == "ray"
+        """Collected in shards by workers: more than one worker, shards asked for, or on Ray."""
+        return self.num_workers > 1 or self.num_shards is not None or self.launcher == "ray"

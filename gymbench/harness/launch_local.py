@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from gymbench.errors import GymbenchError
 from gymbench.harness.shard_events import ShardEvent
 from gymbench.harness.shard_worker import ShardJob, collect_shard
 
 STOP_TIMEOUT_S = 5.0
+READY_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -32,6 +34,9 @@ class _Worker:
 def _worker_main(connection: Connection) -> None:
     """A worker's life: shards in, progress and outcomes out, until told to stop or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it stops workers
+    import gymbench.harness.collect  # noqa: F401 - imported before "ready": start-up is not collection time
+
+    connection.send(("ready", None, None))
     while True:
         try:
             job: ShardJob | None = connection.recv()
@@ -56,7 +61,19 @@ class LocalLauncher:
         self.started_workers = 0
 
     def start(self) -> None:
+        """Start the workers and wait until each has imported what a shard needs."""
         self.workers = [self._new_worker() for _ in range(self.num_workers)]
+        for worker in self.workers:
+            self._await_ready(worker)
+
+    def _await_ready(self, worker: _Worker) -> None:
+        if not worker.connection.poll(READY_TIMEOUT_S):
+            raise GymbenchError(f"a worker process did not start within {READY_TIMEOUT_S:.0f} s")
+        try:
+            worker.connection.recv()
+        except EOFError:
+            code = worker.process.exitcode
+            raise GymbenchError(f"a worker process died while starting ({_exit_reason(code)})") from None
 
     def _new_worker(self) -> _Worker:
         ours, theirs = self.context.Pipe()
@@ -111,7 +128,9 @@ class LocalLauncher:
         """A dead worker: its shard (if any) is lost; a fresh worker takes its place."""
         code = worker.process.exitcode
         worker.connection.close()
-        self.workers[self.workers.index(worker)] = self._new_worker()
+        replacement = self._new_worker()
+        self.workers[self.workers.index(worker)] = replacement
+        self._await_ready(replacement)
         if worker.shard is None:
             return []
         reason = f"worker process {worker.process.pid} died ({_exit_reason(code)})"

@@ -42,6 +42,7 @@ class MergeSettings:
 def configure(parser: argparse.ArgumentParser) -> None:
     from gymbench.settings import add_settings_arguments
 
+    parser.usage = "gymbench merge-rollouts FILE [FILE ...] -o MERGED [--input TASKS --num-repeats N] [+key=value ...]"
     parser.epilog = "example: gymbench merge-rollouts part0.jsonl part1.jsonl -o all.jsonl --input tasks.jsonl"
     add_settings_arguments(parser, MergeSettings)
     parser.add_argument("-o", dest="setting_output", metavar="FILE", help="the merged file (as --output)")
