@@ -60,7 +60,10 @@ def _begun_in_shards(config: CollectConfig) -> bool:
 
     if config.overwrite or not config.output_jsonl_fpath:
         return False
-    if not (shards_dir(config.output_jsonl_fpath) / "plan.json").exists():
+    try:
+        if not (shards_dir(config.output_jsonl_fpath) / "plan.json").exists():
+            return False
+    except (OSError, ValueError):  # a name too long: the output check says so in a moment
         return False
     warn(f"{shards_dir(config.output_jsonl_fpath)} holds this run's shards: continuing them with one worker")
     return True

@@ -77,7 +77,9 @@ class LocalLauncher:
 
     def _new_worker(self) -> _Worker:
         ours, theirs = self.context.Pipe()
-        process = self.context.Process(target=_worker_main, args=(theirs,), daemon=True, name="gymbench-shard-worker")
+        # Not a daemon: a worker may start processes of its own (the verifiers' process pool). It ends
+        # when told, or when the driver's end of its pipe closes.
+        process = self.context.Process(target=_worker_main, args=(theirs,), name="gymbench-shard-worker")
         process.start()
         theirs.close()
         self.started_workers += 1

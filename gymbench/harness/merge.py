@@ -25,6 +25,7 @@ from gymbench.rollout.output import pair_key, read_pair
 
 SHOWN = 10
 """Problems listed by name in an error; the rest are counted."""
+LINE_BITS = 40
 
 
 @dataclass
@@ -113,21 +114,23 @@ def _check_paths(sources: Sequence[Path], output: Path) -> None:
             raise GymbenchError(f"{source}: no such rollouts file")
 
 
-def _copy_checked(sources: Sequence[Path], target: IO[bytes], report: MergeReport) -> dict[int, str]:
-    """Copy every row, remembering where each pair was first seen (for a duplicate's message)."""
-    first_seen: dict[int, str] = {}
-    for source in sources:
+def _copy_checked(sources: Sequence[Path], target: IO[bytes], report: MergeReport) -> dict[int, int]:
+    """Copy every row, remembering where each pair was first seen (for a duplicate's message) as
+    one int (file number and line), so that millions of pairs stay small."""
+    first_seen: dict[int, int] = {}
+    for file_number, source in enumerate(sources):
         before = report.rows
         for number, raw, row in _rows(source):
             key = pair_key(*read_pair(source, number, row))
-            where = f"{source}:{number}"
             if key in first_seen:
                 report.duplicate_count += 1
                 if len(report.duplicates) < SHOWN:
                     task, rollout = _split(key)
-                    report.duplicates.append(f"{task}/{rollout} in {first_seen[key]} and {where}")
+                    first = first_seen[key]
+                    earlier = f"{sources[first >> LINE_BITS]}:{first & ((1 << LINE_BITS) - 1)}"
+                    report.duplicates.append(f"{task}/{rollout} in {earlier} and {source}:{number}")
                 continue
-            first_seen[key] = where
+            first_seen[key] = (file_number << LINE_BITS) | number
             report.rows += 1
             report.failed_rows += row.get("status", "ok") != "ok"
             target.write(raw)
