@@ -14,7 +14,7 @@ import socket
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gymbench.errors import GymbenchError
@@ -45,7 +45,6 @@ class ShardOutcome:
     error: str | None = None
     retryable: bool = True
     """False for a bad setting or input: the same error again on every attempt."""
-    rows: list[bytes] = field(default_factory=list)
 
 
 def worker_environment() -> dict[str, Any]:
