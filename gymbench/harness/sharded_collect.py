@@ -21,7 +21,13 @@ from typing import Any
 
 from gymbench.errors import GymbenchError
 from gymbench.harness.collect_config import CollectConfig
-from gymbench.harness.collection import checked_backend, collect_settings, metrics_path, simulator_config
+from gymbench.harness.collection import (
+    check_metrics_path,
+    checked_backend,
+    collect_settings,
+    metrics_path,
+    simulator_config,
+)
 from gymbench.harness.merge import Expected, merge_rollouts
 from gymbench.harness.progress import warn
 from gymbench.harness.shard_events import Launcher, ShardEvent
@@ -77,6 +83,7 @@ def _checked_output(config: CollectConfig) -> Path:
     settings = collect_settings(config)
     output = settings.output_path
     check_output_path(settings.input_path, output)
+    check_metrics_path(metrics_path(output))
     if config.overwrite:
         shutil.rmtree(shards_dir(output), ignore_errors=True)
     elif not config.resume:
