@@ -10,20 +10,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gymbench import Recorder
-from gymbench.builtin.exact_match import ExactMatchVerifier
-from gymbench.builtin.openai_backend import OpenAIBackend
-from gymbench.builtin.semaphore import SemaphoreStrategy
-from gymbench.rollout.engine import Collector, CollectSettings
+from gymbench.harness.bench_api import Benchmark
 from gymbench.sim import running_sim_server
 
 DRIVERS = Path(__file__).with_name("collect_drivers.py")
@@ -72,18 +70,11 @@ def test_driver_overhead(gymbench: Recorder, tmp_path: Path, parallelism: int) -
     gymbench.record("minimal_rollouts_per_s", walls["minimal"], "rollouts/s", "higher")
 
 
-async def _littles_law(parallelism: int, rounds: int, tasks: Path, out: Path, base_url: str) -> tuple[float, float]:
-    backend = OpenAIBackend({"base_url": base_url, "model": "gymbench-sim"})
-    settings = CollectSettings(tasks, out, overwrite=True)
-    stats = await Collector(settings, backend, ExactMatchVerifier(), SemaphoreStrategy(parallelism)).run()
-    assert stats.completed == parallelism * rounds
-    throughput = stats.completed / stats.elapsed_s
-    mean_latency = stats.stage_sums["generation"] / stats.stage_counts["generation"]
-    return throughput, mean_latency
-
-
 @pytest.mark.parametrize("parallelism", [1, 4, 16, 64, 256, 1024])
-def test_littles_law(gymbench: Recorder, tmp_path: Path, parallelism: int) -> None:
+def test_littles_law(
+    gymbench: Benchmark, tmp_path: Path, parallelism: int, gymbench_sim_factory: Callable[..., Any]
+) -> None:
+    """Measured as a user would measure their server: one ``gymbench.collect(...)`` per parallelism."""
     if gymbench.quick and parallelism not in (1, 64):
         pytest.skip("quick mode runs two points only")
     rounds = 3 if gymbench.quick else 8
@@ -95,13 +86,15 @@ def test_littles_law(gymbench: Recorder, tmp_path: Path, parallelism: int) -> No
         "prefill_per_token_s": 0.0,
         "output_tokens_mean": 10,
     }
-    with running_sim_server(**fixed) as server:
-        throughput, latency = asyncio.run(
-            _littles_law(parallelism, rounds, tasks, tmp_path / "o.jsonl", server.base_url)
-        )
-    gymbench.record("rollouts_per_s", throughput, "rollouts/s", "higher")
+    server = gymbench_sim_factory(**fixed)
+    result = gymbench.collect(
+        backend="openai", base_url=server.base_url, model="gymbench-sim", input_jsonl_fpath=str(tasks),
+        num_samples_in_parallel=parallelism,
+    )  # fmt: skip
+    assert result.completed == parallelism * rounds
+    latency = gymbench.metrics["stage_generation"].value  # the mean time in the server, per rollout
     gymbench.record("mean_latency", latency, "s", "lower")
-    gymbench.record("littles_law_efficiency", throughput / (parallelism / latency), "ratio", "higher")
+    gymbench.record("littles_law_efficiency", result.rollouts_per_s / (parallelism / latency), "ratio", "higher")
 
 
 def test_memory_does_not_grow_with_input(gymbench: Recorder, tmp_path: Path) -> None:

@@ -6,6 +6,9 @@ anything. Each side runs in a fresh process (a one-test pytest suite, or the com
 against one zero-latency simulator in its own process; both report the client CPU per rollout
 measured around the collection itself (their results records' ``client_cpu_per_rollout``), so
 interpreter start-up is not part of either. Target: pytest ÷ command line ≤ 1.05 (medians).
+
+``gymbench.train_step(...)`` against ``gymbench train`` likewise: the same settings, fresh processes
+alternated, the median step time each reports. Target: ≤ 1.02.
 """
 
 from __future__ import annotations
@@ -73,10 +76,51 @@ def test_collect_in_pytest_versus_the_command_line(
     for _ in range(pairs):
         cpu["cli"].append(cli_cpu_per_rollout(server, repeats, tmp_path) * 1e6)
         cpu["pytest"].append(pytest_cpu_per_rollout(server, repeats, tmp_path) * 1e6)
-    gymbench.record("cli_cpu_per_rollout", cpu["cli"], "µs", "lower")
-    gymbench.record("pytest_cpu_per_rollout", cpu["pytest"], "µs", "lower")
-    ratios = [p / c for p, c in zip(cpu["pytest"], cpu["cli"], strict=True)]
-    gymbench.record("pytest_over_cli_per_pair", ratios, "ratio", "lower")
-    gymbench.record(
-        "pytest_over_cli", statistics.median(cpu["pytest"]) / statistics.median(cpu["cli"]), "ratio", "lower"
-    )
+    record_pairs(gymbench, cpu, "cpu_per_rollout", "µs", "")
+
+
+def record_pairs(gymbench: Recorder, pairs: dict[str, list[float]], metric: str, unit: str, prefix: str) -> None:
+    """Both sides' samples, the per-pair ratios, and the ratio of the medians (the headline)."""
+    gymbench.record(f"cli_{metric}", pairs["cli"], unit, "lower")
+    gymbench.record(f"pytest_{metric}", pairs["pytest"], unit, "lower")
+    ratios = [p / c for p, c in zip(pairs["pytest"], pairs["cli"], strict=True)]
+    gymbench.record(f"{prefix}pytest_over_cli_per_pair", ratios, "ratio", "lower")
+    headline = statistics.median(pairs["pytest"]) / statistics.median(pairs["cli"])
+    gymbench.record(f"{prefix}pytest_over_cli", headline, "ratio", "lower")
+
+
+TRAIN = {"model": "transformer", "size": "small", "batch": 4, "seq_len": 64, "warmup": 2, "memory": False, "threads": 1}
+QUICK_TRAIN = {**TRAIN, "size": "tiny", "warmup": 1}
+
+
+def cli_step_time(train: dict[str, Any], steps: int, workdir: Path) -> float:
+    results = workdir / "cli-train-results"
+    settings = [f"+{key}={str(value).lower()}" for key, value in {**train, "steps": steps}.items()]
+    command = [sys.executable, "-m", "gymbench.cli", "train", *settings, "+save=cli", f"+results_dir={results}",
+               "+progress=false"]  # fmt: skip
+    subprocess.run(command, check=True, capture_output=True, timeout=900)
+    return newest_metric(results, "step_time")
+
+
+def pytest_step_time(train: dict[str, Any], steps: int, workdir: Path) -> float:
+    suite = workdir / "train-suite"
+    suite.mkdir(exist_ok=True)
+    test = f"def test_step(gymbench):\n    gymbench.train_step({train!r}, steps={steps})\n"
+    (suite / "test_train.py").write_text(test)
+    results = workdir / "pytest-train-results"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite), "--rootdir", str(suite),
+         "--gymbench-save", "api", "--gymbench-results-dir", str(results)],
+        check=True, capture_output=True, timeout=900,
+    )  # fmt: skip
+    return newest_metric(results, "step_time")
+
+
+def test_train_step_in_pytest_versus_the_command_line(gymbench: Recorder, tmp_path: Path) -> None:
+    train, steps = (QUICK_TRAIN, 3) if gymbench.quick else (TRAIN, 20)
+    pairs = 1 if gymbench.quick else 5
+    times: dict[str, list[float]] = {"cli": [], "pytest": []}
+    for _ in range(pairs):
+        times["cli"].append(cli_step_time(train, steps, tmp_path))
+        times["pytest"].append(pytest_step_time(train, steps, tmp_path))
+    record_pairs(gymbench, times, "step_time", "s", "train_")

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from gymbench import Recorder
+from gymbench.harness.bench_api import Benchmark
 from gymbench.trainstep.backoff import cpu_trials, halve_until_it_fits
-from gymbench.trainstep.bench import BenchOptions, record_metrics, run_benchmark
 from gymbench.trainstep.config import TrainConfig
 from gymbench.trainstep.oom import SearchPlan, largest_batch_that_fits
 from gymbench.trainstep.plugin import build_mlp, build_transformer
@@ -53,12 +53,19 @@ def saving(before: int, after: int) -> float:
 @pytest.mark.parametrize("checkpointing", ["off", "on"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("model", ["mlp", "transformer"])
-def test_train_step(gymbench: Recorder, model: str, precision: str, checkpointing: str, accumulation: int) -> None:
-    config = sized(model, gymbench.quick, precision=precision, checkpointing=checkpointing)
-    config = replace(config, accumulation=accumulation)
-    report = run_benchmark(FACTORIES[model], config, BenchOptions(memory_pass=not gymbench.quick))
-    record_metrics(gymbench, report)
-    assert all(math.isfinite(loss) for loss in report.timings.losses) or precision == "fp16"
+def test_train_step(gymbench: Benchmark, model: str, precision: str, checkpointing: str, accumulation: int) -> None:
+    """The grid a user would write: through ``gymbench.train_step``, exactly ``gymbench train``'s settings.
+
+    fp16 on a CPU without fp16 kernels is kept tiny by ``gymbench train`` itself (with a warning).
+    """
+    config = sized(model, gymbench.quick)
+    settings = {key: getattr(config, key) for key in ("model", "batch", "seq_len", "threads", "steps", "warmup")}
+    options = {key: value for key, value in config.model_config.items() if key != "size"}
+    result = gymbench.train_step(
+        settings, size=config.model_config["size"], model_options=options, precision=precision,
+        checkpointing=checkpointing, accumulation=accumulation, memory=not gymbench.quick,
+    )  # fmt: skip
+    assert all(math.isfinite(loss) for loss in result.report.timings.losses) or precision == "fp16"
 
 
 def paired_ratio(rounds: int, first: Callable[[], float], second: Callable[[], float]) -> list[float]:

@@ -94,7 +94,7 @@ def bare_python() -> None:
 
 def confined_case() -> None:
     program = ADD_PROGRAM.split("\n", 1)[1].rsplit("```", 1)[0]
-    assert run_confined(program, stdin="1 2", limits=Limits(wall_s=5, cpu_s=5), python=sys.executable).ended == "ok"
+    assert run_confined(program, stdin="1 2", limits=Limits(wall_s=60, cpu_s=5), python=sys.executable).ended == "ok"
 
 
 def test_confinement_cost(gymbench: Recorder) -> None:

@@ -19,6 +19,7 @@ import pytest
 from gymbench.harness.bench_api import BenchContext, Benchmark
 from gymbench.measure import MeasureSettings
 from gymbench.record import BenchmarkResult, ResultsRecord
+from gymbench.units import duration_scale
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 pytest_plugins = ["gymbench.pytest_servers"]
@@ -284,21 +285,23 @@ def _comparison_summary(terminalreporter: Any, bench: BenchSession) -> None:
         terminalreporter.write_line("quick mode: this comparison proves the path works, not the figures")
 
 
+def readable_unit(value: float, unit: str) -> tuple[float, str]:
+    """Seconds shown in ms, µs or ns where that is how they read (``2.08 µs``, not ``2.08e-06 s``)."""
+    if unit != "s" or not math.isfinite(value) or not value:
+        return 1.0, unit
+    return duration_scale(value, 4)
+
+
 def summary_lines(results: list[BenchmarkResult]) -> list[str]:
     """A plain table: benchmark, metric, median, spread (IQR), unit, samples."""
     rows = [("benchmark", "metric", "median", "IQR", "unit", "n")]
     for result in results:
         for name, metric in result.metrics.items():
             q1, _, q3 = statistics.quantiles(metric.samples, n=4) if len(metric.samples) > 1 else (0, 0, 0)
+            scale, unit = readable_unit(metric.value, metric.unit)
             rows.append(
-                (
-                    result.id,
-                    name,
-                    f"{metric.value:.4g}",
-                    f"{q3 - q1:.3g}",
-                    metric.unit,
-                    str(len(metric.samples)),
-                )
-            )
+                (result.id, name, f"{metric.value / scale:.4g}", f"{(q3 - q1) / scale:.3g}", unit,
+                 str(len(metric.samples)))
+            )  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip() for row in rows]

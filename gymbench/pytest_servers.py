@@ -35,7 +35,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-PATH_SETTINGS = ("input_jsonl_fpath", "output_jsonl_fpath", "verify_cache_path")
+PATH_SETTINGS = ("input_jsonl_fpath", "output_jsonl_fpath", "verify_cache_path", "rollouts", "profile")
 """Paths in ``[tool.gymbench.*]`` are relative to the pyproject.toml, wherever pytest is run from."""
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import signal
 import textwrap
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
@@ -134,3 +135,13 @@ def install_entry_point_plugin(root: Path, module: str, source: str) -> None:
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(f"[gymbench]\n{module} = {module}\n")
+
+
+def terminal_sigint() -> None:
+    """``preexec_fn`` for a child a test interrupts with SIGINT.
+
+    A background job of a non-interactive shell (how CI may run a suite) starts with SIGINT ignored
+    and its children inherit that, so Ctrl-C handling would go untested: give the child the
+    disposition a terminal gives.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

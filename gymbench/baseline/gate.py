@@ -86,7 +86,9 @@ def run_gate(
     fail_on: str,
 ) -> GateResult:
     suite = compare_runs(baseline.records, candidate.records, settings, noise, labels=(baseline.label, candidate.label))
-    warnings = [*baseline.warnings, *candidate.warnings, *_noise_warnings(noise, candidate.records)]
+    warnings = list(
+        dict.fromkeys([*baseline.warnings, *candidate.warnings, *_noise_warnings(noise, candidate.records)])
+    )
     outcome = outcome_of(suite)
     return GateResult(
         suite, outcome, enforced(outcome, fail_on), warnings, list(baseline.records), list(candidate.records)
@@ -97,7 +99,9 @@ def _noise_warnings(noise: NoiseTable | None, records: list[ResultsRecord]) -> l
     if noise is None:
         return [
             "no calibration for this machine: intervals only see noise within one run, so on a busy "
-            "machine false alarms are likely. Run `gymbench calibrate` once to learn the run-to-run noise."
+            "machine false alarms are likely. Run `gymbench calibrate` once to learn the run-to-run noise "
+            "(it reruns the suite, benches/ by default, 5 times: --runs N to change that; --from NAME-GLOB "
+            "learns from runs already stored instead)."
         ]
     keys = {r.fingerprint.get("machine", {}).get("key") for r in records}
     if noise.machine_key not in keys:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.errors import ResultsFileError
-from gymbench.fingerprint import machine_key
+from gymbench.fingerprint import machine_info, machine_key
 from gymbench.record import SCHEMA_ID, BenchmarkResult, Metric, ResultsRecord, load_record, read_results_json
 
 EXTRA_KEY = "pytest_benchmark"
@@ -117,6 +117,7 @@ def _fingerprint(data: Mapping[str, Any], source: str) -> dict[str, dict[str, An
         "gpus": [],
         "gpu_note": "unknown: imported from pytest-benchmark",
     }
+    machine.update(_this_machine_if_same(machine))
     machine["key"] = machine_key(machine)
     commit = _section(data, "commit_info", source)
     commit_id = commit.get("id")
@@ -132,6 +133,25 @@ def _fingerprint(data: Mapping[str, Any], source: str) -> dict[str, dict[str, An
             "dirty": commit.get("dirty"),
             "branch": commit.get("branch"),
         },
+    }
+
+
+SAME_MACHINE_FIELDS = ("hostname", "cpu_model", "cpu_count_logical", "system", "arch")
+
+
+def _this_machine_if_same(machine: Mapping[str, Any]) -> dict[str, Any]:
+    """This machine's memory and GPUs when the file was written here (same host name, CPU, OS).
+
+    pytest-benchmark records neither, so without them the file's key could never be this
+    machine's, and its results would be filed and warned about as another machine's.
+    """
+    here = machine_info()
+    if any(machine.get(name) != here.get(name) for name in SAME_MACHINE_FIELDS):
+        return {}
+    return {
+        "memory_total_bytes": here["memory_total_bytes"],
+        "gpus": here["gpus"],
+        "gpu_note": f"{here['gpu_note']} (this machine: same host name, CPU and OS as the file's)",
     }
 
 
@@ -156,6 +176,11 @@ def to_pytest_benchmark(record: ResultsRecord, metric: str = "time") -> dict[str
         "datetime": record.created_at,
         "version": __version__,
     }
+
+
+def left_out(record: ResultsRecord, metric: str = "time") -> dict[str, list[str]]:
+    """The benchmarks an export for ``metric`` leaves out, each with the metrics it does have."""
+    return {b.id: sorted(b.metrics) for b in record.benchmarks if not _timings(b, metric)}
 
 
 def _timings(bench: BenchmarkResult, metric: str) -> list[float]:

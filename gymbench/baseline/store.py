@@ -80,18 +80,14 @@ class BaselineStore:
         if not runs:
             raise GymbenchError(self._nothing_found(spec))
         chosen = [run.record for run in runs]
-        return Selection(
-            records=chosen,
-            label=spec if len(runs) > 1 else f"{runs[0].name} ({runs[0].stamp})",
-            paths=[run.path for run in runs],
-            warnings=machine_warnings(chosen, machine_key),
-        )
+        label = spec if len(runs) > 1 else f"{runs[0].name} ({runs[0].stamp})"
+        return Selection(chosen, label, [run.path for run in runs], machine_warnings(chosen, machine_key, label))
 
     def _from_file(self, path: Path, machine_key: str) -> Selection:
         from gymbench.baseline.pytest_benchmark import load_any
 
         record = load_any(path)
-        return Selection([record], path.name, [path], machine_warnings([record], machine_key))
+        return Selection([record], path.name, [path], machine_warnings([record], machine_key, path.name))
 
     def _matching(self, spec: str, machine_key: str, cwd: Path | None) -> list[StoredRun]:
         """This machine's runs first; another machine's only when this one has none."""
@@ -138,8 +134,8 @@ def resolve_git_ref(ref: str, cwd: Path | None) -> str | None:
     return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
-def machine_warnings(records: Sequence[ResultsRecord], machine_key: str) -> list[str]:
-    """Warn (never stop) when a baseline was measured on another machine."""
+def machine_warnings(records: Sequence[ResultsRecord], machine_key: str, label: str = "baseline") -> list[str]:
+    """Warn (never stop) when a side of the comparison (named by ``label``) was measured elsewhere."""
     warnings = []
     for key in sorted({r.fingerprint.get("machine", {}).get("key", "?") for r in records} - {machine_key}):
         cpu = next(
@@ -148,7 +144,7 @@ def machine_warnings(records: Sequence[ResultsRecord], machine_key: str) -> list
             if r.fingerprint.get("machine", {}).get("key", "?") == key
         )
         warnings.append(
-            f"baseline was measured on machine {key} ({cpu}), not this one ({machine_key}); "
+            f"{label} was measured on machine {key} ({cpu}), not this one ({machine_key}); "
             "its figures may differ for reasons other than the code. Save a baseline on this machine "
             "to compare like with like."
         )

@@ -101,24 +101,53 @@ class Benchmark(Recorder):
             return result
         return coroutine
 
+    def train_step(self, config: ConfigSource = None, /, *, metric_prefix: str = "", **settings: Any) -> Any:
+        """Benchmark training steps exactly as ``gymbench train`` would, and record its metrics.
+
+        Records ``step_time`` (samples), ``tokens_per_s``, ``samples_per_s``, ``phase_*``, and,
+        when measured, ``peak_memory``, ``achieved_tflops`` and ``mfu``; returns a
+        :class:`~gymbench.harness.bench_train.TrainResult`.
+        """
+        from gymbench.harness.bench_train import run_train
+
+        return run_train(self, config, metric_prefix, settings)
+
+    def find_batch(self, config: ConfigSource = None, /, *, metric_prefix: str = "", **settings: Any) -> Any:
+        """The largest batch that fits, searched as ``gymbench train +find_batch=search`` does.
+
+        Records ``largest_fit``, ``chosen_batch`` and ``search_trials`` (and the verification's
+        pass rate), so CI notices when a change makes the model need more memory.
+        """
+        from gymbench.harness.bench_train import run_train
+
+        return run_train(self, config, metric_prefix, {"find_batch": "search", **settings})
+
     async def _collect(self, config: ConfigSource, prefix: str, settings: Mapping[str, Any]) -> CollectResult:
+        try:
+            collection = await self._run_collection(config, settings)
+        except GymbenchError as exc:
+            problem = str(exc)
+        else:
+            return self._collect_outcome(collection, prefix)
+        # the same one line the command line prints, as the test's failure (outside the handler:
+        # no chained traceback)
+        self.context.fail(f"gymbench: error: {problem}")
+        raise AssertionError(problem)  # not reached: fail() raises
+
+    async def _run_collection(self, config: ConfigSource, settings: Mapping[str, Any]) -> Any:
         from gymbench.harness.collection import Collection, backend_settings, chosen_backend
 
+        collect_config = self._collect_config(config, settings)
+        plugins = self.context.plugins()
+        collection = Collection.prepare(collect_config, plugins)
         try:
-            collect_config = self._collect_config(config, settings)
-            plugins = self.context.plugins()
-            collection = Collection.prepare(collect_config, plugins)
-            try:
-                sim = self.context.sim() if chosen_backend(collect_config)[1] else None
-                with backend_settings(collect_config, plugins, running_sim=sim) as (name, backend_config):
-                    collection.attach(name, plugins.backend(name, backend_config))
-                    await collection.run()
-            finally:
-                collection.close()
-        except GymbenchError as exc:  # the same one line the command line prints, as the test's failure
-            self.context.fail(f"gymbench: error: {exc}")
-            raise
-        return self._collect_outcome(collection, prefix)
+            sim = self.context.sim() if chosen_backend(collect_config)[1] else None
+            with backend_settings(collect_config, plugins, running_sim=sim) as (name, backend_config):
+                collection.attach(name, plugins.backend(name, backend_config))
+                await collection.run()
+        finally:
+            collection.close()
+        return collection
 
     def _collect_config(self, config: ConfigSource, settings: Mapping[str, Any]) -> Any:
         from gymbench.harness.collect_config import CollectConfig

@@ -14,6 +14,8 @@ from gymbench.harness.aggregate import write_aggregate_metrics
 from gymbench.harness.collect_config import CollectConfig
 from gymbench.harness.collection import UNBOUNDED_WARNING, Collection, backend_settings, metrics_path
 from gymbench.harness.progress import collect_progress, warn
+from gymbench.harness.server_watch import ServerWatch
+from gymbench.harness.summary import format_summary
 from gymbench.jsonio import write_json_atomic
 from gymbench.plugins import Plugins
 from gymbench.rollout.engine import Collector
@@ -38,12 +40,14 @@ def run_collect(config: CollectConfig, plugins: Plugins) -> int:
         with backend_settings(config, plugins) as (backend_name, backend_config):
             backend = plugins.backend(backend_name, backend_config)
             collector = collection.attach(backend_name, backend)
-            stats, interrupted = _collect(collection, config.progress)
+            with ServerWatch(backend_config.get("base_url"), config.scrape_metrics) as watch:
+                stats, interrupted = _collect(collection, config.progress)
+            collection.server_metrics = watch.record()
             output = collection.settings.output_path
             aggregated = None
             if not (interrupted or config.disable_aggregation or collector.problems.errors):
                 aggregated = write_aggregate_metrics(output, backend, backend_config)
-    summary = stats.summary()
+    summary = collection.summary()
     print(format_summary(summary, output), file=sys.stderr)
     if aggregated is not None:
         print(f"aggregate metrics (NeMo Gym's): {aggregated}", file=sys.stderr)
@@ -126,27 +130,3 @@ def run_loop(coroutine: Any) -> Any:
 
         return uvloop.run(coroutine)
     return asyncio.run(coroutine)
-
-
-def format_summary(summary: dict[str, Any], output: Path) -> str:
-    def seconds(value: float | None) -> str:
-        return "-" if value is None else f"{value:.3g}s"
-
-    latency = summary["latency_s"]
-    stages = summary["stage_mean_s"]
-    reward = summary["mean_reward"]
-    kinds = ", ".join(f"{k}: {v}" for k, v in summary["failure_kinds"].items())
-    cache = summary["verification_cache"]
-    lines = [
-        f"completed {summary['completed']}, failed {summary['failed']}"
-        + (f" ({kinds})" if kinds else "")
-        + f", skipped (already done) {summary['skipped_from_resume']}, retries {summary['retries']}",
-        f"{summary['rollouts_per_s']:.2f} rollouts/s, {summary['output_tokens_per_s']:.1f} output tokens/s, "
-        f"mean reward {'-' if reward is None else f'{reward:.3f}'}, {summary['elapsed_s']:.1f}s",
-        f"latency p50 {seconds(latency['p50'])}  p90 {seconds(latency['p90'])}  p99 {seconds(latency['p99'])}",
-        "stages (mean): " + "  ".join(f"{name} {seconds(value)}" for name, value in stages.items()),
-        f"verification: {summary['verification_failures']} could not judge, {summary['verification_skipped']} "
-        f"skipped by fast mode, cache {cache['hits']} hits / {cache['misses']} misses",
-        f"rollouts: {output}",
-    ]
-    return "\n".join(lines)

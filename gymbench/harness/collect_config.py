@@ -8,10 +8,12 @@ any server is started or file touched.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from gymbench.builtin.backends import check_head_server
+from gymbench.rollout.latency import Slo
 from gymbench.rollout.verification import VerifySettings
 from gymbench.settings import at_least, one_of, positive_finite, require, safe_name
 
@@ -165,9 +167,22 @@ class CollectConfig(ServerConfig):
         default="auto",
         metadata=_help("auto (files when workers share this file system, else rows through Ray), files, object_store"),
     )
+    slo_ttft_ms: float | None = field(
+        default=None, metadata=_help("goodput: a rollout is good only with time to first token within this (streaming)")
+    )
+    slo_e2e_ms: float | None = field(
+        default=None, metadata=_help("goodput: a rollout is good only with its backend call within this")
+    )
+    scrape_metrics: bool = field(
+        default=True, metadata=_help("read the server's Prometheus /metrics before and after the run into the record")
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        for name in ("slo_ttft_ms", "slo_e2e_ms"):
+            value = getattr(self, name)
+            if value is not None:
+                require(math.isfinite(value) and value > 0, name, value, "a finite number of milliseconds above 0")
         at_least("limit", self.limit, 0)
         at_least("start_idx", self.start_idx, 0)
         if self.end_idx is not None:
@@ -186,3 +201,9 @@ class CollectConfig(ServerConfig):
     def sharded(self) -> bool:
         """Collected in shards by workers: more than one worker, shards asked for, or on Ray."""
         return self.num_workers > 1 or self.num_shards is not None or self.launcher == "ray"
+
+    def slo(self) -> Slo:
+        def seconds(ms: float | None) -> float | None:
+            return None if ms is None else ms / 1e3
+
+        return Slo(seconds(self.slo_ttft_ms), seconds(self.slo_e2e_ms))

@@ -192,6 +192,8 @@ class Collection:
     collector: Collector | None = None
     client_cpu_s: float = 0.0
     backend_name: str = ""
+    server_metrics: dict[str, Any] | None = None
+    """The server's /metrics around the run (:class:`~gymbench.harness.server_watch.ServerWatch`)."""
     on_failure: Callable[[Any], None] | None = field(default=None, repr=False)
 
     @classmethod
@@ -215,6 +217,7 @@ class Collection:
         self.backend_name = backend_name
         self.collector = Collector(self.settings, backend, self.verifier, self.strategy, tasks=self.tasks)
         self.collector.resume_state = self.resume_state
+        self.collector.slo = self.config.slo()
         return self.collector
 
     async def run(self) -> CollectStats:
@@ -229,17 +232,29 @@ class Collection:
     def close(self) -> None:
         self.tasks.close()
 
+    def summary(self) -> dict[str, Any]:
+        """The collection's statistics, with the server's /metrics when they were scraped."""
+        assert self.collector is not None
+        summary = self.collector.stats.summary()
+        if self.server_metrics is not None:
+            summary["server_metrics"] = self.server_metrics
+        return summary
+
     def result(self) -> BenchmarkResult:
         assert self.collector is not None
-        return collect_result(self.config, self.backend_name, self.collector.stats, self.client_cpu_s)
+        return collect_result(self.config, self.backend_name, self.collector.stats, self.client_cpu_s, self.summary())
 
 
 def collect_result(
-    config: CollectConfig, backend_name: str, stats: CollectStats, client_cpu_s: float | None = None
+    config: CollectConfig,
+    backend_name: str,
+    stats: CollectStats,
+    client_cpu_s: float | None = None,
+    summary: dict[str, Any] | None = None,
 ) -> BenchmarkResult:
     """The standard collection metrics, named, with units and directions (the CLI's record and the
     pytest fixture record the same ones)."""
-    summary = stats.summary()
+    summary = summary if summary is not None else stats.summary()
     latencies = stats.latency.values
     if len(latencies) > STORED_LATENCY_SAMPLES:
         latencies = random.Random(0).sample(latencies, STORED_LATENCY_SAMPLES)
@@ -261,6 +276,9 @@ def collect_result(
             metrics[f"stage_{stage}"] = Metric(value, "s", "lower")
     if stats.mean_reward is not None:
         metrics["mean_reward"] = Metric(stats.mean_reward, "reward", "higher")
+    goodput = summary["goodput"]
+    if goodput is not None and goodput["share"] is not None:
+        metrics["goodput"] = Metric(goodput["share"], "ratio", "higher")
     return BenchmarkResult(
         name="collect",
         params={

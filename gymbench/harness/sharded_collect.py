@@ -30,10 +30,12 @@ from gymbench.harness.collection import (
 )
 from gymbench.harness.merge import Expected, merge_rollouts
 from gymbench.harness.progress import warn
+from gymbench.harness.server_watch import ServerWatch
 from gymbench.harness.shard_events import Launcher, ShardEvent
 from gymbench.harness.shard_worker import ShardJob, ShardOutcome
 from gymbench.harness.sharded_record import sharded_result
 from gymbench.harness.shards import Shard, ShardProgress, plan_shards, shard_settings, shards_dir
+from gymbench.harness.summary import format_summary
 from gymbench.jsonio import write_json_atomic
 from gymbench.plugins import Plugins
 from gymbench.record import Metric
@@ -54,16 +56,16 @@ def run_sharded_collect(config: CollectConfig, plugins: Plugins) -> int:
     with _shared_server(config) as server:
         jobs = [ShardJob(s.index, 0, shard_settings(config, s, server), _own_simulator(config)) for s in shards]
         launcher = make_launcher(config)
-        driver = _drive(launcher, jobs, config)
+        with ServerWatch(server.get("base_url") or config.base_url, config.scrape_metrics) as watch:
+            driver = _drive(launcher, jobs, config)
     result = sharded_result(config, shards, driver.outcomes, driver.tries, driver.collecting_s, _simulator_mode(config))
     result.metrics["worker_startup_s"] = Metric(driver.startup_s, "s", "lower")
     result.extra["distribution"]["rows_travel_by"] = launcher.rows_travel_by
+    result.extra["summary"]["server_metrics"] = watch.record()
     if driver.interrupted or driver.unfinished:
         return _stopped(config, output, driver.unfinished, driver.interrupted)
     report = merge_rollouts([Path(s.path) for s in shards], output, _expected(config, shards))
     summary = result.extra["summary"]
-    from gymbench.harness.collect import format_summary
-
     print(format_summary(summary, output), file=sys.stderr)
     print(f"merged {len(shards)} shards: {report.rows} rows, every expected pair exactly once", file=sys.stderr)
     _aggregate(config, plugins, output)

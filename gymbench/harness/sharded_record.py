@@ -18,12 +18,15 @@ from gymbench.harness.collection import collect_result
 from gymbench.harness.shard_worker import ShardOutcome
 from gymbench.harness.shards import Shard
 from gymbench.record import BenchmarkResult, Metric
+from gymbench.rollout.latency import Slo
 from gymbench.rollout.stats import CollectStats
 
 
-def combined_stats(outcomes: dict[int, list[ShardOutcome]], wall_s: float) -> tuple[CollectStats, float]:
-    """Every attempt's statistics in one, spanning the driver's wall clock; and the client CPU."""
-    combined = CollectStats()
+def combined_stats(outcomes: dict[int, list[ShardOutcome]], wall_s: float, slo: Slo) -> tuple[CollectStats, float]:
+    """Every attempt's statistics in one, spanning the driver's wall clock; and the client CPU.
+
+    The per-rollout timeline is left empty: each shard's starts at its own clock."""
+    combined = CollectStats(slo=slo)
     combined.started, combined.finished = 0.0, wall_s
     cpu = 0.0
     for attempts in outcomes.values():
@@ -85,7 +88,7 @@ def sharded_result(
     wall_s: float,
     simulator: str,
 ) -> BenchmarkResult:
-    stats, cpu = combined_stats(outcomes, wall_s)
+    stats, cpu = combined_stats(outcomes, wall_s, config.slo())
     backend = next((o.backend for attempts in outcomes.values() for o in attempts if o.backend), "")
     result = collect_result(config, backend, stats, cpu)
     workers = worker_figures(outcomes)

@@ -61,11 +61,16 @@ def _configure_calibrate(parser: argparse.ArgumentParser) -> None:
 
 
 def _configure_report(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("baseline", nargs="?", help="as for compare (default: the run before the candidate)")
+    parser.add_argument(
+        "baseline",
+        nargs="?",
+        help="as for compare (default: the run before the candidate); alone, a collect or tune record: "
+        "a report on that run (percentiles, over time, stages, the server's /metrics)",
+    )
     parser.add_argument("candidate", nargs="?", default="latest", help="as for compare (default: latest)")
     parser.add_argument("-o", "--output", type=Path, default=Path("gymbench-report.html"))
     parser.add_argument("--history-metric", default="time", help="metric for the history and sample plots")
-    _add_compare_options(parser, fail_on_default="none")
+    _add_compare_options(parser, fail_on_default="inconclusive")  # the same verdict and exit code as compare
 
 
 def _configure_baselines(parser: argparse.ArgumentParser) -> None:
@@ -85,6 +90,24 @@ def _configure_export(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metric", default="time", help="the metric pytest-benchmark sees as its timing")
 
 
+def _configure_timings(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", type=Path, help="a rollouts file (the output_jsonl_fpath of gymbench collect)")
+    parser.add_argument("-o", "--output", type=Path, help="file to write (default: standard output)")
+    parser.add_argument("--format", choices=("csv", "json"), default="csv", help="csv (default) or json")
+
+
+def _run_timings(args: argparse.Namespace, plugins: Plugins) -> int:
+    from gymbench.jsonio import check_writable_file
+    from gymbench.report.timings import run_timings
+
+    if args.output is not None:
+        check_writable_file(args.output, "timings export", "-o")
+    count = run_timings(args.path, args.output, args.format)
+    if args.output is not None:
+        print(f"wrote the timings of {count} rollouts to {args.output} ({args.format})")
+    return 0
+
+
 @hookimpl
 def gymbench_register_commands() -> list[Command]:
     return [
@@ -100,4 +123,6 @@ def gymbench_register_commands() -> list[Command]:
                 _configure_import, _lazy_run("_run_import")),
         Command("export", "write a gymbench results file in pytest-benchmark's JSON format",
                 _configure_export, _lazy_run("_run_export")),
+        Command("timings", "per-rollout timings (TTFT, ITL, TPOT, e2e, stages) of a rollouts file as CSV or JSON",
+                _configure_timings, _run_timings),
     ]  # fmt: skip

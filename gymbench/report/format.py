@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from gymbench.baseline.compare import MetricComparison, SuiteComparison
+from gymbench.units import quantity
 
 VERDICT_MARK = {
     "pass": "pass",
@@ -20,7 +21,21 @@ def percent(fraction: float) -> str:
 
 
 def value(x: float, unit: str) -> str:
-    return f"{x:.4g} {unit}" if math.isfinite(x) else "n/a"
+    return quantity(x, unit)
+
+
+SHIFT_SHOWN = 0.005
+"""A candidate whose corrected value differs from its raw one by more than this shows both."""
+
+
+def candidate(c: MetricComparison) -> str:
+    """The raw candidate value and, where the ratio column (suite-shift corrected, a ratio of
+    bootstrapped medians) differs from raw / baseline, the value it implies: columns that agree."""
+    raw = value(c.cand_value, c.unit)
+    corrected = c.base_value * c.ratio
+    if not (math.isfinite(corrected) and c.cand_value) or abs(corrected / c.cand_value - 1) <= SHIFT_SHOWN:
+        return raw
+    return f"{raw} (corrected {value(corrected, c.unit)})"
 
 
 def interval(c: MetricComparison) -> str:
@@ -42,7 +57,7 @@ def row(c: MetricComparison) -> tuple[str, ...]:
         c.benchmark,
         c.metric,
         value(c.base_value, c.unit),
-        value(c.cand_value, c.unit),
+        candidate(c),
         f"{c.ratio:.3f}",
         interval(c),
         min_effect(c),

@@ -14,7 +14,7 @@ from gymbench.baseline.compare import detectable_change
 from gymbench.baseline.gate import GateResult, noise_for, run_gate
 from gymbench.baseline.guarded import gate_or_explain
 from gymbench.baseline.noise import NoiseTable
-from gymbench.baseline.pytest_benchmark import load_any, load_pytest_benchmark, to_pytest_benchmark
+from gymbench.baseline.pytest_benchmark import left_out, load_any, load_pytest_benchmark, to_pytest_benchmark
 from gymbench.baseline.settings import CompareSettings, build_settings
 from gymbench.baseline.store import BaselineStore, StoredRun, save_calibration
 from gymbench.errors import GymbenchError, ResultsFileError
@@ -23,6 +23,7 @@ from gymbench.jsonio import check_writable_file
 from gymbench.record import ResultsRecord, save_record, store_path, utc_now, validate_record_dict
 from gymbench.report.html import render_report, write_report
 from gymbench.report.markdown import comparison_markdown, write_step_summary
+from gymbench.report.run_report import RUN_KINDS, render_run_report
 from gymbench.report.terminal import comparison_lines, table
 
 if TYPE_CHECKING:
@@ -92,6 +93,11 @@ def _run_report(args: argparse.Namespace, plugins: Plugins) -> int:
     check_writable_file(args.output, "report", "-o")
     if args.markdown:
         check_writable_file(args.markdown, "markdown summary", "--markdown")
+    single = _single_run(args)
+    if single is not None:
+        path = write_report(render_run_report(single), args.output)
+        print(f"report on {single.kind} run {single.name} written to {path}")
+        return 0
     store = BaselineStore(args.results_dir)
     key = machine_info()["key"]
     runs = store.runs(key) or store.runs()
@@ -107,6 +113,15 @@ def _run_report(args: argparse.Namespace, plugins: Plugins) -> int:
     _publish(result, args)
     print(f"report written to {path}")
     return result.enforced.cli_code
+
+
+def _single_run(args: argparse.Namespace) -> ResultsRecord | None:
+    """The record of ``gymbench report RECORD`` when it is one collection or tuning sweep."""
+    path = Path(args.baseline) if args.baseline else None
+    if path is None or args.candidate != "latest" or not path.is_file():
+        return None
+    record = load_any(path)
+    return record if record.kind in RUN_KINDS else None
 
 
 def _run_baselines(args: argparse.Namespace, plugins: Plugins) -> int:
@@ -140,7 +155,23 @@ def _run_import(args: argparse.Namespace, plugins: Plugins) -> int:
 
 def _run_export(args: argparse.Namespace, plugins: Plugins) -> int:
     check_writable_file(args.output, "export", "-o")
-    data = to_pytest_benchmark(load_any(args.path), args.metric)
+    record = load_any(args.path)
+    data, skipped = to_pytest_benchmark(record, args.metric), left_out(record, args.metric)
+    for bench_id, metrics in skipped.items():
+        others = f"; it has {', '.join(metrics)} (export one with --metric NAME)" if metrics else ""
+        print(f"gymbench: warning: left out {bench_id}: no {args.metric!r} metric{others}", file=sys.stderr)
+    if not data["benchmarks"]:
+        raise GymbenchError(
+            f"{args.path}: no benchmark has a {args.metric!r} metric, so nothing was exported; "
+            f"choose one of its metrics with --metric ({', '.join(_metric_names(skipped)) or 'it has none'})"
+        )
     args.output.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    print(f"exported {len(data['benchmarks'])} benchmarks to {args.output}")
+    print(
+        f"exported {len(data['benchmarks'])} benchmarks to {args.output}"
+        + (f", left out {len(skipped)}" if skipped else "")
+    )
     return 0
+
+
+def _metric_names(left_out: dict[str, list[str]]) -> list[str]:
+    return sorted({name for metrics in left_out.values() for name in metrics})

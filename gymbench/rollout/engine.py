@@ -25,6 +25,7 @@ from gymbench.rollout.dataset import (
     open_tasks,
 )
 from gymbench.rollout.guard import FailureBreaker, RunProblems
+from gymbench.rollout.latency import Slo
 from gymbench.rollout.output import (
     ResumeState,
     RolloutWriter,
@@ -110,6 +111,8 @@ class Collector:
         """Called with each rollout's stage timings (the tuner measures occupancy with it)."""
         self.on_failure: Callable[[GenerationFailed], None] | None = None
         """Called with each failed rollout's failure (the command line warns on the first of a kind)."""
+        self.slo = Slo()
+        """Latency objectives for goodput (``+slo_ttft_ms``, ``+slo_e2e_ms``); none by default."""
         self.stats = CollectStats(clock=clock)
         self.stopped_early = False
         self.problems = RunProblems()
@@ -143,7 +146,7 @@ class Collector:
         try:
             self.verification.start()
             async with self.backend:
-                self.stats = CollectStats(clock=self.clock)
+                self.stats = CollectStats(clock=self.clock, slo=self.slo)
                 try:
                     await self._dispatch(iter(tasks), state)
                 except StopDispatch:

@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from gymbench.rollout.dataset import Task
+from gymbench.rollout.latency import rollout_latencies
 from gymbench.rollout.stats import CollectStats
 from gymbench.rollout.verification import Judgement
 from gymbench.types import Generation, GenerationFailed
 
-REQUEST_STAGES = ("connection_wait", "ttft", "generation")
 AGENT_VERIFIER = "agent"
 """``verifier.name`` of a row the backend's agent scored (gymbench's verifier did not run)."""
 
@@ -91,8 +91,8 @@ def count_row(
         elif verdict is not None:
             stats.verify_failures += 1
         stats.latency.add(timings["total"])
-        # the whole backend call, however it was measured: pool wait, time to first token, the rest
-        stats.request_latency.add(sum(timings.get(stage, 0.0) for stage in REQUEST_STAGES))
+        tokens = generation.usage.completion_tokens
+        stats.add_latencies(rollout_latencies(timings, tokens), tokens)
     elif failure is not None:
         stats.failed += 1
         stats.failure_kinds[failure.kind] += 1

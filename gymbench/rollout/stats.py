@@ -15,6 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from gymbench.rollout.latency import LATENCY_METRICS, Slo, percentile_table
+from gymbench.rollout.timeline import Timeline
+
 STAGES = ("slot_wait", "connection_wait", "ttft", "generation", "verification", "total")
 RESERVOIR = 20_000
 COUNTS = (
@@ -78,8 +81,22 @@ class CollectStats:
     stage_sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     stage_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STAGES, 0))
     latency: Reservoir = field(default_factory=Reservoir)
-    request_latency: Reservoir = field(default_factory=Reservoir)
-    """The backend call alone (``generation`` plus ``connection_wait``), without slot waits."""
+    latencies: dict[str, Reservoir] = field(default_factory=lambda: {name: Reservoir() for name in LATENCY_METRICS})
+    """TTFT, ITL, TPOT and e2e (the backend call alone, without slot waits): see ``latency.py``."""
+    slo: Slo = field(default_factory=Slo)
+    slo_met: int = 0
+    timeline: Timeline = field(default_factory=Timeline)
+
+    @property
+    def request_latency(self) -> Reservoir:
+        return self.latencies["e2e"]
+
+    def add_latencies(self, latencies: dict[str, float], output_tokens: int = 0) -> None:
+        for name, value in latencies.items():
+            self.latencies[name].add(value)
+        self.timeline.add(self.clock() - self.started, output_tokens, latencies["e2e"])
+        if self.slo.active and self.slo.met(latencies):
+            self.slo_met += 1
 
     def __post_init__(self) -> None:
         if self.started < 0:
@@ -94,7 +111,9 @@ class CollectStats:
             self.stage_sums[stage] += other.stage_sums[stage]
             self.stage_counts[stage] += other.stage_counts[stage]
         self.latency.absorb(other.latency)
-        self.request_latency.absorb(other.request_latency)
+        for name, reservoir in other.latencies.items():
+            self.latencies[name].absorb(reservoir)
+        self.slo_met += other.slo_met
 
     def add_timings(self, timings: dict[str, float]) -> None:
         for stage, value in timings.items():
@@ -109,6 +128,22 @@ class CollectStats:
     @property
     def mean_reward(self) -> float | None:
         return self.reward_sum / self.rewarded if self.rewarded else None
+
+    def goodput(self, elapsed: float) -> dict[str, Any] | None:
+        """The share of attempted rollouts (failures count as missed) within the SLO, and their rate."""
+        if not self.slo.active:
+            return None
+        attempted = self.completed + self.failed
+        return {
+            "slo": {"ttft_s": self.slo.ttft_s, "e2e_s": self.slo.e2e_s},
+            "within_slo": self.slo_met,
+            "attempted": attempted,
+            "share": self.slo_met / attempted if attempted else None,
+            "rollouts_per_s": self.slo_met / elapsed,
+        }
+
+    def percentile_tables(self) -> dict[str, Any]:
+        return {name: percentile_table(found.values) for name, found in self.latencies.items() if found.values}
 
     def summary(self) -> dict[str, Any]:
         elapsed = max(self.elapsed_s, 1e-9)
@@ -131,6 +166,9 @@ class CollectStats:
             "verification_cache": {"hits": self.cache_hits, "misses": self.cache_misses},
             "latency_s": {"p50": p50, "p90": p90, "p99": p99},
             "request_latency_s": {"p50": r50, "p90": r90, "p99": r99},
+            "latency_percentiles_s": self.percentile_tables(),
+            "goodput": self.goodput(elapsed),
+            "timeline": self.timeline.to_dict(),
             "stage_mean_s": {
                 stage: self.stage_sums[stage] / self.stage_counts[stage] if self.stage_counts[stage] else None
                 for stage in STAGES

@@ -30,6 +30,16 @@ class GpuReport:
             summary["samples"] = len(self.utilisation_pct)
         return summary
 
+    def text(self) -> str:
+        """One line for the summary: what was sampled, or why nothing was."""
+        if not self.utilisation_pct:
+            return f"not sampled: {self.reason or 'no samples during the run'}"
+        used = max(self.memory_used_bytes) / (1 << 20)
+        return (
+            f"utilisation median {np.median(self.utilisation_pct):.0f}%, memory used max {used:.0f} MiB "
+            f"(NVML, all processes; {len(self.utilisation_pct)} samples)"
+        )
+
 
 class GpuMonitor:
     """``with GpuMonitor(index) as monitor: ...``, then read ``monitor.report``."""

@@ -47,7 +47,7 @@ def benchmark_lines(report: TrainReport) -> list[str]:
     if report.scaling.enabled:
         scale = report.scaling.scales[-1] if report.scaling.scales else float("nan")
         lines.append(f"loss scale   {scale:g}, skipped steps {report.scaling.skipped_steps}")
-    lines.append(f"gpu monitor  {report.gpu.to_dict()}")
+    lines.append(f"gpu monitor  {report.gpu.text()}")
     if report.trace is not None:
         lines += [f"trace        {report.trace}", report.trace_table]
     return lines + [f"note         {note}" for note in report.notes]

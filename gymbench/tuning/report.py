@@ -9,21 +9,18 @@ from gymbench.curves import throughput_at
 from gymbench.record import BenchmarkResult, Metric
 from gymbench.tuning.diagnose import Diagnosis
 from gymbench.tuning.sweep import TuneResult
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
+from gymbench.units import duration
 
 
 def markdown_table(result: TuneResult) -> str:
     lines = [
-        "| parallelism | rollouts/s | output tokens/s | p50 latency (s) | p99 latency (s) | errors |",
+        "| parallelism | rollouts/s | output tokens/s | p50 latency | p99 latency | errors |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
     for probe in sorted(result.probes, key=lambda p: p.parallelism):
         lines.append(
             f"| {probe.parallelism} | {probe.rollouts_per_s:.2f} | {probe.output_tokens_per_s:.1f} | "
-            f"{_seconds(probe.latency_p50_s)} | {_seconds(probe.latency_p99_s)} | {probe.error_rate:.1%} |"
+            f"{duration(probe.latency_p50_s)} | {duration(probe.latency_p99_s)} | {probe.error_rate:.1%} |"
         )
     return "\n".join(lines)
 

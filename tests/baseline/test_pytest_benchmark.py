@@ -111,3 +111,48 @@ def test_broken_pytest_benchmark_files_are_clear_errors(tmp_path: Path) -> None:
     path.write_text(json.dumps({"benchmarks": []}))
     with pytest.raises(ResultsFileError, match="not a pytest-benchmark JSON file"):
         load_pytest_benchmark(path)
+
+
+def test_a_file_written_on_this_machine_is_this_machines(
+    written: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gymbench.fingerprint import machine_info
+
+    assert load_pytest_benchmark(written["data"]).fingerprint["machine"]["key"] == machine_info()["key"]
+    assert main(["compare", str(written["data"]), str(written["data"]), "--results-dir", str(tmp_path)]) == 0
+    assert "was measured on machine" not in capsys.readouterr().out
+    assert main(["import", str(written["data"]), "--results-dir", str(tmp_path), "--name", "pb"]) == 0
+    capsys.readouterr()
+    assert main(["baselines", "--results-dir", str(tmp_path)]) == 0
+    listing = capsys.readouterr().out
+    assert "no saved runs" not in listing and f"{machine_info()['key']}/" in listing and "_pb.json" in listing
+
+
+def test_a_file_from_another_host_keeps_a_foreign_key(written: dict[str, Path]) -> None:
+    from gymbench.fingerprint import machine_info
+
+    data = json.loads(written["data"].read_text())
+    data["machine_info"]["node"] = "another-host"
+    assert record_from_pytest_benchmark(data, "x.json").fingerprint["machine"]["key"] != machine_info()["key"]
+
+
+def test_export_says_what_it_left_out_and_fails_when_nothing_is_left(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gymbench.record import BenchmarkResult, Metric, ResultsRecord, save_record
+    from tests.baseline.synthetic import fingerprint
+
+    timed = BenchmarkResult("a.py::test_timed", {}, {"time": Metric.from_samples([1.0, 2.0], "s", "lower")})
+    rate = BenchmarkResult("a.py::test_rate", {}, {"rollouts_per_s": Metric(5.0, "1/s", "higher")})
+    path = save_record(
+        ResultsRecord("r", [timed, rate], fingerprint(), "2026-01-01T00:00:00+00:00"), tmp_path / "r.json"
+    )
+    assert main(["export", str(path), "-o", str(tmp_path / "x.json")]) == 0
+    captured = capsys.readouterr()
+    assert "left out a.py::test_rate: no 'time' metric; it has rollouts_per_s (export one with --metric" in captured.err
+    assert "exported 1 benchmarks" in captured.out and "left out 1" in captured.out
+    only_rate = save_record(ResultsRecord("s", [rate], fingerprint(), "2026-01-01T00:00:00+00:00"), tmp_path / "s.json")
+    assert main(["export", str(only_rate), "-o", str(tmp_path / "y.json")]) == 2
+    assert "nothing was exported; choose one of its metrics with --metric (rollouts_per_s)" in capsys.readouterr().err
+    assert not (tmp_path / "y.json").exists()
+    assert main(["export", str(only_rate), "-o", str(tmp_path / "y.json"), "--metric", "rollouts_per_s"]) == 0

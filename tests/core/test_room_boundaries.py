@@ -28,6 +28,7 @@ CORE = {
     "gymbench.run",
     "gymbench.curves",
     "gymbench.lazy",
+    "gymbench.units",
 }
 ROOMS = ("builtin", "rollout", "sim", "trainstep", "baseline")
 

@@ -17,6 +17,7 @@ import pytest
 
 from gymbench.record import load_record
 from gymbench.sim import start_sim_server
+from gymbench.testing import terminal_sigint
 
 from ..rollout.test_dataset import write_tasks
 
@@ -109,7 +110,9 @@ def test_sigint_stops_cleanly_and_the_run_resumes(tmp_path: Path) -> None:
         "collect", f"+input_jsonl_fpath={tasks}", f"+output_jsonl_fpath={out}", "+num_samples_in_parallel=4",
         "+save_results=false", "+progress=false", *FAST_SIM,
     ]  # fmt: skip
-    process = subprocess.Popen([sys.executable, "-m", "gymbench.cli", *args], stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gymbench.cli", *args], stderr=subprocess.PIPE, text=True, preexec_fn=terminal_sigint
+    )
     deadline = time.monotonic() + 60
     while not out.exists() or out.stat().st_size == 0:
         assert time.monotonic() < deadline and process.poll() is None

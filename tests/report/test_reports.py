@@ -90,7 +90,34 @@ def test_report_command_writes_the_file(tmp_path: Path, monkeypatch: pytest.Monk
     save_run(tmp_path / "results", suite(1, name="a"), "20260101T000000")
     save_run(tmp_path / "results", suite(2, name="b", slow={0: 0.5}), "20260102T000000")
     out = tmp_path / "out" / "report.html"
-    assert main(["report", "-o", str(out), "--results-dir", "results"]) == 0  # report only by default
+    assert main(["report", "-o", str(out), "--results-dir", "results", "--fail-on", "none"]) == 0
     assert len(check_html(out.read_text()).images) == 3
-    assert main(["report", "-o", str(out), "--results-dir", "results", "--fail-on", "regression"]) == 1
+    # the same verdict and exit code as `gymbench compare` on the same inputs
+    assert main(["report", "-o", str(out), "--results-dir", "results"]) == 1
+    assert main(["compare", "a", "b", "--results-dir", "results"]) == 1
     assert Outcome.REGRESSION.cli_code == 1
+
+
+def test_raw_columns_agree_with_the_shift_corrected_ratio() -> None:
+    from gymbench.report.format import row
+
+    result = gate_result()  # the candidate's runner is 10% slower throughout
+    passing = next(c for c in result.suite.comparisons if c.verdict == "pass")
+    cells = row(passing)
+    assert "(corrected " in cells[3] and " ms" in cells[2]  # human units, and the value the ratio implies
+    corrected = float(cells[3].split("(corrected ")[1].split(" ")[0])
+    baseline = float(cells[2].split(" ")[0])
+    assert corrected / baseline == pytest.approx(passing.ratio, rel=1e-3)
+
+
+def test_each_side_measured_elsewhere_is_named_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    save_run(tmp_path / "results", suite(1, name="a"), "20260101T000000")
+    save_run(tmp_path / "results", suite(2, name="b"), "20260102T000000")
+    main(["compare", "a", "b", "--results-dir", "results"])
+    out = capsys.readouterr().out
+    assert out.count("was measured on machine") == 2
+    assert "a (20260101T000000) was measured" in out and "b (20260102T000000) was measured" in out
+    assert "reruns the suite, benches/ by default, 5 times" in out

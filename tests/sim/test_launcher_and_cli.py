@@ -16,6 +16,7 @@ import pytest
 
 from gymbench.cli import main
 from gymbench.sim import running_sim_server
+from gymbench.testing import terminal_sigint
 
 from .conftest import MODEL
 
@@ -109,6 +110,7 @@ def test_cli_serves_in_the_foreground_and_stops_on_sigint() -> None:
         [sys.executable, "-m", "gymbench.cli", "sim-server", "--preset", "zero-latency", "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
+        preexec_fn=terminal_sigint,
     )
     try:
         line = process.stdout.readline()

@@ -103,6 +103,14 @@ def test_gpu_monitor_without_a_gpu_reports_why() -> None:
         pytest.skip("this machine has a GPU")
     assert monitor.report.reason
     assert monitor.report.to_dict() == {"available": False, "reason": monitor.report.reason}
+    assert monitor.report.text() == f"not sampled: {monitor.report.reason}"  # a sentence, not a dict
+
+
+def test_gpu_monitor_line_reads_as_text() -> None:
+    from gymbench.trainstep.gpu_monitor import GpuReport
+
+    report = GpuReport(True, "", [40.0, 60.0, 80.0], [1 << 30, 2 << 30, 3 << 30])
+    assert report.text() == "utilisation median 60%, memory used max 3072 MiB (NVML, all processes; 3 samples)"
 
 
 @pytest.mark.parametrize(

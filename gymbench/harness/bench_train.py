@@ -1,0 +1,87 @@
+"""``gymbench.train_step(...)`` and ``gymbench.find_batch(...)``: ``gymbench train`` inside a benchmark.
+
+Both take exactly the settings ``gymbench train`` takes (``[tool.gymbench.train]`` of pyproject.toml
+first, then a mapping or YAML/JSON file, then keyword arguments) and call the same
+:func:`gymbench.trainstep.execute.train` the command line calls, so a figure from a pytest suite
+and one from ``gymbench train`` are the same measurement. Imported only when a benchmark calls
+them: torch loads then, never when pytest starts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gymbench.errors import GymbenchError
+from gymbench.measure import Recorder
+from gymbench.record import Metric
+
+ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | None
+
+
+@dataclass
+class TrainResult:
+    """What one ``gymbench.train_step(...)`` or ``gymbench.find_batch(...)`` gave, for assertions."""
+
+    params: dict[str, Any]
+    metrics: dict[str, Metric]
+    lines: list[str]
+    """The summary ``gymbench train`` prints for the same settings."""
+    warnings: list[str] = field(default_factory=list)
+    report: Any = None
+    """A ``TrainReport`` (steps) or a ``SearchResult`` (``find_batch``): every detail."""
+
+    def value(self, name: str) -> float | None:
+        """The median of a recorded metric (``step_time``, ``tokens_per_s``, ``largest_fit`` ...)."""
+        metric = self.metrics.get(name)
+        return None if metric is None else metric.value
+
+    @property
+    def step_time_s(self) -> float | None:
+        return self.value("step_time")
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.value("tokens_per_s")
+
+    @property
+    def chosen_batch(self) -> int | None:
+        chosen = self.value("chosen_batch")
+        return None if chosen is None else int(chosen)
+
+
+def run_train(bench: Any, config: ConfigSource, prefix: str, settings: Mapping[str, Any]) -> TrainResult:
+    """Run ``gymbench train`` with these settings; its metrics land in ``bench`` under ``prefix``."""
+    from gymbench.trainstep.execute import train
+
+    try:
+        train_settings = train_settings_from(bench.context.defaults("train"), config, settings)
+        outcome = train(train_settings, bench.context.plugins(), Recorder(bench.settings))
+    except GymbenchError as exc:
+        problem = str(exc)
+    else:
+        return _recorded(bench, outcome, prefix)
+    # the command line's one line as the test's failure (outside the handler: no chained traceback)
+    bench.context.fail(f"gymbench: error: {problem}")
+    raise AssertionError(problem)  # not reached: fail() raises
+
+
+def _recorded(bench: Any, outcome: Any, prefix: str) -> TrainResult:
+    metrics = dict(outcome.result.metrics)
+    for name, metric in metrics.items():
+        bench.metrics[prefix + name] = metric
+    bench.extra.setdefault("train", []).append({"params": dict(outcome.result.params), **outcome.result.extra})
+    return TrainResult(dict(outcome.result.params), metrics, outcome.lines, outcome.warnings, outcome.report)
+
+
+def train_settings_from(defaults: Mapping[str, Any], config: ConfigSource, settings: Mapping[str, Any]) -> Any:
+    """Settings layered as the command line layers them, checked by the same schema."""
+    from gymbench.settings import build_settings, load_settings_file
+    from gymbench.trainstep.settings import TrainSettings
+
+    given = load_settings_file(Path(config)) if isinstance(config, (str, os.PathLike)) else dict(config or {})
+    layers = [dict(defaults), given, dict(settings), {"progress": False, "save": None}]
+    return build_settings(TrainSettings, (), *layers, where="gymbench.train_step")

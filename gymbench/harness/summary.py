@@ -1,0 +1,86 @@
+"""The collect summary as people read it: counts, rates, latency percentiles with their intervals,
+goodput, stage times and the server's own metrics, every duration in µs, ms or s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gymbench.units import duration, interval
+
+LATENCY_NAMES = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "e2e"}
+SMALL_SAMPLE_NOTE = "* too few rollouts for a 95% interval on that percentile"
+
+
+def format_summary(summary: dict[str, Any], output: Path) -> str:
+    reward = summary["mean_reward"]
+    kinds = ", ".join(f"{k}: {v}" for k, v in summary["failure_kinds"].items())
+    cache = summary["verification_cache"]
+    latency = summary["latency_s"]
+    lines = [
+        f"completed {summary['completed']}, failed {summary['failed']}"
+        + (f" ({kinds})" if kinds else "")
+        + f", skipped (already done) {summary['skipped_from_resume']}, retries {summary['retries']}",
+        f"{summary['rollouts_per_s']:.2f} rollouts/s, {summary['output_tokens_per_s']:.1f} output tokens/s, "
+        f"mean reward {'-' if reward is None else f'{reward:.3f}'}, {duration(summary['elapsed_s'])}",
+        f"rollout latency p50 {duration(latency['p50'])}  p90 {duration(latency['p90'])}  "
+        f"p99 {duration(latency['p99'])} (slot wait and verification included)",
+        *percentile_lines(summary.get("latency_percentiles_s", {})),
+        *goodput_lines(summary.get("goodput")),
+        "stages (mean): " + "  ".join(f"{name} {duration(value)}" for name, value in summary["stage_mean_s"].items()),
+        f"verification: {summary['verification_failures']} could not judge, {summary['verification_skipped']} "
+        f"skipped by fast mode, cache {cache['hits']} hits / {cache['misses']} misses",
+        *server_lines(summary.get("server_metrics")),
+        f"rollouts: {output}",
+    ]
+    return "\n".join(lines)
+
+
+def percentile_lines(tables: dict[str, Any]) -> list[str]:
+    """A table: one row per latency, p50..p99 each with its 95% interval, ``*`` where too few."""
+    if not tables:
+        return []
+    columns = [key for key in next(iter(tables.values())) if key.startswith("p")]
+    rows = [("latency", "n", *columns)]
+    marked = False
+    for name, table in tables.items():
+        cells = []
+        for column in columns:
+            found = table[column]
+            cells.append(percentile_cell(found))
+            marked = marked or bool(found and found["small_sample"])
+        rows.append((LATENCY_NAMES.get(name, name), str(table["count"]), *cells))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return ["latency percentiles (95% interval):", *lines, *(["  " + SMALL_SAMPLE_NOTE] if marked else [])]
+
+
+def percentile_cell(found: dict[str, Any] | None) -> str:
+    if found is None:
+        return "-"
+    if found["small_sample"]:
+        return f"{duration(found['value'])}*"
+    return interval(found["value"], found["low"], found["high"])
+
+
+def goodput_lines(goodput: dict[str, Any] | None) -> list[str]:
+    if goodput is None:
+        return []
+    slo = goodput["slo"]
+    limits = " and ".join(f"{name} <= {duration(limit)}" for name, limit in (("TTFT", slo["ttft_s"]),
+                          ("e2e", slo["e2e_s"])) if limit is not None)  # fmt: skip
+    share = "-" if goodput["share"] is None else f"{goodput['share']:.1%}"
+    return [
+        f"goodput: {share} of {goodput['attempted']} rollouts within SLO ({limits}), "
+        f"{goodput['rollouts_per_s']:.2f} good rollouts/s"
+    ]
+
+
+def server_lines(server: dict[str, Any] | None) -> list[str]:
+    """The server's view (its /metrics), or the one-line note saying why there is none."""
+    if server is None:
+        return []
+    if server.get("note"):
+        return [f"server metrics: {server['note']}"]
+    shown = [f"{item['label']} {item['text']}" for item in server.get("highlights", [])]
+    return ["server metrics (/metrics, after the run): " + ", ".join(shown)] if shown else []

@@ -1,0 +1,104 @@
+"""``gymbench timings ROLLOUTS``: one line per rollout with its timings, as CSV or JSON.
+
+For a spreadsheet, pandas or another tool's plots: the same latencies the summary's percentiles
+are made of (``gymbench.rollout.latency`` defines them), the stage times, the token counts and
+the outcome. Rows are streamed, so a million-rollout file needs no more memory than a small one.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from gymbench.errors import GymbenchError
+from gymbench.jsonio import JSONReadError, decode_line, loads
+from gymbench.rollout.latency import LATENCY_METRICS, rollout_latencies
+from gymbench.rollout.stats import STAGES
+
+IDENTITY = ("task_index", "rollout_index", "attempt", "status", "failure_kind", "reward", "prompt_tokens",
+            "completion_tokens")  # fmt: skip
+STAGE_COLUMNS = tuple(f"{stage}_s" for stage in STAGES if stage not in LATENCY_METRICS)
+COLUMNS = (*IDENTITY, *(f"{name}_s" for name in LATENCY_METRICS), *STAGE_COLUMNS)
+FORMATS = ("csv", "json")
+
+
+def timing_rows(path: Path) -> Iterator[dict[str, Any]]:
+    """The timing row of every rollout in ``path``; a line that is not a rollout is an error naming it."""
+    try:
+        handle = open(path, "rb")
+    except OSError as exc:
+        raise GymbenchError(f"{path}: cannot read the rollouts file ({exc.strerror or exc})") from None
+    with handle:
+        for number, raw in enumerate(handle, 1):
+            if not raw.strip():
+                continue
+            try:
+                row = loads(decode_line(raw, number == 1))
+            except JSONReadError as exc:
+                raise GymbenchError(f"{path}:{number}: {exc}; expected one rollout (a JSON object) per line") from None
+            if not isinstance(row, dict) or not isinstance(row.get("timings"), Mapping):
+                raise GymbenchError(
+                    f'{path}:{number}: not a gymbench rollout (no "timings" object); point this at the '
+                    "output_jsonl_fpath of `gymbench collect`"
+                )
+            yield timing_row(row)
+
+
+def timing_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    usage = row.get("usage") or {}
+    failure = row.get("failure") or {}
+    found: dict[str, Any] = {
+        "task_index": row.get("task_index"),
+        "rollout_index": row.get("rollout_index"),
+        "attempt": row.get("attempt"),
+        "status": row.get("status"),
+        "failure_kind": failure.get("kind"),
+        "reward": row.get("reward"),
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "completion_tokens": usage.get("completion_tokens"),
+    }
+    timings = row["timings"]
+    tokens = int(usage.get("completion_tokens") or 0)
+    latencies = rollout_latencies(timings, tokens) if row.get("status") == "ok" else {}
+    found.update({f"{name}_s": latencies.get(name) for name in LATENCY_METRICS})
+    found.update({column: timings.get(column.removesuffix("_s")) for column in STAGE_COLUMNS})
+    return found
+
+
+def write_timings(rows: Iterator[dict[str, Any]], out: IO[str], fmt: str) -> int:
+    """Nothing is written before the first row has been read, so a wrong file prints only the error."""
+    first = next(rows, None)
+    rows = itertools.chain([first] if first is not None else [], rows)
+    count = 0
+    if fmt == "csv":
+        writer = csv.DictWriter(out, COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for count, row in enumerate(rows, 1):  # noqa: B007 (the count is the result)
+            writer.writerow(row)
+        return count
+    out.write("[")
+    for count, row in enumerate(rows, 1):  # noqa: B007
+        out.write(("\n" if count == 1 else ",\n") + json.dumps(row))
+    out.write("\n]\n")
+    return count
+
+
+def run_timings(path: Path, output: Path | None, fmt: str) -> int:
+    """Write the file (atomically, so a bad line leaves no half export) or stdout; the count."""
+    rows = timing_rows(path)
+    if output is None:
+        return write_timings(rows, sys.stdout, fmt)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(f".{output.name}.partial")
+    try:
+        with open(partial, "w", encoding="utf-8", newline="") as out:
+            count = write_timings(rows, out, fmt)
+        partial.replace(output)
+    finally:
+        partial.unlink(missing_ok=True)
+    return count

@@ -1,0 +1,57 @@
+"""Numbers as people read them: ``2.08 µs`` rather than ``2.08e-06s``.
+
+One place for every summary, table and plot label (collect, compare, report, train), so the same
+duration never reads two ways. Core module: no imports beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import math
+
+DURATION_SCALES = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
+TIME_UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def duration(seconds: float | None, digits: int = 3) -> str:
+    """A duration in the largest of s, ms, µs, ns that keeps it at 1 or more (``-`` when unknown)."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-" if seconds is None else str(seconds)
+    if not seconds:
+        return "0 s"
+    scale, unit = duration_scale(seconds, digits)
+    return f"{seconds / scale:.{digits}g} {unit}"
+
+
+def duration_scale(seconds: float, digits: int = 3) -> tuple[float, str]:
+    """The divisor and unit :func:`duration` writes ``seconds`` in (999.97 ms reads ``1 s``)."""
+    magnitude = abs(seconds) * (1 + 0.5 * 10**-digits)
+    for scale, unit in DURATION_SCALES:
+        if magnitude >= scale:
+            return scale, unit
+    return DURATION_SCALES[-1]
+
+
+def interval(value: float, low: float, high: float, digits: int = 3) -> str:
+    """``24 ms [23–25]``: the interval in the value's unit, written once."""
+    scale, unit = duration_scale(value, digits)
+    return f"{value / scale:.{digits}g} {unit} [{low / scale:.{digits}g}–{high / scale:.{digits}g}]"
+
+
+def quantity(value: float, unit: str, digits: int = 4) -> str:
+    """A value with its unit; time units become human durations, others keep ``.4g``."""
+    if not math.isfinite(value):
+        return "n/a"
+    scale = TIME_UNIT_SECONDS.get(unit)
+    if scale is not None:
+        return duration(value * scale, digits)
+    return f"{value:.{digits}g} {unit}".rstrip()
+
+
+def time_axis(values_s: list[float]) -> tuple[float, str]:
+    """The divisor and unit a plot of these durations reads best in (its median's unit)."""
+    finite = sorted(abs(v) for v in values_s if math.isfinite(v) and v)
+    middle = finite[len(finite) // 2] if finite else 1.0
+    for scale, unit in DURATION_SCALES:
+        if middle >= scale:
+            return scale, unit
+    return 1e-9, "ns"

@@ -1,0 +1,28 @@
+"""Durations read as people write them, in every summary and table."""
+
+from __future__ import annotations
+
+import pytest
+
+from gymbench.units import duration, interval, quantity, time_axis
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(2.08e-06, "2.08 µs"), (0.0123, "12.3 ms"), (3.5, "3.5 s"), (4e-10, "0.4 ns"), (0.99997, "1 s"), (0.0, "0 s"),
+     (None, "-")],
+)  # fmt: skip
+def test_duration_picks_the_unit_that_reads_best(seconds: float | None, text: str) -> None:
+    assert duration(seconds) == text
+
+
+def test_quantities_convert_time_units_and_keep_others() -> None:
+    assert quantity(1.146e-07, "s") == "114.6 ns"
+    assert quantity(250.0, "ms") == "250 ms"
+    assert quantity(12.5, "tokens/s") == "12.5 tokens/s"
+    assert quantity(float("nan"), "s") == "n/a"
+
+
+def test_interval_and_axis_share_the_values_unit() -> None:
+    assert interval(0.0239, 0.023, 0.025) == "23.9 ms [23–25]"
+    assert time_axis([1e-6, 2e-6, 3e-3]) == (1e-6, "µs")
