@@ -14,6 +14,7 @@ import psutil
 
 from gymbench.harness.shards import ShardProgress
 from gymbench.record import load_record
+from gymbench.testing import terminal_sigint
 
 from ..rollout.test_dataset import write_tasks
 from .test_collect_cli import FAST_SIM, gymbench, rows
@@ -77,7 +78,8 @@ def test_an_interrupted_sharded_run_continues_from_its_shards(tmp_path: Path) ->
     tasks = write_tasks(tmp_path / "tasks.jsonl", 200)
     out = tmp_path / "out.jsonl"
     args = collect_args(tasks, out, "+num_workers=2", "+save_results=false", *FAST_SIM)
-    driver = subprocess.Popen([sys.executable, "-m", "gymbench.cli", *args], stderr=subprocess.PIPE, text=True)
+    driver = subprocess.Popen([sys.executable, "-m", "gymbench.cli", *args], stderr=subprocess.PIPE, text=True,
+                              preexec_fn=terminal_sigint)  # fmt: skip
     deadline = time.monotonic() + 120
     while not any(path.stat().st_size for path in (tmp_path / "out.jsonl.shards").glob("shard-*.jsonl")):
         assert time.monotonic() < deadline and driver.poll() is None
