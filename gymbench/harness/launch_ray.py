@@ -94,6 +94,8 @@ class RayLauncher:
         self.ray: Any = None
         self.stream_rows = False
         self.rows_travel_by = "not started"
+        self.landed: list[ShardEvent] = []
+        """Shards already complete on the driver (streamed by an earlier run): done without a task."""
 
     def start(self) -> None:
         ray = self.ray = import_ray()
@@ -133,11 +135,15 @@ class RayLauncher:
         return bool(self.running)
 
     def submit(self, job: ShardJob) -> None:
+        if self.stream_rows and (found := complete_rows(job)) is not None:
+            self.landed.append(ShardEvent("done", job.index, outcome=_already_here(job, found)))
+            return
         generator = self.task.remote(job, self.board, self.stream_rows)
         self.running[generator] = (job, None)
 
     def poll(self, timeout: float) -> list[ShardEvent]:
-        events = [ShardEvent("progress", shard, done=done) for shard, done in self._progress().items()]
+        events, self.landed = self.landed, []
+        events += [ShardEvent("progress", shard, done=done) for shard, done in self._progress().items()]
         if not self.running:
             return events
         ready, _ = self.ray.wait(list(self.running), num_returns=len(self.running), timeout=timeout)
@@ -187,6 +193,28 @@ class RayLauncher:
         self.running = {}
         if self.ray is not None and self.ray.is_initialized():
             self.ray.shutdown()
+
+
+def complete_rows(job: ShardJob) -> int | None:
+    """The rows of a shard the driver already holds whole (a streamed shard lands only complete)."""
+    from gymbench.rollout.output import load_resume_state
+
+    settings = job.settings
+    path = Path(settings["output_jsonl_fpath"])
+    if not path.exists():
+        return None
+    state = load_resume_state(path, settings["max_attempts"])
+    expected = (settings["end_idx"] - settings["start_idx"]) * settings["num_repeats"]
+    return len(state.done) if len(state.done) == expected and not state.attempts else None
+
+
+def _already_here(job: ShardJob, rows: int) -> ShardOutcome:
+    from gymbench.harness.shard_worker import worker_environment
+    from gymbench.rollout.stats import CollectStats
+
+    stats = CollectStats(skipped=rows)
+    stats.finished = stats.started
+    return ShardOutcome(job.index, job.attempt, worker_environment(), stats=stats)
 
 
 def _discard(incoming: Any) -> None:

@@ -8,6 +8,7 @@ attaches to any cluster it finds: the command passes ``address="local"`` when no
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -42,6 +43,11 @@ def test_shards_as_ray_tasks_with_rows_streamed_through_the_object_store(tmp_pat
     assert benchmark.extra["distribution"]["rows_travel_by"].startswith("Ray's object store")
     assert all(worker["nice"] is not None for worker in benchmark.extra["workers"])
     assert not list((tmp_path / "out.jsonl.shards").glob("*.incoming"))
+    again = gymbench(*args, "+resume=true", env=RAY_ENV, timeout=300)  # the driver holds every shard whole
+    assert again.returncode == 0, again.stderr
+    summary = json.loads((tmp_path / "out.jsonl.metrics.json").read_text())["summary"]
+    assert (summary["completed"], summary["skipped_from_resume"]) == (0, 40)
+    assert sorted(pairs(out)) == [(t, r) for t in range(20) for r in range(2)]
 
 
 def test_the_ray_launcher_without_ray_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
