@@ -26,6 +26,10 @@ from gymbench.types import GenerationFailed
 
 
 def run_collect(config: CollectConfig, plugins: Plugins) -> int:
+    if config.sharded or _begun_in_shards(config):
+        from gymbench.harness.sharded_collect import run_sharded_collect
+
+        return run_sharded_collect(config, plugins)
     run = Run(plugins, "collect", config.run_name, settings_dict(config), results_dir=config.results_dir,
               save=config.save_results)  # fmt: skip
     collection = Collection.prepare(config, plugins)
@@ -52,6 +56,21 @@ def run_collect(config: CollectConfig, plugins: Plugins) -> int:
     if run.saved_path is not None:
         print(f"results record: {run.saved_path}", file=sys.stderr)
     return _exit_status(collector, stats, output, interrupted)
+
+
+def _begun_in_shards(config: CollectConfig) -> bool:
+    """A run begun in shards continues in shards (with one worker, unless told more), never beside them."""
+    from gymbench.harness.shards import shards_dir
+
+    if config.overwrite or not config.output_jsonl_fpath:
+        return False
+    try:
+        if not (shards_dir(config.output_jsonl_fpath) / "plan.json").exists():
+            return False
+    except (OSError, ValueError):  # a name too long: the output check says so in a moment
+        return False
+    warn(f"{shards_dir(config.output_jsonl_fpath)} holds this run's shards: continuing them with one worker")
+    return True
 
 
 def _exit_status(collector: Collector, stats: CollectStats, output: Path, interrupted: bool) -> int:

@@ -15,8 +15,10 @@ from typing import Any
 from gymbench.builtin.backends import check_head_server
 from gymbench.rollout.latency import Slo
 from gymbench.rollout.verification import VerifySettings
-from gymbench.settings import at_least, positive_finite, require, safe_name
+from gymbench.settings import at_least, one_of, positive_finite, require, safe_name
 
+LAUNCHERS = ("local", "ray")
+SHARD_TRANSFERS = ("auto", "files", "object_store")
 MAX_REPEATS = (1 << 24) - 1
 """Rollout indices are packed into 24 bits by the resume bookkeeping."""
 
@@ -145,6 +147,26 @@ class CollectConfig(ServerConfig):
     disable_aggregation: bool = field(
         default=False, metadata=_help("write no <stem>_aggregate_metrics.json (NeMo Gym's setting)")
     )
+    # --- across workers (docs/distributed.md)
+    num_workers: int = field(
+        default=1, metadata=_help("workers collecting shards at once (above 1: shards in OUT.shards/, then merged)")
+    )
+    launcher: str = field(default="local", metadata=_help("local (processes on this machine) or ray (a Ray cluster)"))
+    num_shards: int | None = field(
+        default=None, metadata=_help("shards the tasks are split into (default 4 per worker, at most one per task)")
+    )
+    shard_attempts: int = field(default=3, metadata=_help("attempts per shard (a crashed or killed worker's shard)"))
+    ray_address: str | None = field(
+        default=None,
+        metadata=_help("Ray cluster: auto or HOST:PORT (NeMo Gym's ray_head_node_address); unset: start one"),
+    )
+    sim_per_worker: bool = field(
+        default=False, metadata=_help("one simulated server per worker instead of one shared by all")
+    )
+    shard_transfer: str = field(
+        default="auto",
+        metadata=_help("auto (files when workers share this file system, else rows through Ray), files, object_store"),
+    )
     slo_ttft_ms: float | None = field(
         default=None, metadata=_help("goodput: a rollout is good only with time to first token within this (streaming)")
     )
@@ -169,6 +191,16 @@ class CollectConfig(ServerConfig):
         at_least("num_samples_in_parallel", self.num_samples_in_parallel, 1)
         at_least("max_attempts", self.max_attempts, 1)
         at_least("stop_after_failures", self.stop_after_failures, 0)
+        at_least("num_workers", self.num_workers, 1, 4096)
+        one_of("launcher", self.launcher, LAUNCHERS)
+        at_least("num_shards", self.num_shards, 1, 1 << 20)
+        at_least("shard_attempts", self.shard_attempts, 1, 100)
+        one_of("shard_transfer", self.shard_transfer, SHARD_TRANSFERS)
+
+    @property
+    def sharded(self) -> bool:
+        """Collected in shards by workers: more than one worker, shards asked for, or on Ray."""
+        return self.num_workers > 1 or self.num_shards is not None or self.launcher == "ray"
 
     def slo(self) -> Slo:
         def seconds(ms: float | None) -> float | None:

@@ -1,4 +1,4 @@
-"""The ``collect``, ``tune`` and ``diagnose`` commands' plugin.
+"""The ``collect``, ``merge-rollouts``, ``tune`` and ``diagnose`` commands' plugin.
 
 Registration only: each command's settings and code are imported when that command runs (the
 ``--help`` of one command builds only its own parser).
@@ -67,6 +67,18 @@ def _run_diagnose(args: argparse.Namespace, plugins: Plugins) -> int:
     return run_diagnose(settings_from_args(DiagnoseConfig, args), plugins)
 
 
+def _configure_merge(parser: argparse.ArgumentParser) -> None:
+    from gymbench.harness.merge_command import configure
+
+    configure(parser)
+
+
+def _run_merge(args: argparse.Namespace, plugins: Plugins) -> int:
+    from gymbench.harness.merge_command import run
+
+    return run(args, plugins)
+
+
 @hookimpl
 def gymbench_register_commands() -> list[Command]:
     return [
@@ -87,5 +99,11 @@ def gymbench_register_commands() -> list[Command]:
             "collect rollouts: tasks JSONL -> backend -> verifier -> rollouts JSONL (NeMo Gym's ng_collect_rollouts)",
             _configure_collect,
             _run_collect,
+        ),
+        Command(
+            "merge-rollouts",
+            "join rollout files (shards, NeMo Gym's start_idx/end_idx splits) refusing duplicates and gaps",
+            _configure_merge,
+            _run_merge,
         ),
     ]

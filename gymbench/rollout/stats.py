@@ -20,6 +20,10 @@ from gymbench.rollout.timeline import Timeline
 
 STAGES = ("slot_wait", "connection_wait", "ttft", "generation", "verification", "total")
 RESERVOIR = 20_000
+COUNTS = (
+    "completed", "failed", "skipped", "retries", "reward_sum", "rewarded", "verify_failures", "verify_skipped",
+    "cache_hits", "cache_misses", "prompt_tokens", "completion_tokens",
+)  # fmt: skip
 
 
 @dataclass
@@ -28,6 +32,18 @@ class Reservoir:
     seen: int = 0
     values: list[float] = field(default_factory=list)
     rng: random.Random = field(default_factory=lambda: random.Random(0))
+
+    def absorb(self, other: Reservoir) -> None:
+        """Another reservoir's samples (a shard's), weighted by how many each side saw."""
+        total = self.seen + other.seen
+        if len(self.values) + len(other.values) <= self.size:
+            self.values.extend(other.values)
+        elif total:
+            mine = round(self.size * self.seen / total)
+            self.values = self.rng.sample(self.values, min(mine, len(self.values))) + self.rng.sample(
+                other.values, min(self.size - mine, len(other.values))
+            )
+        self.seen = total
 
     def add(self, value: float) -> None:
         self.seen += 1
@@ -85,6 +101,19 @@ class CollectStats:
     def __post_init__(self) -> None:
         if self.started < 0:
             self.started = self.clock()
+
+    def absorb(self, other: CollectStats) -> None:
+        """Add another collection's counts and samples (a shard's); the time span stays this one's."""
+        for name in COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.failure_kinds.update(other.failure_kinds)
+        for stage in STAGES:
+            self.stage_sums[stage] += other.stage_sums[stage]
+            self.stage_counts[stage] += other.stage_counts[stage]
+        self.latency.absorb(other.latency)
+        for name, reservoir in other.latencies.items():
+            self.latencies[name].absorb(reservoir)
+        self.slo_met += other.slo_met
 
     def add_timings(self, timings: dict[str, float]) -> None:
         for stage, value in timings.items():

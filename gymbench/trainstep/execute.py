@@ -59,7 +59,9 @@ def execute(prepared: PreparedTrain, recorder: Recorder | None = None) -> TrainO
     """Run the benchmark (or the search) and record its metrics into ``recorder``."""
     recorder = recorder or Recorder()
     settings, config = prepared.settings, prepared.config
-    if settings.find_batch == "halve":
+    if settings.dp > 1:
+        report, lines = _data_parallel(prepared, recorder)
+    elif settings.find_batch == "halve":
         report, lines = _halve(prepared, recorder)
     elif settings.find_batch == "search":
         report, lines = _search(prepared, recorder)
@@ -68,6 +70,8 @@ def execute(prepared: PreparedTrain, recorder: Recorder | None = None) -> TrainO
     keys = ("model", "step", "precision", "checkpointing", "accumulation", "batch", "packing")
     params = {key: config.to_dict()[key] for key in keys}
     name = f"train.{settings.find_batch}" if settings.find_batch else "train"
+    if settings.dp > 1:
+        name, params = "train.dp", {**params, "dp": settings.dp, "launcher": settings.launcher}
     result = recorder.result(name, params={**params, "size": config.model_config.get("size")})
     return TrainOutcome(result, lines, prepared.warnings, report)
 
@@ -219,6 +223,34 @@ def _halve(prepared: PreparedTrain, recorder: Recorder) -> tuple[Any, list[str]]
     note = _checkpoint_note(prepared)
     recorder.extra.update(trials=[trial.__dict__ for trial in trials], notes=[note] if note else [])
     return trials, halving_lines(trials, config) + _note_lines(note)
+
+
+def _data_parallel(prepared: PreparedTrain, recorder: Recorder) -> tuple[Any, list[str]]:
+    from gymbench.trainstep import data_parallel as dp
+
+    settings = prepared.settings
+    if settings.dist_backend == "nccl":
+        _check_gpus(settings.dp)
+    threads = dp.threads_per_rank(settings.dp, settings.threads)
+    config = dp.rank_config(prepared.config, settings.dp, threads, settings.dist_backend)
+    job = {"config": config.to_dict(), "backend": settings.dist_backend, "steps": config.steps, "warmup": config.warmup}
+    ranks = dp.launch(job, settings.dp, settings.launcher, prepared.factory, settings.ray_address)["ranks"]
+    figures = dp.summarise(ranks)
+    setup = {"dp": settings.dp, "launcher": settings.launcher, "dist_backend": settings.dist_backend,
+             "threads_per_rank": threads, "batch_per_rank": config.batch}  # fmt: skip
+    dp.record(recorder, figures, ranks, setup)
+    return figures, dp.summary_lines(figures, setup)
+
+
+def _check_gpus(ranks: int) -> None:
+    import torch
+
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if found < ranks:
+        raise GymbenchError(
+            f"--dist-backend nccl needs one GPU per rank ({ranks}); torch sees {found} (no GPU here). "
+            "Use --dist-backend gloo on CPUs"
+        )
 
 
 def _longest(config: TrainConfig) -> str:

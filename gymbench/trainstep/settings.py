@@ -12,6 +12,8 @@ from gymbench.trainstep.config import STEPS, TRIAL_ALLOCATORS
 from gymbench.trainstep.lengths import LENGTH_DISTRIBUTIONS
 
 FIND_BATCH = ("search", "halve")
+DP_LAUNCHERS = ("torchrun", "ray")
+DIST_BACKENDS = ("gloo", "nccl")
 LARGEST = 2**31 - 1
 """torch takes sizes and thread counts as C integers: past this an overflow error, not a benchmark."""
 SHAPES = ("batch", "seq_len", "accumulation", "steps", "max_batch", "trial_steps", "group_size")
@@ -19,6 +21,14 @@ SHAPES = ("batch", "seq_len", "accumulation", "steps", "max_batch", "trial_steps
 
 def _help(text: str) -> dict[str, str]:
     return {"help": text}
+
+
+@dataclass
+class ClusterSettings:
+    """NeMo RL's ``cluster`` names: ranks are ``num_nodes`` x ``gpus_per_node`` (on a CPU: processes per node)."""
+
+    num_nodes: int = 1
+    gpus_per_node: int | None = None
 
 
 @dataclass
@@ -96,6 +106,17 @@ class TrainSettings:
         default="default",
         metadata=_help("CPU trials' malloc settings: default (a user's process) or fixed (gymbench's thresholds)"),
     )
+    # --- data parallel (docs/distributed.md)
+    dp: int = field(default=1, metadata=_help("data-parallel ranks (processes), each with batch/dp samples"))
+    launcher: str = field(default="torchrun", metadata=_help("with --dp: torchrun (this machine) or ray"))
+    dist_backend: str = field(default="gloo", metadata=_help("gloo (CPU) or nccl (one GPU per rank)"))
+    cluster: ClusterSettings = field(
+        default_factory=ClusterSettings,
+        metadata=_help("NeMo RL's +cluster.num_nodes=N +cluster.gpus_per_node=G: dp = N x G"),
+    )
+    ray_address: str | None = field(
+        default=None, metadata=_help("with --launcher ray: auto or HOST:PORT of a cluster (unset: start one)")
+    )
     # --- output
     save: str | None = field(
         default=None, metadata=_help("save a results record as results/<machine>/<time>_NAME.json")
@@ -126,3 +147,27 @@ class TrainSettings:
         one_of("lengths", self.lengths, LENGTH_DISTRIBUTIONS)
         if self.checkpoint_ratio is not None:
             require(0 <= self.checkpoint_ratio <= 1, "checkpoint_ratio", self.checkpoint_ratio, "a share in [0, 1]")
+        self._check_data_parallel()
+
+    def _check_data_parallel(self) -> None:
+        at_least("dp", self.dp, 1, 4096)
+        one_of("launcher", self.launcher, DP_LAUNCHERS)
+        one_of("dist_backend", self.dist_backend, DIST_BACKENDS)
+        at_least("cluster.num_nodes", self.cluster.num_nodes, 1, 4096)
+        if self.cluster.gpus_per_node is not None:
+            at_least("cluster.gpus_per_node", self.cluster.gpus_per_node, 1, 1024)
+            ranks = self.cluster.num_nodes * self.cluster.gpus_per_node
+            expected = f"{ranks} (cluster.num_nodes x cluster.gpus_per_node) or unset"
+            require(self.dp in (1, ranks), "dp", self.dp, expected)
+            self.dp = ranks
+        if self.dp == 1:
+            return
+        nodes = self.cluster.num_nodes
+        one_node = "1 with torchrun, which starts ranks on this machine only (use --launcher ray across nodes)"
+        require(self.launcher == "ray" or nodes == 1, "cluster.num_nodes", nodes, one_node)
+        share = self.dp * self.accumulation
+        whole = f"a multiple of dp x accumulation ({share}): each rank takes batch/dp"
+        require(self.batch % share == 0, "batch", self.batch, whole)
+        plain = self.step == "lm" and self.lengths == "fixed" and not self.packing and self.rollouts is None
+        require(plain, "dp", self.dp, "1 for the RL step and variable or packed lengths (DDP runs the fixed LM step)")
+        require(self.find_batch is None, "dp", self.dp, "1 with find_batch (the search runs in one process)")

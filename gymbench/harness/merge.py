@@ -1,0 +1,209 @@
+"""Joining rollout files (shards of one collection, or NeMo Gym's manual ``start_idx``/``end_idx``
+splits) into one, with a check that nothing is duplicated and nothing is missing.
+
+``cat`` joins files silently: a split collected twice, a range left out or a row cut by a kill
+goes unnoticed until training reads the data. Here every row's (task_index, rollout_index) pair
+is read (either tool's field names, through :func:`~gymbench.rollout.output.read_pair`), a pair
+seen twice is an error naming both places, and given the tasks file and the repeats, every pair
+the selection should produce must be there and no other. The output is written only when the
+check passes, atomically, with each row's bytes as they were.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from gymbench.errors import GymbenchError
+from gymbench.jsonio import JSONReadError, loads
+from gymbench.rollout.dataset import ROLLOUT_INDEX_BITS, TaskSlice, count_selected
+from gymbench.rollout.output import pair_key, read_pair
+
+SHOWN = 10
+"""Problems listed by name in an error; the rest are counted."""
+LINE_BITS = 40
+
+
+@dataclass
+class MergeReport:
+    """What a merge found; ``problems`` empty means the output was written."""
+
+    rows: int = 0
+    failed_rows: int = 0
+    """Rows whose ``status`` is not ``ok`` (kept: they are the collection's answer for that pair)."""
+    rows_per_file: dict[str, int] = field(default_factory=dict)
+    duplicates: list[str] = field(default_factory=list)
+    duplicate_count: int = 0
+    missing: list[tuple[int, int]] = field(default_factory=list)
+    missing_count: int = 0
+    unexpected: list[tuple[int, int]] = field(default_factory=list)
+    unexpected_count: int = 0
+
+    @property
+    def exact(self) -> bool:
+        return not (self.duplicate_count or self.missing_count or self.unexpected_count)
+
+    def problem(self) -> str:
+        """One line saying every kind of problem found, with the first few of each."""
+        parts = []
+        if self.duplicate_count:
+            parts.append(f"{self.duplicate_count} duplicate pair(s): {'; '.join(self.duplicates)}")
+        if self.missing_count:
+            parts.append(f"{self.missing_count} missing pair(s) (task/rollout): {_pairs(self.missing)}")
+        if self.unexpected_count:
+            parts.append(f"{self.unexpected_count} pair(s) outside the selection: {_pairs(self.unexpected)}")
+        return "; ".join(parts)
+
+
+def _pairs(pairs: list[tuple[int, int]]) -> str:
+    return ", ".join(f"{t}/{r}" for t, r in pairs[:SHOWN])
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The pairs a selection of tasks yields: contiguous task indices times the repeats."""
+
+    first_task: int
+    tasks: int
+    num_repeats: int
+
+    @classmethod
+    def from_input(cls, input_path: str | os.PathLike[str], selection: TaskSlice) -> Expected:
+        """Task indices count the input's non-blank rows, so the selected ones are contiguous."""
+        rollouts = count_selected(input_path, selection)
+        if rollouts is None:
+            raise GymbenchError(f"{input_path}: is a pipe; give the tasks file itself to check the merge against")
+        return cls(selection.start_idx, rollouts // selection.num_repeats, selection.num_repeats)
+
+    def keys(self) -> set[int]:
+        tasks = range(self.first_task, self.first_task + self.tasks)
+        return {pair_key(t, r) for t in tasks for r in range(self.num_repeats)}
+
+
+def merge_rollouts(sources: Sequence[Path], output: Path, expected: Expected | None = None) -> MergeReport:
+    """Check ``sources`` together and, when exact, write them (in order) to ``output`` atomically.
+
+    Raise :class:`GymbenchError` naming every kind of problem (and leave ``output`` untouched)
+    when a pair is duplicated, missing or unexpected.
+    """
+    _check_paths(sources, output)
+    report = MergeReport()
+    with _atomic_output(output) as target:
+        first_seen = _copy_checked(sources, target, report)
+        if expected is not None:
+            _compare(set(first_seen), expected, report)
+        if not report.exact:
+            raise GymbenchError(f"cannot merge into {output}: {report.problem()}; nothing was written")
+    return report
+
+
+def _check_paths(sources: Sequence[Path], output: Path) -> None:
+    if not sources:
+        raise GymbenchError("merge-rollouts needs at least one rollouts file")
+    resolved = {os.path.realpath(source) for source in sources}
+    if len(resolved) < len(sources):
+        raise GymbenchError("a rollouts file is named twice; every row in it would be a duplicate")
+    if os.path.realpath(output) in resolved:
+        raise GymbenchError(f"{output}: is also an input; write the merge to a new file")
+    for source in sources:
+        if not source.is_file():
+            raise GymbenchError(f"{source}: no such rollouts file")
+
+
+def _copy_checked(sources: Sequence[Path], target: IO[bytes], report: MergeReport) -> dict[int, int]:
+    """Copy every row, remembering where each pair was first seen (for a duplicate's message) as
+    one int (file number and line), so that millions of pairs stay small."""
+    first_seen: dict[int, int] = {}
+    for file_number, source in enumerate(sources):
+        before = report.rows
+        for number, raw, row in _rows(source):
+            key = pair_key(*read_pair(source, number, row))
+            if key in first_seen:
+                report.duplicate_count += 1
+                if len(report.duplicates) < SHOWN:
+                    task, rollout = _split(key)
+                    first = first_seen[key]
+                    earlier = f"{sources[first >> LINE_BITS]}:{first & ((1 << LINE_BITS) - 1)}"
+                    report.duplicates.append(f"{task}/{rollout} in {earlier} and {source}:{number}")
+                continue
+            first_seen[key] = (file_number << LINE_BITS) | number
+            report.rows += 1
+            report.failed_rows += row.get("status", "ok") != "ok"
+            target.write(raw)
+        report.rows_per_file[str(source)] = report.rows - before
+    return first_seen
+
+
+def _rows(path: Path) -> Iterator[tuple[int, bytes, dict]]:
+    """Each non-blank row; a last line without its newline (a kill mid-write) is an error, not dropped."""
+    try:
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                if not raw.strip():
+                    continue
+                if not raw.endswith(b"\n"):
+                    raise GymbenchError(
+                        f"{path}:{number}: the last row is cut short (a run was killed while writing it); "
+                        "resume that run with +resume=true to redo it, or delete the line"
+                    )
+                yield number, raw, _row(path, number, raw)
+    except OSError as exc:
+        raise GymbenchError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _row(path: Path, number: int, raw: bytes) -> dict:
+    try:
+        row = loads(raw)
+    except JSONReadError as exc:
+        raise GymbenchError(f"{path}:{number}: not a rollout row ({exc}); fix or remove the line") from None
+    if not isinstance(row, dict):
+        raise GymbenchError(f"{path}:{number}: not a rollout row (a JSON {type(row).__name__}, not an object)")
+    return row
+
+
+def _compare(present: set[int], expected: Expected, report: MergeReport) -> None:
+    wanted = expected.keys()
+    missing = sorted(wanted - present)
+    unexpected = sorted(present - wanted)
+    report.missing_count, report.unexpected_count = len(missing), len(unexpected)
+    report.missing = [_split(key) for key in missing[:SHOWN]]
+    report.unexpected = [_split(key) for key in unexpected[:SHOWN]]
+
+
+def _split(key: int) -> tuple[int, int]:
+    return key >> ROLLOUT_INDEX_BITS, key & ((1 << ROLLOUT_INDEX_BITS) - 1)
+
+
+class _atomic_output:  # noqa: N801 - used as a context manager, like open()
+    """A temporary file beside ``output`` that replaces it on success and vanishes on failure."""
+
+    def __init__(self, output: Path) -> None:
+        self.output = output
+
+    def __enter__(self) -> IO[bytes]:
+        try:
+            self.output.parent.mkdir(parents=True, exist_ok=True)
+            fd, self.temporary = tempfile.mkstemp(dir=self.output.parent, prefix=f".{self.output.name}.", suffix=".tmp")
+        except OSError as exc:
+            reason = exc.strerror or exc
+            raise GymbenchError(f"{self.output}: cannot write here ({reason}); choose another path") from None
+        self.handle = os.fdopen(fd, "wb")
+        return self.handle
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        if kind is None:
+            self.handle.flush()
+            os.fsync(self.handle.fileno())
+        self.handle.close()
+        if kind is not None:
+            os.unlink(self.temporary)
+            return
+        try:
+            os.replace(self.temporary, self.output)
+        except OSError as exc:
+            os.unlink(self.temporary)
+            raise GymbenchError(f"{self.output}: cannot write the merge ({exc.strerror or exc})") from None
