@@ -17,12 +17,13 @@ import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gymbench.errors import GymbenchError
 from gymbench.measure import MeasureSettings, Recorder
 
 ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | None
+T = TypeVar("T")
 
 
 @dataclass
@@ -73,6 +74,19 @@ class CollectResult:
             for line in handle:
                 if line.strip():
                     yield loads(line)
+
+
+def or_fail(context: BenchContext, work: Callable[[], T]) -> T:
+    """``work()``, or the command line's one-line message as the test's failure.
+
+    The failure is raised outside the ``except`` block, so pytest shows no chained traceback.
+    """
+    try:
+        return work()
+    except GymbenchError as exc:
+        problem = str(exc)
+    context.fail(f"gymbench: error: {problem}")
+    raise AssertionError(problem)  # not reached: fail() raises
 
 
 class Benchmark(Recorder):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gymbench.errors import GymbenchError
+from gymbench.harness.bench_api import or_fail
 from gymbench.measure import Recorder
 from gymbench.record import Metric
 
@@ -57,16 +57,11 @@ def run_train(bench: Any, config: ConfigSource, prefix: str, settings: Mapping[s
     """Run ``gymbench train`` with these settings; its metrics land in ``bench`` under ``prefix``."""
     from gymbench.trainstep.execute import train
 
-    try:
+    def work() -> Any:
         train_settings = train_settings_from(bench.context.defaults("train"), config, settings)
-        outcome = train(train_settings, bench.context.plugins(), Recorder(bench.settings))
-    except GymbenchError as exc:
-        problem = str(exc)
-    else:
-        return _recorded(bench, outcome, prefix)
-    # the command line's one line as the test's failure (outside the handler: no chained traceback)
-    bench.context.fail(f"gymbench: error: {problem}")
-    raise AssertionError(problem)  # not reached: fail() raises
+        return train(train_settings, bench.context.plugins(), Recorder(bench.settings))
+
+    return _recorded(bench, or_fail(bench.context, work), prefix)
 
 
 def _recorded(bench: Any, outcome: Any, prefix: str) -> TrainResult:

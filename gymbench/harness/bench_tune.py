@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gymbench.errors import GymbenchError
+from gymbench.harness.bench_api import or_fail
 from gymbench.record import Metric
 
 ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | None
@@ -42,15 +42,7 @@ def run_tune(bench: Any, config: ConfigSource, prefix: str, settings: Mapping[st
         pass
     else:
         bench.context.fail("gymbench: error: gymbench.tune(...) runs its own event loop; call it from a plain test")
-    try:
-        outcome = _tune(bench, config, settings)
-    except GymbenchError as exc:
-        problem = str(exc)
-    else:
-        return _recorded(bench, outcome, prefix)
-    # the command line's one line as the test's failure (outside the handler: no chained traceback)
-    bench.context.fail(f"gymbench: error: {problem}")
-    raise AssertionError(problem)  # not reached: fail() raises
+    return _recorded(bench, or_fail(bench.context, lambda: _tune(bench, config, settings)), prefix)
 
 
 def _tune(bench: Any, config: ConfigSource, settings: Mapping[str, Any]) -> Any:
