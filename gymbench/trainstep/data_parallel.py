@@ -67,8 +67,10 @@ def _launch_torchrun(job: dict[str, Any], dp: int) -> dict[str, Any]:
 
 
 def _last_error(done: subprocess.CompletedProcess[bytes]) -> str:
-    lines = [line for line in done.stderr.decode(errors="replace").splitlines() if "Error" in line]
-    return lines[-1].strip() if lines else "no error message (see above)"
+    """The ranks' own last error, not torchrun's wrapper around it (``ChildFailedError``)."""
+    text = done.stderr.decode(errors="replace").splitlines()
+    lines = [line for line in text if ("Error" in line or "terminate called" in line) and "ChildFailed" not in line]
+    return lines[-1].strip() if lines else "no error message from the ranks"
 
 
 def _launch_ray(job: dict[str, Any], dp: int, factory: Any, address: str | None) -> dict[str, Any]:

@@ -88,6 +88,10 @@ def run_rank(job: Mapping[str, Any], factory: ModelFactory | None = None) -> dic
         figures = {**rank_environment(), **_measure(session, int(job["steps"]), int(job["warmup"]), rank)}
         gathered: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, figures)
+        # No rank tears gloo down while another still talks to it: without this, a rank that
+        # finishes first sometimes aborts in teardown ("terminate called without an active exception").
+        del session
+        dist.barrier()
         return {"ranks": gathered} if rank == 0 else None
     finally:
         dist.destroy_process_group()
