@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import IO
 
 from gymbench.errors import GymbenchError
-from gymbench.jsonio import JSONReadError, loads
 from gymbench.rollout.dataset import ROLLOUT_INDEX_BITS, TaskSlice, count_selected
-from gymbench.rollout.output import pair_key, read_pair
+from gymbench.rollout.output import pair_key, read_pair, read_row
 
 SHOWN = 10
 """Problems listed by name in an error; the rest are counted."""
@@ -150,19 +149,9 @@ def _rows(path: Path) -> Iterator[tuple[int, bytes, dict]]:
                         f"{path}:{number}: the last row is cut short (a run was killed while writing it); "
                         "resume that run with +resume=true to redo it, or delete the line"
                     )
-                yield number, raw, _row(path, number, raw)
+                yield number, raw, read_row(path, number, raw, "; fix or remove the line")
     except OSError as exc:
         raise GymbenchError(f"{path}: cannot read ({exc.strerror or exc})") from None
-
-
-def _row(path: Path, number: int, raw: bytes) -> dict:
-    try:
-        row = loads(raw)
-    except JSONReadError as exc:
-        raise GymbenchError(f"{path}:{number}: not a rollout row ({exc}); fix or remove the line") from None
-    if not isinstance(row, dict):
-        raise GymbenchError(f"{path}:{number}: not a rollout row (a JSON {type(row).__name__}, not an object)")
-    return row
 
 
 def _compare(present: set[int], expected: Expected, report: MergeReport) -> None:

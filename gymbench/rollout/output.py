@@ -73,7 +73,7 @@ def _classify(path: Path, number: int, raw: bytes, state: ResumeState, max_attem
     if not raw.endswith(b"\n"):  # the last line, cut by a kill before its newline
         state.dropped_truncated = True
         return "skip"
-    row = _read_row(path, number, raw)
+    row = read_row(path, number, raw, f", so the file cannot be resumed; {_MOVE_AWAY}", "gymbench rollout row")
     key = pair_key(*read_pair(path, number, row))
     if key in state.done:
         state.duplicate_rows += 1
@@ -89,18 +89,15 @@ def _classify(path: Path, number: int, raw: bytes, state: ResumeState, max_attem
     return "keep"
 
 
-def _read_row(path: Path, number: int, raw: bytes) -> dict[str, Any]:
+def read_row(path: Path, number: int, raw: bytes, then: str, what: str = "rollout row") -> dict[str, Any]:
+    """One line of a rollouts file as a JSON object, or one line naming the file, the line and ``then``
+    (what to do): resume and ``merge-rollouts`` read rows the same way."""
     try:
         row = loads(raw)
     except JSONReadError as exc:
-        raise GymbenchError(
-            f"{path}:{number}: not a gymbench rollout row ({exc}), so the file cannot be resumed; {_MOVE_AWAY}"
-        ) from None
+        raise GymbenchError(f"{path}:{number}: not a {what} ({exc}){then}") from None
     if not isinstance(row, dict):
-        raise GymbenchError(
-            f"{path}:{number}: not a gymbench rollout row (a JSON {type(row).__name__}, not an object), "
-            f"so the file cannot be resumed; {_MOVE_AWAY}"
-        )
+        raise GymbenchError(f"{path}:{number}: not a {what} (a JSON {type(row).__name__}, not an object){then}")
     return row
 
 
