@@ -36,11 +36,11 @@ from dataclasses import dataclass, field, replace
 CLIENT = "client completions"
 SERVER = "server counters"
 MIN_BATCH = 4
+"""Completions per batch at least (one turnover of a small level is too few to average)."""
 FAILING_SHARE = 0.5
 MIN_POLLS = 20
 """Counter samples a window must span for the server's counters to be used: with fewer, the
 poll's granularity, not the server, would set the interval."""
-"""Completions per batch at least (one turnover of a small level is too few to average)."""
 
 
 @dataclass(frozen=True)
