@@ -17,7 +17,7 @@ import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from gymbench.errors import GymbenchError
 from gymbench.measure import MeasureSettings, Recorder
@@ -76,8 +76,40 @@ class CollectResult:
                     yield loads(line)
 
 
+def job_layers(context: BenchContext, job: str, config: ConfigSource, settings: Mapping[str, Any]) -> list[dict]:
+    """A job's settings as the command line layers them: ``[tool.gymbench.<job>]`` and the pytest
+    options, then ``config`` (a mapping or a YAML/JSON file), then keyword arguments."""
+    from gymbench.settings import load_settings_file
+
+    given = load_settings_file(Path(config)) if isinstance(config, (str, os.PathLike)) else dict(config or {})
+    return [dict(context.defaults(job)), given, dict(settings)]
+
+
+def job_settings(
+    context: BenchContext,
+    schema: type,
+    job: str,
+    config: ConfigSource,
+    settings: Mapping[str, Any],
+    fixed: dict,
+    where: str | None = None,
+) -> Any:
+    """The layers, then what running inside pytest fixes, checked by the command's own schema;
+    a bad one is reported as coming from ``where`` (the method the test called)."""
+    from gymbench.settings import build_settings
+
+    layers = job_layers(context, job, config, settings)
+    return build_settings(schema, (), *layers, fixed, where=where or f"gymbench.{job}")
+
+
+def fail_test(context: BenchContext, problem: str) -> NoReturn:
+    """The command line's one-line message as the test's failure."""
+    context.fail(f"gymbench: error: {problem}")
+    raise AssertionError(problem)  # not reached: fail() raises
+
+
 def or_fail(context: BenchContext, work: Callable[[], T]) -> T:
-    """``work()``, or the command line's one-line message as the test's failure.
+    """``work()``, or its setting's error as the test's one-line failure.
 
     The failure is raised outside the ``except`` block, so pytest shows no chained traceback.
     """
@@ -85,8 +117,7 @@ def or_fail(context: BenchContext, work: Callable[[], T]) -> T:
         return work()
     except GymbenchError as exc:
         problem = str(exc)
-    context.fail(f"gymbench: error: {problem}")
-    raise AssertionError(problem)  # not reached: fail() raises
+    fail_test(context, problem)
 
 
 class Benchmark(Recorder):
@@ -98,6 +129,12 @@ class Benchmark(Recorder):
         """``counter`` under callgrind, ``pacer`` in an A/B worker: see :class:`Recorder`."""
         super().__init__(settings, counter=counter, pacer=pacer)
         self.context = context
+
+    def add_job(self, job: str, metrics: Mapping[str, Any], prefix: str, context: dict[str, Any]) -> None:
+        """A job's metrics into this benchmark (under ``prefix``), its context into ``extra[job]``."""
+        for name, metric in metrics.items():
+            self.metrics[prefix + name] = metric
+        self.extra.setdefault(job, []).append(context)
 
     def collect(
         self, config: ConfigSource = None, /, *, metric_prefix: str = "", **settings: Any
@@ -158,10 +195,7 @@ class Benchmark(Recorder):
             problem = str(exc)
         else:
             return self._collect_outcome(collection, prefix)
-        # the same one line the command line prints, as the test's failure (outside the handler:
-        # no chained traceback)
-        self.context.fail(f"gymbench: error: {problem}")
-        raise AssertionError(problem)  # not reached: fail() raises
+        fail_test(self.context, problem)  # outside the handler: no chained traceback
 
     async def _run_collection(self, config: ConfigSource, settings: Mapping[str, Any]) -> Any:
         from gymbench.harness.collection import Collection, backend_settings, chosen_backend
@@ -180,10 +214,9 @@ class Benchmark(Recorder):
 
     def _collect_config(self, config: ConfigSource, settings: Mapping[str, Any]) -> Any:
         from gymbench.harness.collect_config import CollectConfig
-        from gymbench.settings import build_settings, load_settings_file
+        from gymbench.settings import build_settings
 
-        given = load_settings_file(Path(config)) if isinstance(config, (str, os.PathLike)) else dict(config or {})
-        layers = [dict(self.context.defaults("collect")), given, dict(settings)]
+        layers = job_layers(self.context, "collect", config, settings)
         if not any("output_jsonl_fpath" in layer for layer in layers):
             layers.append({"output_jsonl_fpath": str(self.context.workdir() / "rollouts.jsonl")})
         layers.append({"save_results": False, "progress": False})
@@ -193,13 +226,11 @@ class Benchmark(Recorder):
         problems = collection.collector.problems
         if problems.errors or problems.stop_reason:
             reason = problems.stop_reason or "; ".join(problems.errors)
-            self.context.fail(f"gymbench: error: the collection stopped: {reason}")
+            fail_test(self.context, f"the collection stopped: {reason}")
         result = collection.result()
-        for name, metric in result.metrics.items():
-            self.metrics[prefix + name] = metric
-        self.extra.setdefault("collect", []).append(
-            {"backend": collection.backend_name, "params": dict(result.params), "summary": result.extra["summary"]}
-        )
-        return CollectResult(
-            summary=result.extra["summary"], output_path=collection.settings.output_path, metrics=dict(result.metrics)
-        )
+        summary = result.extra["summary"]
+        self.add_job(
+            "collect", result.metrics, prefix, {"backend": collection.backend_name, "params": dict(result.params),
+                                                "summary": summary}
+        )  # fmt: skip
+        return CollectResult(summary=summary, output_path=collection.settings.output_path, metrics=dict(result.metrics))

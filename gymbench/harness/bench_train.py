@@ -9,17 +9,13 @@ them: torch loads then, never when pytest starts.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from gymbench.harness.bench_api import or_fail
+from gymbench.harness.bench_api import ConfigSource, job_settings, or_fail
 from gymbench.measure import Recorder
 from gymbench.record import Metric
-
-ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | None
 
 
 @dataclass
@@ -56,27 +52,21 @@ class TrainResult:
 def run_train(bench: Any, config: ConfigSource, prefix: str, settings: Mapping[str, Any]) -> TrainResult:
     """Run ``gymbench train`` with these settings; its metrics land in ``bench`` under ``prefix``."""
     from gymbench.trainstep.execute import train
-
-    def work() -> Any:
-        train_settings = train_settings_from(bench.context.defaults("train"), config, settings)
-        return train(train_settings, bench.context.plugins(), Recorder(bench.settings))
-
-    return _recorded(bench, or_fail(bench.context, work), prefix)
-
-
-def _recorded(bench: Any, outcome: Any, prefix: str) -> TrainResult:
-    metrics = dict(outcome.result.metrics)
-    for name, metric in metrics.items():
-        bench.metrics[prefix + name] = metric
-    bench.extra.setdefault("train", []).append({"params": dict(outcome.result.params), **outcome.result.extra})
-    return TrainResult(dict(outcome.result.params), metrics, outcome.lines, outcome.warnings, outcome.report)
-
-
-def train_settings_from(defaults: Mapping[str, Any], config: ConfigSource, settings: Mapping[str, Any]) -> Any:
-    """Settings layered as the command line layers them, checked by the same schema."""
-    from gymbench.settings import build_settings, load_settings_file
     from gymbench.trainstep.settings import TrainSettings
 
-    given = load_settings_file(Path(config)) if isinstance(config, (str, os.PathLike)) else dict(config or {})
-    layers = [dict(defaults), given, dict(settings), {"progress": False, "save": None}]
-    return build_settings(TrainSettings, (), *layers, where="gymbench.train_step")
+    def work() -> Any:
+        train_settings = job_settings(
+            bench.context,
+            TrainSettings,
+            "train",
+            config,
+            settings,
+            {"progress": False, "save": None},
+            "gymbench.train_step",
+        )
+        return train(train_settings, bench.context.plugins(), Recorder(bench.settings))
+
+    outcome = or_fail(bench.context, work)
+    result = outcome.result
+    bench.add_job("train", result.metrics, prefix, {"params": dict(result.params), **result.extra})
+    return TrainResult(dict(result.params), dict(result.metrics), outcome.lines, outcome.warnings, outcome.report)

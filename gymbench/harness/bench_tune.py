@@ -10,16 +10,12 @@ answers, as for ``gymbench.collect``.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from gymbench.harness.bench_api import or_fail
+from gymbench.harness.bench_api import ConfigSource, fail_test, job_settings, or_fail
 from gymbench.record import Metric
-
-ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | None
 
 
 @dataclass
@@ -41,7 +37,7 @@ def run_tune(bench: Any, config: ConfigSource, prefix: str, settings: Mapping[st
     except RuntimeError:
         pass
     else:
-        bench.context.fail("gymbench: error: gymbench.tune(...) runs its own event loop; call it from a plain test")
+        fail_test(bench.context, "gymbench.tune(...) runs its own event loop; call it from a plain test")
     return _recorded(bench, or_fail(bench.context, lambda: _tune(bench, config, settings)), prefix)
 
 
@@ -49,11 +45,8 @@ def _tune(bench: Any, config: ConfigSource, settings: Mapping[str, Any]) -> Any:
     from gymbench.harness.collection import chosen_backend
     from gymbench.harness.tune import tune_run
     from gymbench.harness.tune_config import TuneConfig
-    from gymbench.settings import build_settings, load_settings_file
 
-    given = load_settings_file(Path(config)) if isinstance(config, (str, os.PathLike)) else dict(config or {})
-    layers = [dict(bench.context.defaults("tune")), given, dict(settings), {"progress": False, "plot": ""}]
-    tune_config = build_settings(TuneConfig, (), *layers, where="gymbench.tune")
+    tune_config = job_settings(bench.context, TuneConfig, "tune", config, settings, {"progress": False, "plot": ""})
     sim = bench.context.sim() if chosen_backend(tune_config)[1] else None
     return tune_run(tune_config, bench.context.plugins(), running_sim=sim)
 
@@ -62,9 +55,7 @@ def _recorded(bench: Any, result: Any, prefix: str) -> TuneOutcome:
     from gymbench.tuning.report import tune_result
 
     record = tune_result(result, {})
-    for name, metric in record.metrics.items():
-        bench.metrics[prefix + name] = metric
-    bench.extra.setdefault("tune", []).append({"params": dict(record.params), **record.extra})
+    bench.add_job("tune", record.metrics, prefix, {"params": dict(record.params), **record.extra})
     return TuneOutcome(
         recommended=result.recommended,
         knee_parallelism=float(result.knee.parallelism),
