@@ -40,7 +40,7 @@ def test_a_tiny_connection_pool_is_the_connection_pool() -> None:
 
 
 def test_slow_verification_is_verification() -> None:
-    settings = ("low=4", "high=16", "verifier=code", "verifier_workers=1")
+    settings = ("low=16", "high=64", "verifier=code", "verifier_workers=1")
     fast = {**KNEE16, "max_num_seqs": 256, "step_base_s": 0.002, "seed": 4}
     diagnosis = diagnose_run(config(*settings, sim=fast, tasks=CODE_TASKS, schema=DiagnoseConfig), make_plugins())
     assert diagnosis.verdict == "verification", diagnosis.evidence  # the evidence says why, if it ever is not
