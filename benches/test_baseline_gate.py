@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from gymbench import BenchmarkResult, Metric, Recorder, ResultsRecord
-from gymbench.baseline.compare import compare_runs
-from gymbench.baseline.paired import ABMeasurements, PairedRounds, compare_paired
-from gymbench.baseline.settings import CompareSettings
 from gymbench.fingerprint import collect_fingerprint
+from gymbench.gate.compare import compare_runs
+from gymbench.gate.paired import ABMeasurements, PairedRounds, compare_paired
+from gymbench.gate.settings import CompareSettings
 
 
 def make_suite(seed: int, benchmarks: int, samples: int) -> ResultsRecord:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from gymbench import Recorder
-from gymbench.harness.bench_api import Benchmark
+from gymbench.pytest.api import Benchmark
 from gymbench.sim import running_sim_server
 
 DRIVERS = Path(__file__).with_name("collect_drivers.py")

@@ -25,8 +25,8 @@ import pytest
 from gymbench import Recorder
 from gymbench.settings import build_settings
 from gymbench.testing import make_plugins
-from gymbench.trainstep.execute import train
-from gymbench.trainstep.settings import TrainSettings
+from gymbench.train.execute import train
+from gymbench.train.settings import TrainSettings
 
 
 def write_tasks(path: Path, count: int) -> Path:

@@ -1,7 +1,7 @@
 """What running gymbench's jobs inside pytest costs, against the same jobs on the command line.
 
 ``gymbench.collect(...)`` in a benchmark and ``gymbench collect`` both run one
-:class:`~gymbench.harness.collection.Collection`; this measures whether the pytest path adds
+:class:`~gymbench.collect.collection.Collection`; this measures whether the pytest path adds
 anything. Each side runs in a fresh process (a one-test pytest suite, or the command), alternated,
 against one zero-latency simulator in its own process; both report the client CPU per rollout
 measured around the collection itself (their results records' ``client_cpu_per_rollout``), so

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from gymbench import Recorder
-from gymbench.trainstep.backoff import cpu_trials
-from gymbench.trainstep.config import TrainConfig
-from gymbench.trainstep.oom import SearchPlan, Trial, largest_batch_that_fits
-from gymbench.trainstep.plugin import build_mlp, build_transformer
-from gymbench.trainstep.runner import StepTimings, run_steps
-from gymbench.trainstep.session import TrainSession
+from gymbench.train.backoff import cpu_trials
+from gymbench.train.config import TrainConfig
+from gymbench.train.oom import SearchPlan, Trial, largest_batch_that_fits
+from gymbench.train.plugin import build_mlp, build_transformer
+from gymbench.train.runner import StepTimings, run_steps
+from gymbench.train.session import TrainSession
 
 MiB = 1 << 20
 RL = TrainConfig(

@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 
 from gymbench import Recorder
-from gymbench.harness.bench_api import Benchmark
-from gymbench.trainstep.backoff import cpu_trials, halve_until_it_fits
-from gymbench.trainstep.config import TrainConfig
-from gymbench.trainstep.oom import SearchPlan, largest_batch_that_fits
-from gymbench.trainstep.plugin import build_mlp, build_transformer
-from gymbench.trainstep.precision import cpu_flags, native_fp16
-from gymbench.trainstep.runner import PhaseClock, StepTimings, keep_step, run_steps
-from gymbench.trainstep.session import TrainSession
-from gymbench.trainstep.worker import WorkerJob, run_job
+from gymbench.pytest.api import Benchmark
+from gymbench.train.backoff import cpu_trials, halve_until_it_fits
+from gymbench.train.config import TrainConfig
+from gymbench.train.oom import SearchPlan, largest_batch_that_fits
+from gymbench.train.plugin import build_mlp, build_transformer
+from gymbench.train.precision import cpu_flags, native_fp16
+from gymbench.train.runner import PhaseClock, StepTimings, keep_step, run_steps
+from gymbench.train.session import TrainSession
+from gymbench.train.worker import WorkerJob, run_job
 
 MiB = 1 << 20
 FACTORIES = {"mlp": build_mlp, "transformer": build_transformer}

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from gymbench import Recorder
-from gymbench.harness.tune import tune_run
-from gymbench.harness.tune_config import TuneConfig
 from gymbench.settings import build_settings
 from gymbench.sim import config_from_preset, describe
 from gymbench.testing import make_plugins
+from gymbench.tune.command import tune_run
+from gymbench.tune.config import TuneConfig
 
 TASKS = Path(__file__).resolve().parents[1] / "gymbench" / "data" / "example_tasks.jsonl"
 QUICK_ENGINE = {"max_num_seqs": 16, "step_base_s": 0.01, "step_per_seq_s": 0.0005, "output_tokens_mean": 24}

@@ -29,9 +29,9 @@ from gymbench.sim import InProcessBackend, SimConfig, describe, run_in_simulated
 from gymbench.sim.endpoints import RESPONSES
 from gymbench.sim.text import count_tokens
 from gymbench.testing import make_plugins
-from gymbench.tuning.probe import Prober
-from gymbench.tuning.server_metrics import Counters
-from gymbench.tuning.sweep import Strategies, TuneResult, adaptive_search, doubling_sweep
+from gymbench.tune.probe import Prober
+from gymbench.tune.server_metrics import Counters
+from gymbench.tune.sweep import Strategies, TuneResult, adaptive_search, doubling_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "gymbench" / "data" / "example_tasks.jsonl"

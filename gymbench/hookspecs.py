@@ -66,7 +66,7 @@ def gymbench_register_models() -> list[Component]:
 
     :return: a list of :class:`gymbench.types.Component` whose factory takes the model's
         configuration mapping (a ``size`` preset plus overrides) and returns a ``torch.nn.Module``
-        that follows :class:`gymbench.trainstep.models.BenchModel`: its repeated layers in
+        that follows :class:`gymbench.train.models.BenchModel`: its repeated layers in
         ``blocks``, ``make_batch(batch_size, seq_len, generator)``, ``tokens_per_sample(seq_len)``
         and ``forward(inputs, targets)`` returning the loss. Import torch inside the factory, not
         at module level, and make the factory a module-level function: the CPU memory pass and

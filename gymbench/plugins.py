@@ -29,9 +29,10 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "gymbench.builtin.verifiers",
     "gymbench.builtin.strategies",
     "gymbench.builtin.commands",
-    "gymbench.harness.commands",
+    "gymbench.collect.plugin",
+    "gymbench.tune.plugin",
     "gymbench.sim.plugin",
-    "gymbench.trainstep.plugin",
+    "gymbench.train.plugin",
     "gymbench.report.commands",
 )
 """Built-in plugins, imported by module name exactly as entry points are. Each is registration

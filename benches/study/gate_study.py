@@ -23,7 +23,7 @@ sys.path.insert(0, str(HERE))
 
 from study_gates import SLOWDOWNS, Rate, ab_gate, instruction_gate, stored_gate  # noqa: E402
 
-from gymbench.baseline.store import BaselineStore  # noqa: E402
+from gymbench.gate.store import BaselineStore  # noqa: E402
 
 
 def rate(hits_trials: Rate) -> str:

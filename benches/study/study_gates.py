@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from gymbench.baseline.calibrate import learn_noise
-from gymbench.baseline.compare import compare_runs, detectable_change
-from gymbench.baseline.noise import NoiseTable
-from gymbench.baseline.paired import ABMeasurements, PairedRounds, compare_paired, learn_paired_noise
-from gymbench.baseline.paired import paired_detectable_change as ab_mde
-from gymbench.baseline.settings import CompareSettings
+from gymbench.gate.calibrate import learn_noise
+from gymbench.gate.compare import compare_runs, detectable_change
+from gymbench.gate.noise import NoiseTable
+from gymbench.gate.paired import ABMeasurements, PairedRounds, compare_paired, learn_paired_noise
+from gymbench.gate.paired import paired_detectable_change as ab_mde
+from gymbench.gate.settings import CompareSettings
 from gymbench.record import ResultsRecord
 
 Rate = tuple[int, int]

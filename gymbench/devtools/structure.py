@@ -48,8 +48,7 @@ def load_modules(package: Path = PACKAGE) -> dict[str, Module]:
             parts.pop()
         name = ".".join(parts)
         text = path.read_text(encoding="utf-8")
-        code_lines = sum(1 for line in text.splitlines() if line.strip() and not line.strip().startswith("#"))
-        modules[name] = Module(name, path, ast.parse(text), code_lines)
+        modules[name] = Module(name, path, ast.parse(text), len(text.splitlines()))
     for module in modules.values():
         _collect_imports(module, modules)
     return modules
@@ -111,10 +110,6 @@ def _collect_imports(module: Module, known: dict[str, Module]) -> None:
                 visit(node.body, top)
 
     visit(module.tree.body, True)
-
-
-def _package_of(name: str) -> str:
-    return name
 
 
 def cycles(modules: dict[str, Module], *, deferred: bool) -> list[list[str]]:
@@ -241,6 +236,17 @@ def settings_declarations(modules: dict[str, Module]) -> dict[str, list[str]]:
     return dict(declared)
 
 
+def copied_schemas(declared: dict[str, list[str]], least: int = 3) -> list[str]:
+    """Pairs of settings schemas that declare ``least`` or more of the same names: a schema copied
+    instead of nested (two unrelated schemas rarely share three names)."""
+    shared: dict[tuple[str, str], int] = defaultdict(int)
+    for places in declared.values():
+        for index, first in enumerate(sorted(set(places))):
+            for second in sorted(set(places))[index + 1 :]:
+                shared[(first, second)] += 1
+    return [f"{a} ~ {b}: {n}" for (a, b), n in sorted(shared.items(), key=lambda kv: -kv[1]) if n >= least]
+
+
 def _calls(tree: ast.AST) -> Iterator[tuple[ast.Call, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -310,6 +316,7 @@ def figures(package: Path = PACKAGE) -> dict[str, object]:
     declared = settings_declarations(code)
     repeated = {name: places for name, places in declared.items() if len(places) > 1}
     return {
+        "schema_pairs_sharing_3_or_more_settings": copied_schemas(declared),
         "modules": len(code),
         "lines_of_code": anys.lines,
         "import_cycles_top_level": cycles(code, deferred=False),
@@ -347,10 +354,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     repeated = result["settings_declared_more_than_once"]
     assert isinstance(repeated, dict)
+    pairs = result["schema_pairs_sharing_3_or_more_settings"]
+    assert isinstance(pairs, list)
     print(f"settings declared: {result['settings_declared']}; declared in more than one schema: {len(repeated)}")
+    print(f"pairs of schemas sharing 3 or more settings (copies, not nesting): {len(pairs)}")
+    for pair in pairs:
+        print(f"  - {pair}")
     for name, places in sorted(repeated.items()):
         print(f"  - {name}: {len(places)} ({', '.join(places)})")
-    for key, title in (("atomic_file_writers", "atomic file writers"), ("line_by_line_json_readers", "JSON-lines readers")):
+    for key, title in (
+        ("atomic_file_writers", "atomic file writers"),
+        ("line_by_line_json_readers", "JSON-lines readers"),
+    ):
         places = result[key]
         assert isinstance(places, list)
         print(f"{title}: {len(places)}")

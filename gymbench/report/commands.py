@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gymbench.baseline.settings import FAIL_ON
+from gymbench.gate.settings import FAIL_ON
 from gymbench.hookspecs import hookimpl
 from gymbench.types import Command
 
@@ -60,7 +60,7 @@ def _configure_compare(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_ab_options(group: Any) -> None:
-    from gymbench.abtest.settings import ABSettings
+    from gymbench.gate.ab.settings import ABSettings
     from gymbench.settings import add_settings_flags
 
     group.add_argument("--bench", action="append", metavar="PATH", help="benchmark files or folders (default: benches)")
@@ -80,7 +80,7 @@ def _configure_calibrate(parser: argparse.ArgumentParser) -> None:
         "--ab", nargs="?", const="", metavar="REF", help="calibrate the A/B gate on REF (default: the working tree)"
     )
     ab.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression selecting benchmarks")
-    from gymbench.abtest.settings import ABSettings
+    from gymbench.gate.ab.settings import ABSettings
     from gymbench.settings import add_settings_flags
 
     add_settings_flags(ab, ABSettings, skip=("repeats",))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from gymbench.baseline.compare import MetricComparison, SuiteComparison
+from gymbench.gate.compare import MetricComparison, SuiteComparison
 from gymbench.units import quantity
 
 VERDICT_MARK = {

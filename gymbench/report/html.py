@@ -6,8 +6,8 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
-from gymbench.baseline.gate import GateResult
-from gymbench.baseline.store import StoredRun
+from gymbench.gate.gate import GateResult
+from gymbench.gate.store import StoredRun
 from gymbench.record import ResultsRecord
 from gymbench.report.format import HEADERS, ordered, row, shift_line, summary_line
 from gymbench.report.plots import distribution_plot, history_plot, ratio_plot

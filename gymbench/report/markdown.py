@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from gymbench.baseline.gate import GateResult
+from gymbench.gate.gate import GateResult
 from gymbench.report.format import HEADERS, ordered, row, shift_line, summary_line
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"

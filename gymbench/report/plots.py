@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from gymbench.baseline.compare import MetricComparison
+from gymbench.gate.compare import MetricComparison
 from gymbench.report.format import VERDICT_MARK
 from gymbench.units import time_axis
 

@@ -9,18 +9,18 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gymbench.baseline.calibrate import learn_noise, rerun_suite
-from gymbench.baseline.compare import detectable_change
-from gymbench.baseline.gate import GateResult, noise_for, run_gate
-from gymbench.baseline.guarded import gate_or_explain
-from gymbench.baseline.noise import NoiseTable
-from gymbench.baseline.paired import paired_detectable_change
-from gymbench.baseline.pytest_benchmark import left_out, load_any, load_pytest_benchmark, to_pytest_benchmark
-from gymbench.baseline.settings import CompareSettings, build_settings
-from gymbench.baseline.store import AB_CALIBRATION_DIR, BaselineStore, StoredRun, save_calibration
 from gymbench.callgrind import INSTRUCTIONS_UNIT
 from gymbench.errors import GymbenchError, ResultsFileError
 from gymbench.fingerprint import machine_info
+from gymbench.gate.calibrate import learn_noise, rerun_suite
+from gymbench.gate.compare import detectable_change
+from gymbench.gate.gate import GateResult, noise_for, run_gate
+from gymbench.gate.guarded import gate_or_explain
+from gymbench.gate.noise import NoiseTable
+from gymbench.gate.paired import paired_detectable_change
+from gymbench.gate.pytest_benchmark import left_out, load_any, load_pytest_benchmark, to_pytest_benchmark
+from gymbench.gate.settings import CompareSettings, build_settings
+from gymbench.gate.store import AB_CALIBRATION_DIR, BaselineStore, StoredRun, save_calibration
 from gymbench.jsonio import check_writable_file
 from gymbench.record import ResultsRecord, save_record, store_path, utc_now, validate_record_dict
 from gymbench.report.html import render_report, write_report
@@ -67,8 +67,8 @@ def _run_compare(args: argparse.Namespace, plugins: Plugins) -> int:
 
 def _run_compare_ab(args: argparse.Namespace) -> int:
     """Both commits measured now, interleaved; A/B calibration (``calibrate --ab``) gives the noise."""
-    from gymbench.abtest.gate import ab_gate
-    from gymbench.abtest.settings import ABSettings
+    from gymbench.gate.ab.gate import ab_gate
+    from gymbench.gate.ab.settings import ABSettings
     from gymbench.settings import settings_from_args
 
     settings = build_settings(
@@ -106,8 +106,8 @@ def _run_calibrate(args: argparse.Namespace, plugins: Plugins) -> int:
 
 def _run_calibrate_ab(args: argparse.Namespace) -> int:
     """A/A worker pairs of one commit; each metric's noise and the effect the A/B gate can then see."""
-    from gymbench.abtest.gate import calibrate_ab
-    from gymbench.abtest.settings import ABSettings
+    from gymbench.gate.ab.gate import calibrate_ab
+    from gymbench.gate.ab.settings import ABSettings
     from gymbench.settings import settings_from_args
 
     key = machine_info()["key"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gymbench.baseline.gate import GateResult
+from gymbench.gate.gate import GateResult
 from gymbench.report.format import HEADERS, ordered, row, shift_line, summary_line
 
 

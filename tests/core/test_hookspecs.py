@@ -32,7 +32,7 @@ def test_no_other_module_declares_hook_specs() -> None:
     import gymbench
 
     for module_info in pkgutil.walk_packages(gymbench.__path__, "gymbench."):
-        if module_info.name in {"gymbench.hookspecs", "gymbench.pytest_plugin", "gymbench.testing"}:
+        if module_info.name in {"gymbench.hookspecs", "gymbench.pytest.plugin", "gymbench.testing"}:
             continue
         module = __import__(module_info.name, fromlist=["_"])
         assert not any(hasattr(obj, "gymbench_spec") for obj in vars(module).values()), (

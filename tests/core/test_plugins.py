@@ -212,8 +212,8 @@ def test_registering_every_builtin_imports_nothing_heavy() -> None:
 
 def test_collect_with_exact_match_does_not_import_scipy_or_sympy(tmp_path: Path) -> None:
     code = (
-        "import sys; from gymbench.plugins import Plugins; from gymbench.harness.collect import run_collect; "
-        "from gymbench.harness.collect_config import CollectConfig; p = Plugins(); "
+        "import sys; from gymbench.plugins import Plugins; from gymbench.collect.command import run_collect; "
+        "from gymbench.collect.config import CollectConfig; p = Plugins(); "
         "p.verifier('exact-match', {}); p.strategy('semaphore', {'num_samples_in_parallel': 2}); "
         "p.backend('openai', {'base_url': 'http://127.0.0.1:1/v1', 'model': 'm'}); "
         "print(sorted(m for m in ('scipy', 'sympy', 'math_verify', 'torch') if m in sys.modules))"

@@ -34,7 +34,7 @@ CORE = {
     "gymbench.lazy",
     "gymbench.units",
 }
-ROOMS = ("builtin", "rollout", "sim", "trainstep", "baseline")
+ROOMS = ("builtin", "rollout", "sim", "train", "gate")
 
 
 def imported_modules(path: Path) -> set[str]:

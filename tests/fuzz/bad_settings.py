@@ -104,16 +104,16 @@ def sim_argv(workdir: Path, field: str) -> list[str]:
 
 
 def train_schema() -> type[Any]:
-    from gymbench.trainstep.settings import TrainSettings
+    from gymbench.train.settings import TrainSettings
 
     return TrainSettings
 
 
 def schemas() -> list[tuple[str, type[Any], Any, set[str], tuple[int, ...]]]:
     """(command, schema, stopper, fields left out, statuses)."""
-    from gymbench.harness.collect_config import CollectConfig, ServerConfig
-    from gymbench.harness.tune_config import DiagnoseConfig, TuneConfig
+    from gymbench.collect.config import CollectConfig, ServerConfig
     from gymbench.sim.plugin import SimServeSettings
+    from gymbench.tune.config import DiagnoseConfig, TuneConfig
 
     shared = {f.name for f in dataclasses.fields(ServerConfig)}
     return [

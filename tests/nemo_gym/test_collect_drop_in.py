@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gymbench.sim import SimServerHandle
-from tests.harness.test_collect_cli import EXAMPLES, gymbench, rows
+from tests.collect.test_collect_cli import EXAMPLES, gymbench, rows
 
 from .stack import PARAM_DEFAULTS, AgentStack, normalise_params, running_stack
 

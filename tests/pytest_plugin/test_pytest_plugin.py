@@ -134,7 +134,7 @@ def test_run_events_and_fingerprint_hook_reach_entry_point_plugins(
 
 def test_importing_the_plugin_stays_light() -> None:
     code = (
-        "import sys, gymbench.pytest_plugin; "
+        "import sys, gymbench.pytest.plugin; "
         "print(sorted(m for m in ('torch', 'aiohttp', 'numpy', 'scipy', 'matplotlib') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gymbench.pytest_plugin import summary_lines
+from gymbench.pytest.plugin import summary_lines
 from gymbench.record import BenchmarkResult, Metric
 
 

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from gymbench.baseline.compare import MetricComparison
-from gymbench.baseline.stats import Effect
+from gymbench.gate.compare import MetricComparison
+from gymbench.gate.stats import Effect
 from gymbench.report.plots import distribution_figure, history_figure, ratio_figure, ratio_limits, run_label
 
 

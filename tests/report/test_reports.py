@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from gymbench.baseline.compare import compare_runs
-from gymbench.baseline.gate import GateResult, Outcome, enforced, outcome_of
-from gymbench.baseline.settings import CompareSettings
-from gymbench.baseline.store import BaselineStore
 from gymbench.cli import main
+from gymbench.gate.compare import compare_runs
+from gymbench.gate.gate import GateResult, Outcome, enforced, outcome_of
+from gymbench.gate.settings import CompareSettings
+from gymbench.gate.store import BaselineStore
 from gymbench.report.html import render_report
 from gymbench.report.markdown import comparison_markdown
 from gymbench.report.terminal import comparison_lines
-from tests.baseline.synthetic import save_run, suite
+from tests.gate.synthetic import save_run, suite
 
 VOID = {"meta", "img", "br", "hr", "link", "input"}
 

@@ -1,0 +1,55 @@
+"""Writing NeMo Gym's ``<stem>_aggregate_metrics.json`` after a collection, as ``ng_collect_rollouts`` does.
+
+The rollouts file is read back (earlier runs' rows included, on a resume), its completed rows are
+grouped by ``agent_ref``, and each agent this run talked to is asked for its own
+``/aggregate_metrics`` (where benchmark metrics such as pass@k are computed); where an agent has
+none, or the rows came from no agent server, gymbench computes NeMo Gym's baseline aggregation
+itself. Rows without an ``agent_ref`` are left out, as NeMo Gym leaves them out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gymbench.collect.progress import warn
+from gymbench.jsonio import write_json_atomic
+from gymbench.rollout.agent_metrics import (
+    EncodedEntries,
+    agent_entries,
+    aggregate_metrics_path,
+    baseline_metrics,
+    read_rows,
+)
+from gymbench.types import Backend
+
+
+def write_aggregate_metrics(output: Path, backend: Backend, backend_config: Mapping[str, Any]) -> Path | None:
+    """The file's path, or ``None`` when no completed row names an agent."""
+    entries = agent_entries(read_rows(output)) if output.is_file() else {}
+    if not entries:
+        return None
+    from_agents = _ask_agents(backend, backend_config, entries)
+    listing = []
+    for name, rows in entries.items():
+        metrics = from_agents.get(name)
+        if isinstance(metrics, str):
+            warn(f"agent {name!r} did not aggregate its rollouts ({metrics}); gymbench computed NeMo Gym's baseline")
+        if not isinstance(metrics, dict):
+            metrics = baseline_metrics(rows)
+        listing.append({"agent_ref": {"name": name}, **metrics})
+    return write_json_atomic(aggregate_metrics_path(output), listing)
+
+
+def _ask_agents(
+    backend: Backend, backend_config: Mapping[str, Any], entries: Mapping[str, EncodedEntries]
+) -> dict[str, Any]:
+    """Agent backends name the servers they routed rows to in ``agent_routes``; others have none."""
+    routes = getattr(backend, "agent_routes", None)
+    if not routes:
+        return {}
+    from gymbench.builtin.nemo_gym_backend import agents_aggregate_metrics
+    from gymbench.collect.command import run_loop
+
+    return dict(run_loop(agents_aggregate_metrics(backend_config, routes, entries)))

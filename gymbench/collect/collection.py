@@ -1,0 +1,292 @@
+"""One collection, prepared and run the same way by ``gymbench collect`` and by the pytest API.
+
+:meth:`Collection.prepare` does every check that needs no server (settings, plugins and their
+options, input and output paths, the run's identity for resume); :meth:`Collection.run` collects on
+the caller's event loop and measures the client's CPU. The command line adds a progress bar, a
+summary and a results record; the pytest fixture records the same metrics into the benchmark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gymbench.collect.config import CollectConfig, ServerConfig
+from gymbench.collect.progress import warn
+from gymbench.errors import GymbenchError
+from gymbench.jsonio import check_writable_file
+from gymbench.plugins import Plugins
+from gymbench.record import BenchmarkResult, Metric
+from gymbench.rollout.dataset import TaskSlice, TaskStream, input_identity
+from gymbench.rollout.engine import Collector, CollectSettings, preflight
+from gymbench.rollout.identity import check_run_fingerprint, write_run_fingerprint
+from gymbench.rollout.output import ResumeState, load_resume_state
+from gymbench.rollout.stats import CollectStats
+from gymbench.types import Backend, ConcurrencyStrategy, Verifier
+
+if TYPE_CHECKING:
+    from gymbench.sim.config import SimConfig
+
+STORED_LATENCY_SAMPLES = 2000
+UNBOUNDED_WARNING = (
+    "num_samples_in_parallel is unset: every task is dispatched at once (NeMo Gym's default). "
+    "Set +num_samples_in_parallel=N, or find N with `gymbench tune`"
+)
+
+
+AGENT_SETTINGS = ("agent_url", "agent_name", "head_server")
+"""Settings that name a NeMo Gym agent: with no backend given, they choose ``nemo-gym``."""
+
+
+def chosen_backend(config: ServerConfig) -> tuple[str, bool]:
+    """The backend a run uses, and whether the simulator stands in for its server.
+
+    The simulator stands in only when nothing names a server: a backend, an agent or a base URL
+    given means that server or a clear error, never rows from the simulator instead."""
+    if config.backend:
+        return config.backend, False
+    if any(getattr(config, key) for key in AGENT_SETTINGS):
+        return "nemo-gym", False
+    return "openai", not config.base_url
+
+
+@contextlib.contextmanager
+def backend_settings(
+    config: ServerConfig, plugins: Plugins, running_sim: Any = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The backend's name and settings; starts (and stops) the simulator when no server is named.
+
+    A backend gets the server settings its schema declares, plus ``backend_options`` (checked
+    against the schema: a misspelt option is an error). No server named at all: the simulator
+    behind the ``openai`` backend; ``running_sim`` (a started
+    :class:`~gymbench.sim.SimServerHandle`, as the pytest fixture keeps one per session) is used
+    instead of starting one.
+    """
+    name, settings = checked_backend(config, plugins)
+    simulator = simulator_config(config)
+    if simulator is None:
+        yield name, settings
+        return
+    with contextlib.ExitStack() as stack:
+        server = running_sim
+        if server is None:
+            from gymbench.sim import running_sim_server
+
+            server = stack.enter_context(running_sim_server(simulator))
+            warn(
+                f"no server set: using the simulated server (preset {config.sim_preset}) at {server.url}; "
+                "for a real one set +base_url=... +model=... (an OpenAI-compatible server), or "
+                "+agent_name=NAME (a NeMo Gym agent, found through its head server) or +agent_url=..."
+            )
+        settings.update({"base_url": server.base_url, "model": config.model or server.config.model})
+        yield name, settings
+
+
+def checked_backend(config: ServerConfig, plugins: Plugins) -> tuple[str, dict[str, Any]]:
+    """The backend's name and the settings it is given, checked against its schema now."""
+    name = chosen_backend(config)[0]
+    declared = plugins.options("backend", name)
+    settings = {key: value for key, value in config.backend_values().items() if declared is None or key in declared}
+    settings.update(config.backend_options)
+    plugins.check("backend", name, settings)
+    simulator_config(config)  # checked now too, before anything starts
+    return name, settings
+
+
+def simulator_config(config: ServerConfig) -> SimConfig | None:
+    """The simulator's configuration (``sim_preset``, ``+sim.*``, serving ``model`` when one is named)
+    when no server is set, else None. Typed and checked like every setting."""
+    if not chosen_backend(config)[1]:
+        return None
+    from gymbench.sim.config import config_from_preset
+
+    return config_from_preset(config.sim_preset, {"model": config.model, **config.sim} if config.model else config.sim)
+
+
+def make_strategy(plugins: Plugins, name: str, options: dict[str, Any], parallelism: int | None) -> ConcurrencyStrategy:
+    """A strategy from the registry; ``num_samples_in_parallel`` goes to those that take it."""
+    declared = plugins.options("strategy", name)
+    config = dict(options)
+    if declared is None or "num_samples_in_parallel" in declared:
+        config.setdefault("num_samples_in_parallel", parallelism)
+    elif parallelism is not None:
+        warn(f"num_samples_in_parallel does not apply to strategy {name!r}, which sets its own limit")
+    return plugins.strategy(name, config)
+
+
+def collect_settings(config: CollectConfig) -> CollectSettings:
+    if not config.input_jsonl_fpath:
+        raise GymbenchError("collect needs +input_jsonl_fpath=TASKS.jsonl")
+    if not config.output_jsonl_fpath:
+        raise GymbenchError("collect needs +output_jsonl_fpath=ROLLOUTS.jsonl")
+    selection = TaskSlice(config.start_idx, config.end_idx, config.limit, config.num_repeats)
+    return CollectSettings(
+        input_path=Path(config.input_jsonl_fpath),
+        output_path=Path(config.output_jsonl_fpath),
+        selection=selection,
+        overrides=dict(config.responses_create_params),
+        resume=config.resume,
+        overwrite=config.overwrite,
+        max_attempts=config.max_attempts,
+        verify=config.verify_settings(),
+        stop_after_failures=config.stop_after_failures,
+        row_defaults={"agent_ref": {"name": config.agent_name}} if config.agent_name else {},
+    )
+
+
+def metrics_path(output: Path) -> Path:
+    return output.with_name(output.name + ".metrics.json")
+
+
+def check_metrics_path(path: Path) -> None:
+    check_writable_file(path, "run's metrics file", "+output_jsonl_fpath (or move it away)")
+
+
+def run_identity(config: CollectConfig, settings: CollectSettings, regular_input: bool) -> dict[str, Any]:
+    """What defines the rows of a run: the tasks selected (by content) and the settings that change rows.
+
+    Where the server listens is left out (the embedded simulator gets a new port every run).
+    """
+    identity = input_identity(settings.input_path, settings.selection) if regular_input else {"kind": "pipe"}
+    return {
+        "input": {key: identity[key] for key in ("rows", "blake2b", "kind") if key in identity},
+        "selection": {
+            "start_idx": config.start_idx, "end_idx": config.end_idx, "limit": config.limit,
+            "num_repeats": config.num_repeats,
+        },
+        "verifier": {"name": config.verifier, "options": config.verifier_options},
+        "request": {
+            "backend": config.backend, "model": config.model, "api": config.api, "agent_url": config.agent_url,
+            "responses_create_params": config.responses_create_params, "extra_body": config.extra_body,
+            **({"agent_name": config.agent_name} if config.agent_name else {}),
+        },
+    }  # fmt: skip
+
+
+def check_run_identity(config: CollectConfig, settings: CollectSettings, regular_input: bool) -> None:
+    """A resume must continue the same run: refuse (or, forced, warn about) a different one."""
+    identity = run_identity(config, settings, regular_input)
+    if settings.resume:
+        for message in check_run_fingerprint(settings.output_path, identity, config.resume_force):
+            warn(message)
+    else:
+        write_run_fingerprint(settings.output_path, identity)
+
+
+@dataclass
+class Collection:
+    """A collection checked and ready: everything but the backend, which may need a server started."""
+
+    config: CollectConfig
+    settings: CollectSettings
+    verifier: Verifier
+    strategy: ConcurrencyStrategy
+    tasks: TaskStream
+    resume_state: ResumeState | None = None
+    """The earlier rows when resuming, read (and tidied) before any server starts."""
+    collector: Collector | None = None
+    client_cpu_s: float = 0.0
+    backend_name: str = ""
+    server_metrics: dict[str, Any] | None = None
+    """The server's /metrics around the run (:class:`~gymbench.collect.server_watch.ServerWatch`)."""
+    on_failure: Callable[[Any], None] | None = field(default=None, repr=False)
+
+    @classmethod
+    def prepare(cls, config: CollectConfig, plugins: Plugins) -> Collection:
+        """Every check that needs no server; the input is opened (once) here."""
+        settings = collect_settings(config)
+        verifier = plugins.verifier(config.verifier, config.verifier_options)
+        strategy = make_strategy(plugins, config.strategy, config.strategy_options, config.num_samples_in_parallel)
+        checked_backend(config, plugins)
+        tasks = preflight(settings)
+        try:
+            check_metrics_path(metrics_path(settings.output_path))
+            check_run_identity(config, settings, tasks.is_regular)
+            resume = load_resume_state(settings.output_path, settings.max_attempts) if settings.resume else None
+        except BaseException:
+            tasks.close()
+            raise
+        return cls(config, settings, verifier, strategy, tasks, resume)
+
+    def attach(self, backend_name: str, backend: Backend) -> Collector:
+        self.backend_name = backend_name
+        self.collector = Collector(self.settings, backend, self.verifier, self.strategy, tasks=self.tasks)
+        self.collector.resume_state = self.resume_state
+        self.collector.slo = self.config.slo()
+        return self.collector
+
+    async def run(self) -> CollectStats:
+        """Collect on the running loop; the client's CPU time is measured around it."""
+        assert self.collector is not None, "attach a backend first"
+        started = time.process_time()
+        try:
+            return await self.collector.run()
+        finally:
+            self.client_cpu_s = time.process_time() - started
+
+    def close(self) -> None:
+        self.tasks.close()
+
+    def summary(self) -> dict[str, Any]:
+        """The collection's statistics, with the server's /metrics when they were scraped."""
+        assert self.collector is not None
+        summary = self.collector.stats.summary()
+        if self.server_metrics is not None:
+            summary["server_metrics"] = self.server_metrics
+        return summary
+
+    def result(self) -> BenchmarkResult:
+        assert self.collector is not None
+        return collect_result(self.config, self.backend_name, self.collector.stats, self.client_cpu_s, self.summary())
+
+
+def collect_result(
+    config: CollectConfig,
+    backend_name: str,
+    stats: CollectStats,
+    client_cpu_s: float | None = None,
+    summary: dict[str, Any] | None = None,
+) -> BenchmarkResult:
+    """The standard collection metrics, named, with units and directions (the CLI's record and the
+    pytest fixture record the same ones)."""
+    summary = summary if summary is not None else stats.summary()
+    latencies = stats.latency.values
+    if len(latencies) > STORED_LATENCY_SAMPLES:
+        latencies = random.Random(0).sample(latencies, STORED_LATENCY_SAMPLES)
+    metrics = {
+        "rollouts_per_s": Metric(summary["rollouts_per_s"], "rollouts/s", "higher"),
+        "output_tokens_per_s": Metric(summary["output_tokens_per_s"], "tokens/s", "higher"),
+        "failed": Metric(float(stats.failed), "rollouts", "lower"),
+    }
+    attempted = stats.completed + stats.failed
+    metrics["error_rate"] = Metric(stats.failed / attempted if attempted else 0.0, "ratio", "lower")
+    if latencies:
+        metrics["latency"] = Metric.from_samples(latencies, "s", "lower")
+        for name, value in summary["latency_s"].items():
+            metrics[f"latency_{name}"] = Metric(value, "s", "lower")
+    if client_cpu_s is not None and attempted:
+        metrics["client_cpu_per_rollout"] = Metric(client_cpu_s / attempted, "s", "lower")
+    for stage, value in summary["stage_mean_s"].items():
+        if value is not None:
+            metrics[f"stage_{stage}"] = Metric(value, "s", "lower")
+    if stats.mean_reward is not None:
+        metrics["mean_reward"] = Metric(stats.mean_reward, "reward", "higher")
+    goodput = summary["goodput"]
+    if goodput is not None and goodput["share"] is not None:
+        metrics["goodput"] = Metric(goodput["share"], "ratio", "higher")
+    return BenchmarkResult(
+        name="collect",
+        params={
+            "input": Path(config.input_jsonl_fpath or "").name,
+            "backend": backend_name,
+            "num_samples_in_parallel": config.num_samples_in_parallel,
+            "strategy": config.strategy,
+        },
+        metrics=metrics,
+        extra={"summary": summary},
+    )

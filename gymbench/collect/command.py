@@ -1,0 +1,132 @@
+"""``gymbench collect``: a prepared collection with the embedded simulator when no server is named,
+a progress bar, a summary, the metrics files (gymbench's and NeMo Gym's) and the results record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from gymbench.collect.aggregate import write_aggregate_metrics
+from gymbench.collect.collection import UNBOUNDED_WARNING, Collection, backend_settings, metrics_path
+from gymbench.collect.config import CollectConfig
+from gymbench.collect.progress import collect_progress, warn
+from gymbench.collect.server_watch import ServerWatch
+from gymbench.collect.summary import format_summary
+from gymbench.jsonio import write_json_atomic
+from gymbench.plugins import Plugins
+from gymbench.rollout.engine import Collector
+from gymbench.rollout.stats import CollectStats
+from gymbench.run import Run
+from gymbench.settings import settings_dict
+from gymbench.types import GenerationFailed
+
+
+def run_collect(config: CollectConfig, plugins: Plugins) -> int:
+    if config.sharded or _begun_in_shards(config):
+        from gymbench.collect.sharded import run_sharded_collect
+
+        return run_sharded_collect(config, plugins)
+    run = Run(plugins, "collect", config.run_name, settings_dict(config), results_dir=config.results_dir,
+              save=config.save_results)  # fmt: skip
+    collection = Collection.prepare(config, plugins)
+    with contextlib.closing(collection):
+        run.start()
+        if config.num_samples_in_parallel is None and config.strategy == "semaphore":
+            warn(UNBOUNDED_WARNING)
+        with backend_settings(config, plugins) as (backend_name, backend_config):
+            backend = plugins.backend(backend_name, backend_config)
+            collector = collection.attach(backend_name, backend)
+            with ServerWatch(backend_config.get("base_url"), config.scrape_metrics) as watch:
+                stats, interrupted = _collect(collection, config.progress)
+            collection.server_metrics = watch.record()
+            output = collection.settings.output_path
+            aggregated = None
+            if not (interrupted or config.disable_aggregation or collector.problems.errors):
+                aggregated = write_aggregate_metrics(output, backend, backend_config)
+    summary = collection.summary()
+    print(format_summary(summary, output), file=sys.stderr)
+    if aggregated is not None:
+        print(f"aggregate metrics (NeMo Gym's): {aggregated}", file=sys.stderr)
+    run.finish([collection.result()], save=config.save_results and not interrupted)
+    write_json_atomic(metrics_path(output), {"summary": summary, "settings": settings_dict(config)})
+    if run.saved_path is not None:
+        print(f"results record: {run.saved_path}", file=sys.stderr)
+    return _exit_status(collector, stats, output, interrupted)
+
+
+def _begun_in_shards(config: CollectConfig) -> bool:
+    """A run begun in shards continues in shards (with one worker, unless told more), never beside them."""
+    from gymbench.collect.shards import shards_dir
+
+    if config.overwrite or not config.output_jsonl_fpath:
+        return False
+    try:
+        if not (shards_dir(config.output_jsonl_fpath) / "plan.json").exists():
+            return False
+    except (OSError, ValueError):  # a name too long: the output check says so in a moment
+        return False
+    warn(f"{shards_dir(config.output_jsonl_fpath)} holds this run's shards: continuing them with one worker")
+    return True
+
+
+def _exit_status(collector: Collector, stats: CollectStats, output: Path, interrupted: bool) -> int:
+    """Say how the run ended; every rollout is either in ``output`` or will be redone by a resume."""
+    problems = collector.problems
+    resume = "Run the same command with +resume=true to continue."
+    if interrupted:
+        print(f"gymbench: interrupted; {stats.completed + stats.failed} rollouts are in {output}. {resume}",
+              file=sys.stderr)  # fmt: skip
+        return 130
+    for error in problems.errors:
+        print(f"gymbench: error: {error}", file=sys.stderr)
+    if problems.errors:
+        missing = ", ".join(f"{t}/{r}" for t, r in problems.unwritten[:10]) or "none"
+        print(
+            f"gymbench: error: the run stopped after an internal error; rollouts without a row (task/rollout): "
+            f"{missing}{' ...' if len(problems.unwritten) > 10 else ''}. Fix the cause, then: {resume}",
+            file=sys.stderr,
+        )
+        return 1
+    if problems.stop_reason is not None:
+        print(
+            f"gymbench: error: stopped early: {problems.stop_reason}. {stats.completed + stats.failed} rollouts "
+            f"are in {output}; the rest were not attempted. Check the server, then: {resume}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0 if stats.failed == 0 else 1
+
+
+def _collect(collection: Collection, show_progress: bool) -> tuple[CollectStats, bool]:
+    """Run the collection on a fresh event loop (uvloop when installed) with a progress bar."""
+    collector = collection.collector
+    assert collector is not None
+    seen: set[tuple[str, int | None]] = set()
+
+    def on_failure(failure: GenerationFailed) -> None:
+        if (failure.kind, failure.status) not in seen:
+            seen.add((failure.kind, failure.status))
+            warn(f"a rollout failed ({failure.kind}): {failure.reason}; further failures of this kind are counted")
+
+    async def main() -> CollectStats:
+        collector.on_failure = on_failure
+        with collect_progress(collector, enabled=show_progress) as on_progress:
+            collector.on_progress = on_progress
+            return await collection.run()
+
+    try:
+        return run_loop(main()), False
+    except KeyboardInterrupt:
+        return collector.stats, True
+
+
+def run_loop(coroutine: Any) -> Any:
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        return uvloop.run(coroutine)
+    return asyncio.run(coroutine)

@@ -1,0 +1,82 @@
+"""``gymbench merge-rollouts a.jsonl b.jsonl ... -o all.jsonl``: NeMo Gym's manual splits joined with a check.
+
+NeMo Gym's tuning guide splits a big collection across machines with ``start_idx``/``end_idx``
+and joins the files with ``cat``; this joins them and refuses duplicates and (given the tasks
+file) gaps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gymbench.errors import GymbenchError
+from gymbench.settings import at_least
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class MergeSettings:
+    files: list[str] = field(default_factory=list, metadata=_help("the rollouts files, in order (positional)"))
+    output: str | None = field(default=None, metadata=_help("the merged file (required; also -o)"))
+    input: str | None = field(
+        default=None, metadata=_help("the tasks file the splits came from: check that no pair is missing")
+    )
+    num_repeats: int = field(default=1, metadata=_help("rollouts per task in the splits (with --input)"))
+    start_idx: int = field(default=0, metadata=_help("first task index of the whole selection (with --input)"))
+    end_idx: int | None = field(default=None, metadata=_help("task index the whole selection stops before"))
+    limit: int | None = field(default=None, metadata=_help("at most this many tasks (with --input)"))
+    overwrite: bool = field(default=False, metadata=_help("replace an existing output file"))
+
+    def __post_init__(self) -> None:
+        at_least("num_repeats", self.num_repeats, 1)
+        at_least("start_idx", self.start_idx, 0)
+        at_least("limit", self.limit, 0)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from gymbench.settings import add_settings_arguments
+
+    parser.usage = "gymbench merge-rollouts FILE [FILE ...] -o MERGED [--input TASKS --num-repeats N] [+key=value ...]"
+    parser.epilog = "example: gymbench merge-rollouts part0.jsonl part1.jsonl -o all.jsonl --input tasks.jsonl"
+    add_settings_arguments(parser, MergeSettings)
+    parser.add_argument("-o", dest="setting_output", metavar="FILE", help="the merged file (as --output)")
+
+
+def run(args: argparse.Namespace, plugins: object) -> int:
+    from gymbench.settings import settings_from_args
+
+    files = [token for token in args.overrides if "=" not in token]
+    args.overrides = [token for token in args.overrides if "=" in token]
+    settings = settings_from_args(MergeSettings, args, base={"files": files} if files else None)
+    return merge_command(settings)
+
+
+def merge_command(settings: MergeSettings) -> int:
+    from gymbench.collect.merge import Expected, merge_rollouts
+    from gymbench.rollout.dataset import TaskSlice
+
+    if settings.output is None:
+        raise GymbenchError("merge-rollouts needs -o MERGED.jsonl")
+    output = Path(settings.output)
+    if output.exists() and output.stat().st_size and not settings.overwrite:
+        raise GymbenchError(f"{output}: already exists; add --overwrite to replace it, or choose another -o")
+    expected = None
+    if settings.input is not None:
+        selection = TaskSlice(settings.start_idx, settings.end_idx, settings.limit, settings.num_repeats)
+        expected = Expected.from_input(settings.input, selection)
+    report = merge_rollouts([Path(name) for name in settings.files], output, expected)
+    checked = "checked against the tasks: none missing, " if expected is not None else ""
+    print(
+        f"merged {report.rows} rows from {len(settings.files)} files into {output} ({checked}no duplicates)"
+        + (f"; {report.failed_rows} rows are failed rollouts" if report.failed_rows else ""),
+        file=sys.stderr,
+    )
+    if expected is None:
+        print("gymbench: note: without --input, gaps cannot be seen; only duplicates were checked", file=sys.stderr)
+    return 0

@@ -1,0 +1,125 @@
+"""What a worker does with one shard, under any launcher: the same collection ``gymbench collect``
+runs, on this process's main thread, into the shard's file, resuming what is already there.
+
+Runs on the main thread on purpose: the ``math`` verifier's timeout is ``signal.alarm``, which
+only the main thread may set, and ``asyncio.run`` refuses a thread that already runs a loop (an
+async Ray actor's). Both launchers call :func:`collect_shard` from a plain process or task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gymbench.errors import GymbenchError
+from gymbench.rollout.stats import CollectStats
+
+REPORT_EVERY_S = 0.25
+_OWN_SIMULATOR: list[Any] = []
+"""This worker's own simulated server (``+sim_per_worker=true``), started once and kept for its shards."""
+
+
+@dataclass
+class ShardJob:
+    index: int
+    attempt: int
+    settings: dict[str, Any]
+    own_simulator: bool = False
+
+
+@dataclass
+class ShardOutcome:
+    index: int
+    attempt: int
+    worker: dict[str, Any]
+    stats: CollectStats | None = None
+    client_cpu_s: float = 0.0
+    busy_s: float = 0.0
+    backend: str = ""
+    error: str | None = None
+    retryable: bool = True
+    """False for a bad setting or input: the same error again on every attempt."""
+
+
+def worker_environment() -> dict[str, Any]:
+    """What decides this worker's speed, stated in the record: where it runs, its priority
+    (Ray starts workers at nice 15), its thread settings and the CPUs it may use."""
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "nice": os.getpriority(os.PRIO_PROCESS, 0) if hasattr(os, "getpriority") else None,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "cpus_allowed": len(affinity) if affinity is not None else os.cpu_count(),
+    }
+
+
+def collect_shard(job: ShardJob, report: Callable[[int], None]) -> ShardOutcome:
+    """Collect one shard; every failure comes back as an outcome (the driver decides on a retry)."""
+    outcome = ShardOutcome(job.index, job.attempt, worker_environment())
+    started = time.perf_counter()
+    try:
+        _collect(job, report, outcome)
+    except GymbenchError as exc:
+        outcome.error, outcome.retryable = str(exc), False
+    except Exception as exc:  # noqa: BLE001 - reported to the driver, which retries the shard
+        outcome.error = f"{type(exc).__name__}: {exc} ({_where(exc)})"
+    outcome.busy_s = time.perf_counter() - started
+    return outcome
+
+
+def _where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "unknown place"
+
+
+def _collect(job: ShardJob, report: Callable[[int], None], outcome: ShardOutcome) -> None:
+    from gymbench.collect.collection import Collection, backend_settings
+    from gymbench.collect.command import run_loop
+    from gymbench.collect.config import CollectConfig
+    from gymbench.plugins import Plugins
+    from gymbench.settings import build_settings
+
+    settings = {**job.settings, **(_own_simulator(job) if job.own_simulator else {})}
+    config = build_settings(CollectConfig, [], settings, where=f"shard {job.index}")
+    plugins = Plugins()
+    collection = Collection.prepare(config, plugins)
+    with contextlib.closing(collection), backend_settings(config, plugins) as (name, backend_config):
+        collector = collection.attach(name, plugins.backend(name, backend_config))
+        last = [0.0]
+
+        def on_progress(done: int, stats: CollectStats) -> None:
+            now = time.monotonic()
+            if now - last[0] >= REPORT_EVERY_S:
+                last[0] = now
+                report(stats.skipped + stats.completed + stats.failed)
+
+        collector.on_progress = on_progress
+        stats = run_loop(collection.run())
+    report(stats.skipped + stats.completed + stats.failed)
+    outcome.stats, outcome.client_cpu_s, outcome.backend = stats, collection.client_cpu_s, name
+    problems = collector.problems
+    if problems.errors:
+        outcome.error = f"internal error: {problems.errors[0]}"
+    elif problems.stop_reason is not None:
+        outcome.error = f"stopped early: {problems.stop_reason}"
+
+
+def _own_simulator(job: ShardJob) -> dict[str, Any]:
+    """Start this worker's simulator on its first shard; later shards reuse it."""
+    if not _OWN_SIMULATOR:
+        from gymbench.collect.collection import simulator_config
+        from gymbench.collect.config import CollectConfig
+        from gymbench.settings import build_settings
+        from gymbench.sim import start_sim_server
+
+        config = build_settings(CollectConfig, [], job.settings)
+        _OWN_SIMULATOR.append(start_sim_server(simulator_config(config)))
+    server = _OWN_SIMULATOR[0]
+    return {"base_url": server.base_url, "model": job.settings.get("model") or server.config.model}

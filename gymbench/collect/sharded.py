@@ -1,0 +1,237 @@
+"""``gymbench collect +num_workers=N [+launcher=local|ray]``: one collection in shards across workers.
+
+The driver plans the shards, starts the one shared simulator (when no server is named and
+``+sim_per_worker`` is off), hands shards to a launcher's workers with a bounded number of
+attempts each, keeps one progress bar, then merges the shard files into ``OUT`` with the exact
+check of :mod:`gymbench.collect.merge` (every expected pair once, no other), writes one metrics
+file and one results record with per-worker figures. Rerunning the same command continues: every
+shard resumes from its file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from gymbench.collect.collection import (
+    check_metrics_path,
+    checked_backend,
+    collect_settings,
+    metrics_path,
+    simulator_config,
+)
+from gymbench.collect.config import CollectConfig
+from gymbench.collect.merge import Expected, merge_rollouts
+from gymbench.collect.progress import warn
+from gymbench.collect.server_watch import ServerWatch
+from gymbench.collect.shard_events import Launcher, ShardEvent
+from gymbench.collect.shard_worker import ShardJob, ShardOutcome
+from gymbench.collect.sharded_record import sharded_result
+from gymbench.collect.shards import Shard, ShardProgress, plan_shards, shard_settings, shards_dir
+from gymbench.collect.summary import format_summary
+from gymbench.errors import GymbenchError
+from gymbench.jsonio import write_json_atomic
+from gymbench.plugins import Plugins
+from gymbench.record import Metric
+from gymbench.rollout.output import check_output_path, refuse_to_overwrite
+from gymbench.run import Run
+from gymbench.settings import settings_dict
+
+POLL_S = 0.25
+
+
+def run_sharded_collect(config: CollectConfig, plugins: Plugins) -> int:
+    run = Run(plugins, "collect", config.run_name, settings_dict(config), results_dir=config.results_dir,
+              save=config.save_results)  # fmt: skip
+    output = _checked_output(config)
+    checked_backend(config, plugins)
+    shards = plan_shards(config)
+    run.start()
+    with _shared_server(config) as server:
+        jobs = [ShardJob(s.index, 0, shard_settings(config, s, server), _own_simulator(config)) for s in shards]
+        launcher = make_launcher(config)
+        with ServerWatch(server.get("base_url") or config.base_url, config.scrape_metrics) as watch:
+            driver = _drive(launcher, jobs, config)
+    result = sharded_result(config, shards, driver.outcomes, driver.tries, driver.collecting_s, _simulator_mode(config))
+    result.metrics["worker_startup_s"] = Metric(driver.startup_s, "s", "lower")
+    result.extra["distribution"]["rows_travel_by"] = launcher.rows_travel_by
+    result.extra["summary"]["server_metrics"] = watch.record()
+    if driver.interrupted or driver.unfinished:
+        return _stopped(config, output, driver.unfinished, driver.interrupted)
+    report = merge_rollouts([Path(s.path) for s in shards], output, _expected(config, shards))
+    summary = result.extra["summary"]
+    print(format_summary(summary, output), file=sys.stderr)
+    print(f"merged {len(shards)} shards: {report.rows} rows, every expected pair exactly once", file=sys.stderr)
+    _aggregate(config, plugins, output)
+    run.finish([result])
+    metrics = {"summary": summary, "settings": settings_dict(config), **_shard_extra(result)}
+    write_json_atomic(metrics_path(output), metrics)
+    if run.saved_path is not None:
+        print(f"results record: {run.saved_path}", file=sys.stderr)
+    return 0 if report.failed_rows == 0 else 1
+
+
+def _shard_extra(result: Any) -> dict[str, Any]:
+    return {key: result.extra[key] for key in ("workers", "shards", "distribution")}
+
+
+def _checked_output(config: CollectConfig) -> Path:
+    settings = collect_settings(config)
+    output = settings.output_path
+    check_output_path(settings.input_path, output)
+    check_metrics_path(metrics_path(output))
+    if config.overwrite:
+        shutil.rmtree(shards_dir(output), ignore_errors=True)
+    elif not config.resume:
+        refuse_to_overwrite(output)
+    return output
+
+
+def _expected(config: CollectConfig, shards: list[Shard]) -> Expected:
+    tasks = sum(shard.tasks for shard in shards)
+    return Expected(shards[0].start_idx if shards else config.start_idx, tasks, config.num_repeats)
+
+
+def _own_simulator(config: CollectConfig) -> bool:
+    return config.sim_per_worker and simulator_config(config) is not None
+
+
+def _simulator_mode(config: CollectConfig) -> str:
+    if simulator_config(config) is None:
+        return "none (a named server)"
+    return "one per worker" if config.sim_per_worker else "one shared by all workers"
+
+
+@contextlib.contextmanager
+def _shared_server(config: CollectConfig) -> Iterator[dict[str, Any]]:
+    """The shared simulator's address for the shards' settings; nothing when a server is named or
+    each worker runs its own."""
+    simulator = simulator_config(config)
+    if simulator is None or config.sim_per_worker:
+        yield {}
+        return
+    from gymbench.sim import running_sim_server
+
+    with running_sim_server(simulator) as server:
+        warn(f"no server set: one simulated server (preset {config.sim_preset}) at {server.url}, shared by all workers")
+        yield {"base_url": server.base_url, "model": config.model or server.config.model}
+
+
+def make_launcher(config: CollectConfig) -> Launcher:
+    if config.launcher == "ray":
+        from gymbench.collect.launch_ray import RayLauncher
+
+        assert config.output_jsonl_fpath
+        return RayLauncher(config.num_workers, config.ray_address, config.shard_transfer,
+                           shards_dir(config.output_jsonl_fpath))  # fmt: skip
+    from gymbench.collect.launch_local import LocalLauncher
+
+    return LocalLauncher(config.num_workers)
+
+
+def _drive(launcher: Launcher, jobs: list[ShardJob], config: CollectConfig) -> _Driver:
+    """Run every shard to an outcome, retrying lost or failed ones, until done or interrupted."""
+    total = sum((job.settings["end_idx"] - job.settings["start_idx"]) * config.num_repeats for job in jobs)
+    driver = _Driver(jobs, config.shard_attempts)
+    try:
+        began = time.perf_counter()
+        launcher.start()  # before the bar: Ray's start-up lines would tear it
+        driver.startup_s = time.perf_counter() - began
+        driver.progress = ShardProgress(total, config.progress)
+        driver.run(launcher)
+    except KeyboardInterrupt:
+        driver.interrupted = True
+    finally:
+        launcher.close()
+        if driver.progress is not None:
+            driver.progress.close()
+    return driver
+
+
+class _Driver:
+    def __init__(self, jobs: list[ShardJob], attempts: int) -> None:
+        self.queue = list(reversed(jobs))
+        self.jobs = {job.index: job for job in jobs}
+        self.attempts = attempts
+        self.tries: Counter[int] = Counter()
+        self.progress: ShardProgress | None = None
+        self.outcomes: dict[int, list[ShardOutcome]] = {job.index: [] for job in jobs}
+        self.unfinished: dict[int, str] = {}
+        self.interrupted = False
+        self.startup_s = 0.0
+        self.collecting_s = 0.0
+        """From the workers' start to the last shard's end: what the record's rates are over."""
+
+    def run(self, launcher: Launcher) -> None:
+        began = time.perf_counter()
+        try:
+            while self.queue or launcher.busy():
+                while self.queue and launcher.free_slots() > 0:
+                    job = self.queue.pop()
+                    self.tries[job.index] += 1
+                    job.attempt = self.tries[job.index]
+                    launcher.submit(job)
+                for event in launcher.poll(POLL_S):
+                    self._handle(event)
+        finally:
+            self.collecting_s = time.perf_counter() - began
+
+    def _handle(self, event: ShardEvent) -> None:
+        if event.kind == "progress":
+            self._report(event.shard, event.done)
+            return
+        if event.kind == "done":
+            self.outcomes[event.shard].append(event.outcome)
+            if (stats := event.outcome.stats) is not None:
+                self._report(event.shard, stats.skipped + stats.completed + stats.failed)
+            if event.outcome.error is None:
+                self.unfinished.pop(event.shard, None)
+                return
+            self._retry(event.shard, event.outcome.error, event.outcome.retryable)
+        else:
+            self._retry(event.shard, event.reason, True)
+
+    def _report(self, shard: int, done: int) -> None:
+        if self.progress is not None:
+            self.progress.report(shard, done)
+
+    def _retry(self, shard: int, reason: str, retryable: bool) -> None:
+        tries = self.tries[shard]
+        if retryable and tries < self.attempts:
+            warn(f"shard {shard} (attempt {tries} of {self.attempts}): {reason}; running it again (it resumes)")
+            self.queue.append(self.jobs[shard])
+            return
+        self.unfinished[shard] = reason
+        if not retryable:
+            raise GymbenchError(f"shard {shard}: {reason}")
+
+
+def _stopped(config: CollectConfig, output: Path, unfinished: dict[int, str], interrupted: bool) -> int:
+    directory = shards_dir(output)
+    again = "Run the same command again to continue: every shard resumes from its file"
+    if interrupted:
+        print(f"gymbench: interrupted; the shards so far are in {directory}. {again}", file=sys.stderr)
+        return 130
+    for shard, reason in sorted(unfinished.items()):
+        print(f"gymbench: error: shard {shard} failed {config.shard_attempts} times: {reason}", file=sys.stderr)
+    print(f"gymbench: error: {len(unfinished)} shard(s) unfinished, so {output} was not written. {again}",
+          file=sys.stderr)  # fmt: skip
+    return 1
+
+
+def _aggregate(config: CollectConfig, plugins: Plugins, output: Path) -> None:
+    """NeMo Gym's aggregate metrics, from the merged file, when rows name agents (never the simulator's)."""
+    if config.disable_aggregation or simulator_config(config) is not None:
+        return
+    from gymbench.collect.aggregate import write_aggregate_metrics
+
+    name, settings = checked_backend(config, plugins)
+    written = write_aggregate_metrics(output, plugins.backend(name, settings), settings)
+    if written is not None:
+        print(f"aggregate metrics (NeMo Gym's): {written}", file=sys.stderr)

@@ -1,0 +1,334 @@
+"""Compare a candidate run (or runs) with a baseline, metric by metric, suite-wide.
+
+Per metric the effect is the ratio of medians with a bootstrap interval. Runs are the resampled
+unit where both sides have at least three runs; otherwise samples are, and the calibrated
+run-to-run noise that one run cannot see widens the interval. A suite-wide shift (a uniformly
+slower runner) is estimated from the speed metrics, reported, and taken out; the p-values of
+all metrics then go through Benjamini–Hochberg so the suite's false discoveries stay controlled.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from gymbench.callgrind import INSTRUCTIONS_UNIT
+from gymbench.gate.counts import counts_mismatch
+from gymbench.gate.matching import SuiteMatch, match_benchmarks
+from gymbench.gate.noise import NoiseTable
+from gymbench.gate.settings import CompareSettings, is_speed_unit, log_threshold
+from gymbench.gate.stats import (
+    Effect,
+    benjamini_hochberg,
+    bootstrap_log_ratio,
+    minimum_detectable_effect,
+    suite_shift,
+    two_sided_p,
+    widen,
+)
+from gymbench.record import Metric, ResultsRecord
+from gymbench.types import Direction
+
+Verdict = Literal["pass", "regressed", "improved", "inconclusive"]
+MIN_SHIFT_METRICS = 5
+MIN_RUNS_AS_UNIT = 3
+
+
+@dataclass(frozen=True)
+class MetricComparison:
+    """One metric of one benchmark. Ratios are candidate / baseline, after shift correction."""
+
+    benchmark: str
+    metric: str
+    unit: str
+    direction: Direction
+    base_value: float
+    cand_value: float
+    effect: Effect
+    """log(candidate / baseline) after shift correction, with its interval."""
+    min_effect: float
+    """The requested minimum effect that matters, as a fraction."""
+    mde: float | None
+    """Minimum detectable effect (fraction) from calibration; ``None`` when uncalibrated."""
+    p: float
+    q: float = 1.0
+    verdict: Verdict = "inconclusive"
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.effect.log_ratio)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return math.exp(self.effect.low), math.exp(self.effect.high)
+
+    @property
+    def raw_ratio(self) -> float:
+        return self.cand_value / self.base_value if self.base_value else math.inf
+
+    @property
+    def badness(self) -> float:
+        """The corrected log ratio signed so that positive is worse."""
+        return self.effect.log_ratio if self.direction == "lower" else -self.effect.log_ratio
+
+    @property
+    def gated(self) -> bool:
+        """False when calibration says this metric is too noisy to see ``min_effect``."""
+        return self.mde is None or self.mde <= self.min_effect
+
+    @property
+    def threshold(self) -> float:
+        """The effect that must be exceeded: the requested one, or the MDE when ungated."""
+        return self.min_effect if self.gated or self.mde is None else self.mde
+
+
+@dataclass(frozen=True)
+class Shift:
+    """The suite-wide shift of speed metrics (log scale), estimated and maybe taken out."""
+
+    log_ratio: float = 0.0
+    se: float = 0.0
+    metrics: int = 0
+    applied: bool = False
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.log_ratio)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Something the comparison could not judge, and why (shown in every report)."""
+
+    what: str
+    why: str
+    inconclusive: bool = True
+    """Whether it makes the outcome inconclusive (it might hide a regression) or is only a note."""
+
+
+@dataclass(frozen=True)
+class SuiteComparison:
+    baseline: str
+    candidate: str
+    comparisons: list[MetricComparison]
+    shift: Shift
+    match: SuiteMatch
+    settings: CompareSettings
+    warnings: list[str] = field(default_factory=list)
+    noise_source: str = ""
+    skipped: list[Skipped] = field(default_factory=list)
+    method: Literal["stored", "ab"] = "stored"
+    """How the effects were measured: stored runs compared, or interleaved A/B rounds."""
+
+    def with_verdict(self, verdict: Verdict) -> list[MetricComparison]:
+        return [c for c in self.comparisons if c.verdict == verdict]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        names: tuple[Verdict, ...] = ("pass", "regressed", "improved", "inconclusive")
+        return {name: len(self.with_verdict(name)) for name in names}
+
+
+def compare_runs(
+    baseline: Sequence[ResultsRecord],
+    candidate: Sequence[ResultsRecord],
+    settings: CompareSettings | None = None,
+    noise: NoiseTable | None = None,
+    labels: tuple[str, str] = ("baseline", "candidate"),
+) -> SuiteComparison:
+    """The whole comparison: match benchmarks, measure effects, take out the shift, decide."""
+    settings = settings or CompareSettings()
+    match = match_benchmarks(baseline, candidate)
+    pairs = _pairs(match, baseline, candidate, settings)
+    skipped = []
+    mismatch = counts_mismatch(baseline, candidate)
+    if mismatch is not None:
+        counted = [(b, m) for b, m in pairs if _unit(candidate, b, m) == INSTRUCTIONS_UNIT]
+        pairs = [pair for pair in pairs if pair not in counted]
+        skipped.append(Skipped(f"instruction counts ({len(counted)} metrics)", mismatch))
+    raw = [
+        _measure(bench_id, metric, baseline, candidate, settings, noise, index)
+        for index, (bench_id, metric) in enumerate(pairs)
+    ]
+    shift = _estimate_shift(raw, settings)
+    corrected = [_correct(c, shift, settings.confidence) if is_speed_unit(c.unit) else c for c in raw]
+    decided = decide(corrected, settings)
+    return SuiteComparison(
+        baseline=labels[0],
+        candidate=labels[1],
+        comparisons=decided,
+        shift=shift,
+        match=match,
+        settings=settings,
+        noise_source=noise.source if noise else "",
+        skipped=skipped,
+    )
+
+
+def _pairs(
+    match: SuiteMatch,
+    baseline: Sequence[ResultsRecord],
+    candidate: Sequence[ResultsRecord],
+    settings: CompareSettings,
+) -> list[tuple[str, str]]:
+    pairs = []
+    for bench_id in match.common:
+        names = _metric_names(baseline, bench_id) & _metric_names(candidate, bench_id)
+        pairs += [(bench_id, name) for name in sorted(names) if not settings.metrics or name in settings.metrics]
+    return pairs
+
+
+def _metric_names(records: Sequence[ResultsRecord], bench_id: str) -> set[str]:
+    return {name for metric_map in _metric_maps(records, bench_id) for name in metric_map}
+
+
+def _metric_maps(records: Sequence[ResultsRecord], bench_id: str) -> list[dict[str, Metric]]:
+    found = []
+    for record in records:
+        for bench in record.benchmarks:
+            if bench.id == bench_id:
+                found.append(dict(bench.metrics))
+    return found
+
+
+def _runs(records: Sequence[ResultsRecord], bench_id: str, metric: str) -> list[Metric]:
+    return [maps[metric] for maps in _metric_maps(records, bench_id) if metric in maps]
+
+
+def _unit(records: Sequence[ResultsRecord], bench_id: str, metric: str) -> str:
+    return _runs(records, bench_id, metric)[-1].unit
+
+
+def _options(records: Sequence[ResultsRecord], bench_id: str) -> dict[str, object]:
+    for record in reversed(records):
+        for bench in record.benchmarks:
+            if bench.id == bench_id:
+                return dict(bench.options)
+    return {}
+
+
+def _measure(
+    bench_id: str,
+    metric: str,
+    baseline: Sequence[ResultsRecord],
+    candidate: Sequence[ResultsRecord],
+    settings: CompareSettings,
+    noise: NoiseTable | None,
+    index: int,
+) -> MetricComparison:
+    base_runs, cand_runs = _runs(baseline, bench_id, metric), _runs(candidate, bench_id, metric)
+    effect = _effect(base_runs, cand_runs, settings, settings.seed + index)
+    known = noise.get(bench_id, metric) if noise else None
+    moderated = noise.moderated(bench_id, metric) if noise else None
+    runs_factor = math.sqrt(1 / len(base_runs) + 1 / len(cand_runs))
+    mde = None
+    if known is not None and moderated is not None:
+        sd, df = moderated
+        if effect.unit == "sample":
+            between = math.sqrt(max(0.0, sd**2 - known.within_se**2))
+            effect = widen(effect, between * runs_factor, settings.confidence, df)
+        elif effect.unit == "none":
+            effect = _effect_from_noise(effect, sd * runs_factor, df, settings)
+        mde = detectable_change(sd, df, settings, len(base_runs), len(cand_runs))
+    first = cand_runs[-1]
+    return MetricComparison(
+        benchmark=bench_id,
+        metric=metric,
+        unit=first.unit,
+        direction=first.direction,
+        base_value=_median_of_runs(base_runs),
+        cand_value=_median_of_runs(cand_runs),
+        effect=effect,
+        min_effect=settings.min_effect_for(bench_id, _options(candidate, bench_id), first.unit),
+        mde=mde,
+        p=two_sided_p(effect.log_ratio, effect.se, effect.df),
+    )
+
+
+def detectable_change(sd: float, df: float, settings: CompareSettings, n_base: int = 1, n_cand: int = 1) -> float:
+    """The smallest relative change ``n_base`` runs against ``n_cand`` detect with ``settings.power``."""
+    se = sd * math.sqrt(1 / n_base + 1 / n_cand)
+    return math.expm1(minimum_detectable_effect(se, settings.alpha, settings.power, df))
+
+
+def _effect(base: list[Metric], cand: list[Metric], settings: CompareSettings, seed: int) -> Effect:
+    """Runs as the unit when both sides have enough; a few runs make a t test, not a normal one."""
+    if len(base) >= MIN_RUNS_AS_UNIT and len(cand) >= MIN_RUNS_AS_UNIT:
+        base_medians, cand_medians = [m.value for m in base], [m.value for m in cand]
+        effect = bootstrap_log_ratio(base_medians, cand_medians, settings.confidence, seed, "run", settings.resamples)
+        return replace(effect, df=len(base) + len(cand) - 2)
+    return bootstrap_log_ratio(_pooled(base), _pooled(cand), settings.confidence, seed, "sample", settings.resamples)
+
+
+def _pooled(runs: list[Metric]) -> list[float]:
+    return [x for m in runs for x in (m.samples or (m.value,))]
+
+
+def _median_of_runs(runs: list[Metric]) -> float:
+    values = sorted(m.value for m in runs)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+def _effect_from_noise(effect: Effect, se: float, df: float, s: CompareSettings) -> Effect:
+    """Too few samples to resample, but calibration knows the noise: a t interval from it."""
+    from scipy.stats import t
+
+    se = max(se, 1e-12)
+    half = float(t.ppf(0.5 + s.confidence / 2, df)) * se
+    return Effect(effect.log_ratio, effect.log_ratio - half, effect.log_ratio + half, se, "calibrated", df)
+
+
+def _estimate_shift(comparisons: list[MetricComparison], settings: CompareSettings) -> Shift:
+    speed = [c.badness for c in comparisons if is_speed_unit(c.unit) and math.isfinite(c.badness)]
+    if len(speed) < MIN_SHIFT_METRICS:
+        return Shift(metrics=len(speed))
+    log_ratio, se = suite_shift(speed, settings.seed)
+    return Shift(log_ratio, se, len(speed), applied=settings.correct_shift)
+
+
+def _correct(c: MetricComparison, shift: Shift, confidence: float) -> MetricComparison:
+    """Take the shift out (in the metric's own direction) and add its uncertainty."""
+    from scipy.stats import norm
+
+    if not shift.applied:
+        return c
+    sign = 1.0 if c.direction == "lower" else -1.0
+    moved = sign * shift.log_ratio
+    e = c.effect
+    grow = float(norm.ppf(0.5 + confidence / 2)) * shift.se
+    effect = Effect(
+        e.log_ratio - moved,
+        e.log_ratio - moved - math.hypot(e.log_ratio - e.low, grow),
+        e.log_ratio - moved + math.hypot(e.high - e.log_ratio, grow),
+        math.hypot(e.se, shift.se),
+        e.unit,
+        e.df,
+    )
+    p = two_sided_p(effect.log_ratio, effect.se, effect.df)
+    return MetricComparison(**{**c.__dict__, "effect": effect, "p": p})
+
+
+def decide(comparisons: list[MetricComparison], settings: CompareSettings) -> list[MetricComparison]:
+    q_values = benjamini_hochberg([c.p for c in comparisons])
+    decided = []
+    for c, q in zip(comparisons, q_values, strict=True):
+        decided.append(MetricComparison(**{**c.__dict__, "q": q, "verdict": verdict_for(c, q, settings.alpha)}))
+    return decided
+
+
+def verdict_for(c: MetricComparison, q: float, alpha: float) -> Verdict:
+    """Regressed or improved: significant after FDR control *and* at least the effect that matters.
+
+    A change that looks as large as the threshold but is not significant is inconclusive when it
+    points to worse (the gate cannot vouch for it) and passes when it points to better.
+    """
+    threshold = log_threshold(c.threshold)
+    significant = q < alpha
+    if c.badness >= threshold:
+        return "regressed" if significant else "inconclusive"
+    if c.badness <= -threshold and significant:
+        return "improved"
+    return "pass"

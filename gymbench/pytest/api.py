@@ -1,0 +1,236 @@
+"""The ``gymbench`` fixture's object: measure any code, or run gymbench's own jobs inside a benchmark.
+
+``gymbench.collect(...)`` takes exactly the settings ``gymbench collect`` takes and runs the same
+:class:`~gymbench.collect.collection.Collection`; the standard metrics land in the benchmark, and
+the result comes back for assertions. Settings are layered: ``[tool.gymbench.collect]`` in
+pyproject.toml, then the pytest options (``--gymbench-backend`` ...), then the call's own. With no
+server named, the session's simulator (the ``gymbench_sim`` fixture) answers, started once.
+
+This module is imported by the pytest plugin for every benchmark, so it imports nothing heavy;
+each method imports what it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+from gymbench.errors import GymbenchError
+from gymbench.measure import MeasureSettings, Recorder
+
+ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | None
+T = TypeVar("T")
+
+
+@dataclass
+class BenchContext:
+    """What the pytest session provides to every benchmark (built by the pytest plugin)."""
+
+    plugins: Callable[[], Any]
+    """The session's plugin registry, built on first use."""
+    defaults: Callable[[str], Mapping[str, Any]]
+    """Default settings for a job (``"collect"``): pyproject's table, then the pytest options."""
+    sim: Callable[[], Any]
+    """The session's simulated server (a :class:`~gymbench.sim.SimServerHandle`), started on first use."""
+    workdir: Callable[[], Path]
+    """A fresh directory for a job's files."""
+    fail: Callable[[str], Any]
+    """Fails the current test with a one-line message (no traceback)."""
+
+
+@dataclass
+class CollectResult:
+    """What one ``gymbench.collect(...)`` gave: the summary, where the rows are, and how it ended."""
+
+    summary: dict[str, Any]
+    output_path: Path
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def completed(self) -> int:
+        return int(self.summary["completed"])
+
+    @property
+    def failed(self) -> int:
+        return int(self.summary["failed"])
+
+    @property
+    def mean_reward(self) -> float | None:
+        return self.summary["mean_reward"]
+
+    @property
+    def rollouts_per_s(self) -> float:
+        return float(self.summary["rollouts_per_s"])
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """The output rows, read back exactly."""
+        from gymbench.jsonio import loads
+
+        with open(self.output_path, "rb") as handle:
+            for line in handle:
+                if line.strip():
+                    yield loads(line)
+
+
+def job_layers(context: BenchContext, job: str, config: ConfigSource, settings: Mapping[str, Any]) -> list[dict]:
+    """A job's settings as the command line layers them: ``[tool.gymbench.<job>]`` and the pytest
+    options, then ``config`` (a mapping or a YAML/JSON file), then keyword arguments."""
+    from gymbench.settings import load_settings_file
+
+    given = load_settings_file(Path(config)) if isinstance(config, (str, os.PathLike)) else dict(config or {})
+    return [dict(context.defaults(job)), given, dict(settings)]
+
+
+def job_settings(
+    context: BenchContext,
+    schema: type,
+    job: str,
+    config: ConfigSource,
+    settings: Mapping[str, Any],
+    fixed: dict,
+    where: str | None = None,
+) -> Any:
+    """The layers, then what running inside pytest fixes, checked by the command's own schema;
+    a bad one is reported as coming from ``where`` (the method the test called)."""
+    from gymbench.settings import build_settings
+
+    layers = job_layers(context, job, config, settings)
+    return build_settings(schema, (), *layers, fixed, where=where or f"gymbench.{job}")
+
+
+def fail_test(context: BenchContext, problem: str) -> NoReturn:
+    """The command line's one-line message as the test's failure."""
+    context.fail(f"gymbench: error: {problem}")
+    raise AssertionError(problem)  # not reached: fail() raises
+
+
+def or_fail(context: BenchContext, work: Callable[[], T]) -> T:
+    """``work()``, or its setting's error as the test's one-line failure.
+
+    The failure is raised outside the ``except`` block, so pytest shows no chained traceback.
+    """
+    try:
+        return work()
+    except GymbenchError as exc:
+        problem = str(exc)
+    fail_test(context, problem)
+
+
+class Benchmark(Recorder):
+    """The ``gymbench`` fixture: :meth:`measure`, :meth:`record`, and gymbench's jobs as benchmarks."""
+
+    def __init__(
+        self, settings: MeasureSettings, context: BenchContext, *, counter: Any = None, pacer: Any = None
+    ) -> None:
+        """``counter`` under callgrind, ``pacer`` in an A/B worker: see :class:`Recorder`."""
+        super().__init__(settings, counter=counter, pacer=pacer)
+        self.context = context
+
+    def add_job(self, job: str, metrics: Mapping[str, Any], prefix: str, context: dict[str, Any]) -> None:
+        """A job's metrics into this benchmark (under ``prefix``), its context into ``extra[job]``."""
+        for name, metric in metrics.items():
+            self.metrics[prefix + name] = metric
+        self.extra.setdefault(job, []).append(context)
+
+    def collect(
+        self, config: ConfigSource = None, /, *, metric_prefix: str = "", **settings: Any
+    ) -> CollectResult | Awaitable[CollectResult]:
+        """Collect rollouts exactly as ``gymbench collect`` would, and record the standard metrics.
+
+        In an ``async def`` test, ``await`` it (it runs on the test's event loop); in a plain test
+        it runs at once on its own loop (uvloop when installed, as the command line does).
+        ``config`` is a mapping or a YAML/JSON file of settings; keyword arguments win over it.
+        """
+        coroutine = self._collect(config, metric_prefix, settings)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            from gymbench.collect.command import run_loop
+
+            result: CollectResult = run_loop(coroutine)
+            return result
+        return coroutine
+
+    def train_step(self, config: ConfigSource = None, /, *, metric_prefix: str = "", **settings: Any) -> Any:
+        """Benchmark training steps exactly as ``gymbench train`` would, and record its metrics.
+
+        Records ``step_time`` (samples), ``tokens_per_s``, ``samples_per_s``, ``phase_*``, and,
+        when measured, ``peak_memory``, ``achieved_tflops`` and ``mfu``; returns a
+        :class:`~gymbench.pytest.api_train.TrainResult`.
+        """
+        from gymbench.pytest.api_train import run_train
+
+        return run_train(self, config, metric_prefix, settings)
+
+    def find_batch(self, config: ConfigSource = None, /, *, metric_prefix: str = "", **settings: Any) -> Any:
+        """The largest batch that fits, searched as ``gymbench train +find_batch=search`` does.
+
+        Records ``largest_fit``, ``chosen_batch`` and ``search_trials`` (and the verification's
+        pass rate), so CI notices when a change makes the model need more memory.
+        """
+        from gymbench.pytest.api_train import run_train
+
+        return run_train(self, config, metric_prefix, {"find_batch": "search", **settings})
+
+    def tune(self, config: ConfigSource = None, /, *, metric_prefix: str = "", **settings: Any) -> Any:
+        """Find the knee and the recommended parallelism exactly as ``gymbench tune`` would.
+
+        Records ``knee_parallelism``, ``recommended_parallelism``, ``plateau_rollouts_per_s``,
+        ``expected_rollouts_per_s`` and ``expected_share_of_plateau``, so CI notices when a change
+        moves the knee; returns a :class:`~gymbench.pytest.api_tune.TuneOutcome`. Call it from a
+        plain (not ``async``) test: tuning runs its own event loop.
+        """
+        from gymbench.pytest.api_tune import run_tune
+
+        return run_tune(self, config, metric_prefix, settings)
+
+    async def _collect(self, config: ConfigSource, prefix: str, settings: Mapping[str, Any]) -> CollectResult:
+        try:
+            collection = await self._run_collection(config, settings)
+        except GymbenchError as exc:
+            problem = str(exc)
+        else:
+            return self._collect_outcome(collection, prefix)
+        fail_test(self.context, problem)  # outside the handler: no chained traceback
+
+    async def _run_collection(self, config: ConfigSource, settings: Mapping[str, Any]) -> Any:
+        from gymbench.collect.collection import Collection, backend_settings, chosen_backend
+
+        collect_config = self._collect_config(config, settings)
+        plugins = self.context.plugins()
+        collection = Collection.prepare(collect_config, plugins)
+        try:
+            sim = self.context.sim() if chosen_backend(collect_config)[1] else None
+            with backend_settings(collect_config, plugins, running_sim=sim) as (name, backend_config):
+                collection.attach(name, plugins.backend(name, backend_config))
+                await collection.run()
+        finally:
+            collection.close()
+        return collection
+
+    def _collect_config(self, config: ConfigSource, settings: Mapping[str, Any]) -> Any:
+        from gymbench.collect.config import CollectConfig
+        from gymbench.settings import build_settings
+
+        layers = job_layers(self.context, "collect", config, settings)
+        if not any("output_jsonl_fpath" in layer for layer in layers):
+            layers.append({"output_jsonl_fpath": str(self.context.workdir() / "rollouts.jsonl")})
+        layers.append({"save_results": False, "progress": False})
+        return build_settings(CollectConfig, (), *layers, where="gymbench.collect")
+
+    def _collect_outcome(self, collection: Any, prefix: str) -> CollectResult:
+        problems = collection.collector.problems
+        if problems.errors or problems.stop_reason:
+            reason = problems.stop_reason or "; ".join(problems.errors)
+            fail_test(self.context, f"the collection stopped: {reason}")
+        result = collection.result()
+        summary = result.extra["summary"]
+        self.add_job(
+            "collect", result.metrics, prefix, {"backend": collection.backend_name, "params": dict(result.params),
+                                                "summary": summary}
+        )  # fmt: skip
+        return CollectResult(summary=summary, output_path=collection.settings.output_path, metrics=dict(result.metrics))

@@ -1,0 +1,88 @@
+"""Where benchmarks' servers come from: pytest options, ``[tool.gymbench]`` and the session simulator.
+
+The same suite runs against the embedded simulator in CI and against a real vLLM, SGLang or NeMo
+Gym agent on a GPU box: ``pytest benches/ --gymbench-backend openai --gymbench-base-url
+http://gpu-box:8000/v1 --gymbench-model NAME``. Defaults for every ``gymbench.collect(...)`` can
+live in ``[tool.gymbench.collect]`` of pyproject.toml (the options win over it), and the session
+simulator's settings in ``[tool.gymbench.sim]``. API keys come only from the environment
+(``api_key_env``). Loaded by :mod:`gymbench.pytest.plugin`; imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+
+SERVER_OPTIONS = {
+    "backend": "the backend plugin for gymbench.collect (openai, nemo-gym; unset: the session simulator)",
+    "base_url": "OpenAI-compatible base URL, e.g. http://HOST:PORT/v1",
+    "model": "model name sent with each request",
+    "agent_url": "NeMo Gym agent server, e.g. http://HOST:PORT",
+    "api": "responses or chat",
+    "api_key_env": "environment variable holding the API key",
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("gymbench", "gymbench benchmarks")
+    for key, help_text in SERVER_OPTIONS.items():
+        group.addoption("--gymbench-" + key.replace("_", "-"), dest=f"gymbench_{key}", default=None, help=help_text)
+    group.addoption(
+        "--gymbench-sim-preset", default=None, help="preset of the session simulator (default: [tool.gymbench.sim])"
+    )
+
+
+PATH_SETTINGS = ("input_jsonl_fpath", "output_jsonl_fpath", "verify_cache_path", "rollouts", "profile")
+"""Paths in ``[tool.gymbench.*]`` are relative to the pyproject.toml, wherever pytest is run from."""
+
+
+def job_defaults(config: pytest.Config, job: str) -> dict[str, Any]:
+    """``[tool.gymbench.<job>]`` of the rootdir's pyproject.toml, then the server options given."""
+    from gymbench.settings import pyproject_table
+
+    defaults = pyproject_table(config.rootpath / "pyproject.toml", job)
+    for key in PATH_SETTINGS:
+        if isinstance(defaults.get(key), str):
+            defaults[key] = str(config.rootpath / defaults[key])
+    if job in ("collect", "tune"):
+        for key in SERVER_OPTIONS:
+            value = config.getoption(f"gymbench_{key}")
+            if value is not None:
+                defaults[key] = value
+    return defaults
+
+
+@pytest.fixture(scope="session")
+def gymbench_sim_factory() -> Iterator[Callable[..., Any]]:
+    """Start simulated servers for the session: ``gymbench_sim_factory(preset, **settings)``.
+
+    The same preset and settings give the same running server; all stop when the session ends.
+    """
+    from gymbench.sim import start_sim_server
+
+    started: dict[str, Any] = {}
+
+    def start(preset: str | None = None, **settings: Any) -> Any:
+        key = json.dumps([preset, settings], sort_keys=True, default=str)
+        if key not in started:
+            started[key] = start_sim_server(preset=preset, **settings)
+        return started[key]
+
+    yield start
+    for handle in started.values():
+        handle.stop()
+
+
+@pytest.fixture(scope="session")
+def gymbench_sim(request: pytest.FixtureRequest, gymbench_sim_factory: Callable[..., Any]) -> Any:
+    """The session's simulated server (``.base_url``, ``.config``, ``.capacity``, ``.metrics()``).
+
+    ``gymbench.collect(...)`` uses it when no server is named.
+    """
+    settings: Mapping[str, Any] = job_defaults(request.config, "sim")
+    settings = dict(settings)
+    preset = request.config.getoption("--gymbench-sim-preset") or settings.pop("preset", None)
+    return gymbench_sim_factory(preset, **settings)

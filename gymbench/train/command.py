@@ -1,0 +1,53 @@
+"""``gymbench train``: benchmark training steps (LM or RL), or find the largest batch that fits.
+
+torch is imported only when the command runs, never when the CLI starts. The work itself is
+:func:`gymbench.train.execute.train` (settings in, result out, nothing printed), which the
+pytest API calls too; this module only prints and keeps the record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from gymbench.train.settings import TrainSettings
+
+HELP = (
+    "benchmark training steps (LM or NeMo RL's GRPO policy step; precision, checkpointing, accumulation, "
+    "variable lengths and packing, memory, FLOPs) or find the largest batch"
+)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from gymbench.settings import add_settings_arguments
+
+    parser.epilog = (
+        "examples: gymbench train --model transformer --size tiny --batch 16 --precision bf16; "
+        "gymbench train --step rl --lengths skewed --packing --batch 16 --seq-len 256"
+    )
+    add_settings_arguments(parser, TrainSettings)
+
+
+def run(args: argparse.Namespace, plugins: Any) -> int:
+    from gymbench.settings import settings_from_args
+
+    return run_train(settings_from_args(TrainSettings, args), plugins)
+
+
+def run_train(settings: TrainSettings, plugins: Any) -> int:
+    from gymbench.run import Run
+    from gymbench.train.execute import execute, prepare
+
+    prepared = prepare(settings, plugins)
+    for warning in prepared.warnings:
+        print(f"gymbench: warning: {warning}", file=sys.stderr)
+    name = settings.save or "train"
+    run = Run(plugins, "train", name, prepared.config.to_dict(), results_dir=settings.results_dir,
+              save=settings.save is not None).start()  # fmt: skip
+    outcome = execute(prepared)
+    print("\n".join(outcome.lines))
+    run.finish([outcome.result])
+    if run.saved_path is not None:
+        print(f"results saved to {run.saved_path}")
+    return 0

@@ -1,0 +1,183 @@
+"""One rank of a data-parallel training-step benchmark, the same code under torchrun and under Ray.
+
+A rank reads torchrun's environment contract (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR``, ``MASTER_PORT``); the Ray launcher sets the same variables in each actor, so
+nothing here knows which launcher started it. Each rank trains the model wrapped in torch's
+``DistributedDataParallel`` on its share of the global batch (its own data), and measures:
+
+- steps with gradient sync, then checks that the replicas are bit-identical;
+- pairs of steps with and without sync (``no_sync``), in alternation, so that machine load falls
+  on both alike: their difference is the all-reduce time the step does not hide;
+- a bare all-reduce of a gradient-sized buffer;
+- on rank 0 alone (the others wait), plain steps of the same per-rank batch: the ``--dp 1``
+  reference for the scaling efficiency.
+
+Every rank's figures are gathered to rank 0, which returns (or, under torchrun, writes) them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from gymbench.jsonio import read_json_file, write_json_atomic
+from gymbench.train.config import TrainConfig
+from gymbench.train.session import ModelFactory, TrainSession
+
+CONTRACT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+INIT_TIMEOUT_S = 300
+
+
+class DataParallelSession(TrainSession):
+    """A session whose forward goes through DDP (gradients averaged across ranks in backward)."""
+
+    def __init__(self, factory: ModelFactory, config: TrainConfig, rank: int) -> None:
+        super().__init__(factory, config)  # the same seed everywhere: the same initial weights
+        self.generator.manual_seed(config.seed + 1 + rank)  # each rank its own data
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        self.replica = DistributedDataParallel(self.model, device_ids=device_ids)
+        self.through_replica = True
+
+    def forward(self, batch: Any) -> torch.Tensor:
+        module = self.replica if self.through_replica else self.model
+        with self.precision.autocast():
+            return module(*batch) / self.config.accumulation
+
+    def parameter_digest(self) -> str:
+        flat = torch.cat([p.detach().reshape(-1).float().cpu() for p in self.model.parameters()])
+        return hashlib.sha256(flat.numpy().tobytes()).hexdigest()
+
+    def gradient_elements(self) -> int:
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+
+def rank_environment() -> dict[str, Any]:
+    return {
+        "rank": int(os.environ["RANK"]),
+        "world_size": int(os.environ["WORLD_SIZE"]),
+        "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+        "host": os.uname().nodename,
+        "pid": os.getpid(),
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def run_rank(job: Mapping[str, Any], factory: ModelFactory | None = None) -> dict[str, Any] | None:
+    """This rank's part; rank 0 returns every rank's figures, the others None."""
+    missing = [name for name in CONTRACT if name not in os.environ]
+    if missing:
+        raise RuntimeError(f"not started by a launcher: {', '.join(missing)} unset (torchrun's environment)")
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    config = TrainConfig(**{**job["config"], "model_config": dict(job["config"]["model_config"])})
+    if job["backend"] == "nccl":
+        config = TrainConfig(**{**config.to_dict(), "device": f"cuda:{local_rank}"})
+    dist.init_process_group(job["backend"], timeout=timedelta(seconds=INIT_TIMEOUT_S))
+    try:
+        session = DataParallelSession(factory or _factory(config.model), config, rank)
+        figures = {**rank_environment(), **_measure(session, int(job["steps"]), int(job["warmup"]), rank)}
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, figures)
+        # No rank tears gloo down while another still talks to it: without this, a rank that
+        # finishes first sometimes aborts in teardown ("terminate called without an active exception").
+        del session
+        dist.barrier()
+        return {"ranks": gathered} if rank == 0 else None
+    finally:
+        dist.destroy_process_group()
+
+
+def _factory(model: str) -> ModelFactory:
+    from gymbench.plugins import Plugins
+
+    return Plugins().components["model"][model].item.factory
+
+
+def _timed(session: DataParallelSession, step: Callable[[], Any], together: bool = True) -> float:
+    if together:
+        dist.barrier()  # every rank starts the step at once: the slowest then sets the pace
+    session.synchronize()
+    started = time.perf_counter()
+    step()
+    session.synchronize()
+    return time.perf_counter() - started
+
+
+def _measure(session: DataParallelSession, steps: int, warmup: int, rank: int) -> dict[str, Any]:
+    for _ in range(warmup):
+        _timed(session, session.step)
+    synced = [_timed(session, session.step) for _ in range(steps)]
+    digest = session.parameter_digest()
+    with_sync, without_sync = [], []
+    for _ in range(steps):
+        with_sync.append(_timed(session, session.step))
+        with session.replica.no_sync():
+            without_sync.append(_timed(session, session.step))
+    return {
+        "step_s": synced,
+        "tokens_per_step": session.last_count.tokens,
+        "samples_per_step": session.config.batch,
+        "parameter_digest": digest,
+        "paired_sync_s": with_sync,
+        "paired_no_sync_s": without_sync,
+        "gradient_bytes": session.gradient_elements() * 4,
+        "allreduce_s": _bare_allreduce(session, steps),
+        "reference_step_s": _reference(session, steps, warmup, rank),
+    }
+
+
+def _bare_allreduce(session: DataParallelSession, repeats: int) -> list[float]:
+    buffer = torch.ones(session.gradient_elements(), dtype=torch.float32, device=session.device)
+    return [_timed(session, lambda: dist.all_reduce(buffer)) for _ in range(repeats + 1)][1:]
+
+
+def _reference(session: DataParallelSession, steps: int, warmup: int, rank: int) -> list[float]:
+    """Rank 0 alone, no DDP, the same per-rank batch: what one process does (``--dp 1``)."""
+    dist.barrier()
+    times: list[float] = []
+    if rank == 0:
+        session.through_replica = False
+        times = [_timed(session, session.step, together=False) for _ in range(warmup + steps)][warmup:]
+    dist.barrier()
+    return times
+
+
+def main() -> int:
+    """``torchrun ... -m gymbench.train.ddp JOB.json RESULT.json``: rank 0 writes the result."""
+    job_path, result_path = sys.argv[1:3]
+    result = run_rank(read_json_file(job_path, "data-parallel job"))
+    if result is not None:
+        write_json_atomic(result_path, result)
+    return 0
+
+
+class RankActor:
+    """A Ray actor holding one rank: the driver gives it torchrun's variables, then the job."""
+
+    def address(self) -> tuple[str, int]:
+        """This node's address and a free port, for rank 0 to be the rendezvous (MASTER_ADDR/PORT)."""
+        import socket
+
+        import ray
+
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            return ray.util.get_node_ip_address(), probe.getsockname()[1]
+
+    def run(self, job: Mapping[str, Any], environment: Mapping[str, str], factory: ModelFactory) -> Any:
+        os.environ.update(environment)
+        return run_rank(job, factory)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

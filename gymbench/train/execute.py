@@ -1,0 +1,276 @@
+"""``gymbench train`` without the printing: settings in, a benchmark result and its summary out.
+
+The command line and the pytest API call the same two functions: :func:`prepare` checks the
+settings against the registered models (and reads a rollouts file) before anything long starts,
+:func:`execute` runs the benchmark or the batch-size search and records its metrics. Neither
+prints; warnings and the summary come back as lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gymbench.errors import GymbenchError
+from gymbench.measure import Recorder
+from gymbench.record import BenchmarkResult
+from gymbench.train.config import TrainConfig, length_source
+from gymbench.train.settings import TrainSettings
+
+MiB = 1 << 20
+FP16_CPU_LIMITS = {"batch": 4, "seq_len": 32}
+
+
+@dataclass
+class PreparedTrain:
+    settings: TrainSettings
+    factory: Any
+    config: TrainConfig
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TrainOutcome:
+    result: BenchmarkResult
+    """What goes into the results record: metrics, parameters, and context in ``extra``."""
+    lines: list[str]
+    """The human summary ``gymbench train`` prints."""
+    warnings: list[str]
+    report: Any
+    """A ``TrainReport`` (benchmark), ``SearchResult`` (search) or a list of ``Trial`` (halve)."""
+
+
+def prepare(settings: TrainSettings, plugins: Any) -> PreparedTrain:
+    """The model factory and a checked configuration; bad input fails here, before any step runs."""
+    factory = model_factory(plugins, settings.model)
+    prepared = PreparedTrain(settings, factory, build_config(settings))
+    if prepared.config.rollouts is not None:
+        length_source(prepared.config)  # a bad file is reported now, with its line
+    _shrink_fp16_on_cpu(prepared)
+    _check_model(prepared)
+    if settings.profile:
+        from gymbench.jsonio import check_writable_file
+
+        check_writable_file(settings.profile, "profile trace", "+profile")
+    return prepared
+
+
+def execute(prepared: PreparedTrain, recorder: Recorder | None = None) -> TrainOutcome:
+    """Run the benchmark (or the search) and record its metrics into ``recorder``."""
+    recorder = recorder or Recorder()
+    settings, config = prepared.settings, prepared.config
+    if settings.dp > 1:
+        report, lines = _data_parallel(prepared, recorder)
+    elif settings.find_batch == "halve":
+        report, lines = _halve(prepared, recorder)
+    elif settings.find_batch == "search":
+        report, lines = _search(prepared, recorder)
+    else:
+        report, lines = _benchmark(prepared, recorder)
+    keys = ("model", "step", "precision", "checkpointing", "accumulation", "batch", "packing")
+    params = {key: config.to_dict()[key] for key in keys}
+    name = f"train.{settings.find_batch}" if settings.find_batch else "train"
+    if settings.dp > 1:
+        name, params = "train.dp", {**params, "dp": settings.dp, "launcher": settings.launcher}
+    result = recorder.result(name, params={**params, "size": config.model_config.get("size")})
+    return TrainOutcome(result, lines, prepared.warnings, report)
+
+
+def train(settings: TrainSettings, plugins: Any, recorder: Recorder | None = None) -> TrainOutcome:
+    """Both steps at once: what a pytest benchmark calls."""
+    return execute(prepare(settings, plugins), recorder)
+
+
+def model_factory(plugins: Any, name: str) -> Any:
+    registered = plugins.components.get("model", {})
+    if name not in registered:
+        known = ", ".join(sorted(registered)) or "(none registered)"
+        raise GymbenchError(f"unknown model {name!r}; known models: {known}. `gymbench plugins` lists them.")
+    return registered[name].item.factory
+
+
+def build_config(settings: TrainSettings) -> TrainConfig:
+    names = (
+        "model batch seq_len precision checkpointing checkpoint_ratio accumulation steps warmup device lr "
+        "base_batch seed threads step lengths min_len prompt_share rollouts packing group_size kl_penalty "
+        "ratio_clip max_grad_norm"
+    ).split()
+    values = {name: getattr(settings, name) for name in names}
+    return TrainConfig(model_config={"size": settings.size, **settings.model_options}, **values)
+
+
+def _check_model(prepared: PreparedTrain) -> None:
+    """Build the model on the meta device (no memory, no weights): its options and its fitness for
+    the chosen step are checked before a run starts."""
+    import torch
+
+    from gymbench.train.session import checked_model
+
+    with torch.device("meta"):
+        checked_model(prepared.factory, prepared.config)
+
+
+def _shrink_fp16_on_cpu(prepared: PreparedTrain) -> None:
+    """fp16 without native CPU kernels crawls: warn, and unless told otherwise keep the shapes tiny."""
+    from gymbench.train.precision import FP16_SLOWDOWN_MEASURED, cpu_flags, native_fp16
+    from gymbench.train.session import resolve_device
+
+    config = prepared.config
+    if config.precision != "fp16" or resolve_device(config.device).type != "cpu" or native_fp16(cpu_flags()):
+        return
+    prepared.warnings.append(
+        "fp16 on this CPU (no avx512_fp16 or amx_fp16) runs through conversion kernels, much slower than fp32: "
+        + FP16_SLOWDOWN_MEASURED
+    )
+    if prepared.settings.allow_slow_fp16:
+        return
+    shrunk = {key: min(getattr(config, key), limit) for key, limit in FP16_CPU_LIMITS.items()}
+    shrunk["batch"] = config.accumulation * max(1, shrunk["batch"] // config.accumulation)
+    if config.step == "rl":
+        shrunk["batch"] = max(shrunk["batch"] // config.group_size, 1) * config.group_size
+    prepared.warnings.append(
+        f"keeping fp16 shapes tiny: size=tiny, batch={shrunk['batch']}, seq_len={shrunk['seq_len']} "
+        "(--allow-slow-fp16 keeps yours)"
+    )
+    model_config = {**config.model_config, "size": "tiny"}
+    shrunk["min_len"] = min(config.min_len, shrunk["seq_len"])
+    prepared.config = replace(config, model_config=model_config, **shrunk)
+
+
+def _benchmark(prepared: PreparedTrain, recorder: Recorder) -> tuple[Any, list[str]]:
+    from gymbench.train.bench import BenchOptions, record_metrics, run_benchmark
+    from gymbench.train.summary import benchmark_lines
+
+    settings = prepared.settings
+    options = BenchOptions(
+        memory_pass=settings.memory,
+        count_flops=settings.flops,
+        peak_tflops=settings.peak_tflops,
+        leak_bound_per_step_bytes=settings.leak_bound_mib_per_step * MiB,
+        profile_path=settings.profile,
+        progress=settings.progress,
+    )
+    report = _unless_out_of_memory(run_benchmark, prepared.factory, prepared.config, options)
+    record_metrics(recorder, report)
+    return report, benchmark_lines(report)
+
+
+def _unless_out_of_memory(run: Any, factory: Any, config: Any, options: Any) -> Any:
+    """A benchmark whose batch does not fit is a setting to change, said in one line."""
+    from gymbench.train.oom import is_out_of_memory
+
+    try:
+        return run(factory, config, options)
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise GymbenchError(
+            f"batch {config.batch} x seq_len {config.seq_len} does not fit in memory ({reason}); lower +batch, "
+            "or find the largest batch that fits with +find_batch=search"
+        ) from None
+
+
+def _search(prepared: PreparedTrain, recorder: Recorder) -> tuple[Any, list[str]]:
+    from gymbench.train.backoff import find_largest_batch
+    from gymbench.train.oom import SearchPlan
+    from gymbench.train.summary import search_lines
+
+    settings, config = prepared.settings, prepared.config
+    plan = SearchPlan(
+        max_batch=settings.max_batch,
+        tolerance=settings.tolerance,
+        margin=settings.margin,
+        verify_runs=settings.verify,
+        budget_bytes=int(settings.memory_budget_mib * MiB),
+        guided=settings.guided,
+    )
+    result = find_largest_batch(
+        prepared.factory,
+        config,
+        plan,
+        steps=settings.trial_steps,
+        memory_fraction=settings.memory_fraction,
+        progress=settings.progress,
+        allocator=settings.trial_allocator,
+    )
+    recorder.record("largest_fit", result.largest_fit, "samples", "higher")
+    recorder.record("chosen_batch", result.chosen, "samples", "higher")
+    recorder.record("search_trials", result.search_trials, "trials", "lower")
+    if result.verification:
+        recorder.record("verification_pass_rate", result.pass_rate, "ratio", "higher")
+        recorder.record("verification_backoffs", result.backoffs, "backoffs", "lower")
+    note = _checkpoint_note(prepared)
+    recorder.extra.update(result.to_dict(), notes=[note] if note else [])
+    return result, search_lines(result, config, _longest(config)) + _note_lines(note)
+
+
+def _halve(prepared: PreparedTrain, recorder: Recorder) -> tuple[Any, list[str]]:
+    from gymbench.train.backoff import halve_until_it_fits
+    from gymbench.train.summary import halving_lines, settled_batch
+
+    settings, config = prepared.settings, prepared.config
+    trials = halve_until_it_fits(
+        prepared.factory,
+        config,
+        int(settings.memory_budget_mib * MiB),
+        steps=settings.trial_steps,
+        memory_fraction=settings.memory_fraction,
+        allocator=settings.trial_allocator,
+    )
+    recorder.record("settled_batch", settled_batch(trials), "samples", "higher")
+    recorder.record("tries", len(trials), "trials", "lower")
+    note = _checkpoint_note(prepared)
+    recorder.extra.update(trials=[trial.__dict__ for trial in trials], notes=[note] if note else [])
+    return trials, halving_lines(trials, config) + _note_lines(note)
+
+
+def _data_parallel(prepared: PreparedTrain, recorder: Recorder) -> tuple[Any, list[str]]:
+    from gymbench.train import data_parallel as dp
+
+    settings = prepared.settings
+    if settings.dist_backend == "nccl":
+        _check_gpus(settings.dp)
+    threads = dp.threads_per_rank(settings.dp, settings.threads)
+    config = dp.rank_config(prepared.config, settings.dp, threads, settings.dist_backend)
+    job = {"config": config.to_dict(), "backend": settings.dist_backend, "steps": config.steps, "warmup": config.warmup}
+    ranks = dp.launch(job, settings.dp, settings.launcher, prepared.factory, settings.ray_address)["ranks"]
+    figures = dp.summarise(ranks)
+    setup = {"dp": settings.dp, "launcher": settings.launcher, "dist_backend": settings.dist_backend,
+             "threads_per_rank": threads, "batch_per_rank": config.batch}  # fmt: skip
+    dp.record(recorder, figures, ranks, setup)
+    return figures, dp.summary_lines(figures, setup)
+
+
+def _check_gpus(ranks: int) -> None:
+    import torch
+
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if found < ranks:
+        raise GymbenchError(
+            f"--dist-backend nccl needs one GPU per rank ({ranks}); torch sees {found} (no GPU here). "
+            "Use --dist-backend gloo on CPUs"
+        )
+
+
+def _longest(config: TrainConfig) -> str:
+    if not config.uses_sequences:
+        return ""
+    source = length_source(config)
+    return f"{source.longest} tokens ({source.describe()})"
+
+
+def _checkpoint_note(prepared: PreparedTrain) -> str:
+    """The checkpoint plan, from the model built on the meta device (no memory, no weights)."""
+    import torch
+
+    from gymbench.train.checkpointing import apply_checkpointing
+
+    config = prepared.config
+    with torch.device("meta"):
+        model = prepared.factory(dict(config.model_config))
+    return apply_checkpointing(model.blocks, config.checkpointing, config.checkpoint_ratio).note
+
+
+def _note_lines(note: str) -> list[str]:
+    return [f"note        {note}"] if note else []

@@ -1,0 +1,62 @@
+"""A Hugging Face causal LM as a benchmark model; registered only when ``transformers`` imports.
+
+Built from a config (random weights, nothing downloaded): ``model_type`` (default ``llama``) plus
+size fields. Its decoder layers become ``blocks`` so gradient checkpointing can wrap them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from gymbench.errors import GymbenchError
+from gymbench.train.models import Batch
+
+HF_SIZES = {
+    "tiny": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128},
+    "small": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 688},
+}
+BLOCK_PATHS = ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers")
+
+
+class HFCausalLM(nn.Module):
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__()
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        options = dict(config)
+        model_type = str(options.pop("model_type", "llama"))
+        size = str(options.pop("size", "tiny"))
+        if size not in HF_SIZES:
+            raise GymbenchError(f"unknown size {size!r} for hf-causal-lm; choose {', '.join(HF_SIZES)}")
+        fields = {"vocab_size": 1024, **HF_SIZES[size], **{key: int(value) for key, value in options.items()}}
+        self.inner = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **fields))
+        self.vocab = fields["vocab_size"]
+        self.blocks = _decoder_layers(self.inner)
+
+    def make_batch(self, batch_size: int, seq_len: int, generator: torch.Generator) -> Batch:
+        tokens = torch.randint(0, self.vocab, (batch_size, seq_len), generator=generator)
+        return tokens, tokens  # the model shifts labels itself
+
+    def tokens_per_sample(self, seq_len: int) -> int:
+        return seq_len
+
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.inner(input_ids=inputs, labels=targets).loss
+
+
+def _decoder_layers(model: nn.Module) -> nn.ModuleList:
+    for path in BLOCK_PATHS:
+        found: Any = model
+        for part in path.split("."):
+            found = getattr(found, part, None)
+        if isinstance(found, nn.ModuleList):
+            return found
+    raise GymbenchError(f"cannot find the decoder layers of {type(model).__name__} (looked at {BLOCK_PATHS})")
+
+
+def build_hf_causal_lm(config: Mapping[str, Any]) -> HFCausalLM:
+    return HFCausalLM(config)

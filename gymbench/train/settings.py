@@ -1,0 +1,173 @@
+"""Every setting of ``gymbench train``, read like every other command's (``+key=value``,
+``--key value``, ``--config FILE``). No torch here: settings are checked before torch is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gymbench.settings import at_least, one_of, require, safe_name
+from gymbench.train.config import STEPS, TRIAL_ALLOCATORS
+from gymbench.train.lengths import LENGTH_DISTRIBUTIONS
+
+FIND_BATCH = ("search", "halve")
+DP_LAUNCHERS = ("torchrun", "ray")
+DIST_BACKENDS = ("gloo", "nccl")
+LARGEST = 2**31 - 1
+"""torch takes sizes and thread counts as C integers: past this an overflow error, not a benchmark."""
+SHAPES = ("batch", "seq_len", "accumulation", "steps", "max_batch", "trial_steps", "group_size")
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class ClusterSettings:
+    """NeMo RL's ``cluster`` names: ranks are ``num_nodes`` x ``gpus_per_node`` (on a CPU: processes per node)."""
+
+    num_nodes: int = 1
+    gpus_per_node: int | None = None
+
+
+@dataclass
+class TrainSettings:
+    # --- model
+    model: str = field(default="transformer", metadata=_help("a registered model (`gymbench plugins` lists them)"))
+    size: str = field(default="small", metadata=_help("size preset: tiny, small or base"))
+    model_options: dict[str, Any] = field(
+        default_factory=dict, metadata=_help("model options over the preset, e.g. +model_options.layers=8")
+    )
+    # --- training step
+    step: str = field(
+        default="lm",
+        metadata=_help("lm: next-token loss; rl: NeMo RL's GRPO policy step (logprobs, clipped PG + KL, update)"),
+    )
+    batch: int = field(default=8, metadata=_help("global batch: samples per optimizer step"))
+    seq_len: int = field(
+        default=128, metadata=_help("tokens per sample (transformer); with variable lengths the longest")
+    )
+    lengths: str = field(
+        default="fixed",
+        metadata=_help("fixed (all seq_len), uniform or skewed (log-normal, median seq_len/4) lengths"),
+    )
+    min_len: int = field(default=8, metadata=_help("shortest drawn sequence (uniform, skewed)"))
+    prompt_share: float = field(default=0.25, metadata=_help("share of a drawn sequence that is prompt (no RL loss)"))
+    rollouts: str | None = field(
+        default=None,
+        metadata=_help("a rollouts JSONL (gymbench collect or NeMo Gym) whose token counts are the lengths"),
+    )
+    packing: bool = field(
+        default=False, metadata=_help("pack sequences into rows (block-diagonal attention) instead of padding")
+    )
+    group_size: int = field(default=4, metadata=_help("RL: generations per prompt (one GRPO group)"))
+    kl_penalty: float = field(default=0.01, metadata=_help("RL: NeMo RL's reference_policy_kl_penalty"))
+    ratio_clip: float = field(default=0.2, metadata=_help("RL: NeMo RL's ratio_clip_min/max"))
+    max_grad_norm: float = field(default=1.0, metadata=_help("RL: gradient-norm clip"))
+    precision: str = field(default="fp32", metadata=_help("fp32, bf16 or fp16"))
+    checkpointing: str = field(default="off", metadata=_help("off, on, or every-K (checkpoint every K-th block)"))
+    checkpoint_ratio: float | None = field(
+        default=None, metadata=_help("NeMo RL's checkpoint_ratio (0.5 = every other block)")
+    )
+    accumulation: int = field(default=1, metadata=_help("micro-batches per step; the global batch stays"))
+    steps: int = field(default=10, metadata=_help("measured steps"))
+    warmup: int = field(default=2, metadata=_help("unmeasured steps first"))
+    device: str = field(default="auto", metadata=_help("auto, cpu, cuda or cuda:N"))
+    threads: int | None = field(default=None, metadata=_help("torch CPU threads (default: torch's choice)"))
+    lr: float = field(default=1e-4, metadata=_help("AdamW learning rate at base_batch"))
+    base_batch: int | None = field(default=None, metadata=_help("the batch lr was tuned for; the √ rule rescales it"))
+    seed: int = field(default=0, metadata=_help("random seed"))
+    allow_slow_fp16: bool = field(default=False, metadata=_help("keep the given shapes for fp16 on a CPU"))
+    # --- measurements
+    memory: bool = field(default=True, metadata=_help("run the memory pass (--no-memory skips it)"))
+    flops: bool = field(default=True, metadata=_help("count FLOPs for MFU (--no-flops skips it)"))
+    peak_tflops: float | None = field(
+        default=None, metadata=_help("device peak for MFU when gymbench does not know it")
+    )
+    leak_bound_mib_per_step: float = field(
+        default=1.0, metadata=_help("memory growth per step (robust slope) that flags a leak")
+    )
+    profile: str | None = field(default=None, metadata=_help("write a torch.profiler Chrome trace of one step here"))
+    # --- largest batch (OOM backoff)
+    find_batch: str | None = field(
+        default=None,
+        metadata=_help("search: grow until a real OOM, then narrow; halve: halve-and-retry from batch"),
+    )
+    memory_budget_mib: float = field(default=1024.0, metadata=_help("CPU: address space above baseline"))
+    memory_fraction: float = field(default=0.9, metadata=_help("GPU: share of memory allowed"))
+    max_batch: int = field(default=1 << 16, metadata=_help("largest batch the search tries"))
+    tolerance: float = field(default=0.03, metadata=_help("stop when fit and failure are this close"))
+    margin: float = field(default=0.05, metadata=_help("safety margin below the largest fit"))
+    verify: int = field(default=3, metadata=_help("fresh runs of the chosen size"))
+    trial_steps: int = field(default=2, metadata=_help("training steps per trial"))
+    guided: bool = field(default=True, metadata=_help("use trial memory to guide the search (--no-guided: bisect)"))
+    trial_allocator: str = field(
+        default="default",
+        metadata=_help("CPU trials' malloc settings: default (a user's process) or fixed (gymbench's thresholds)"),
+    )
+    # --- data parallel (docs/distributed.md)
+    dp: int = field(default=1, metadata=_help("data-parallel ranks (processes), each with batch/dp samples"))
+    launcher: str = field(default="torchrun", metadata=_help("with --dp: torchrun (this machine) or ray"))
+    dist_backend: str = field(default="gloo", metadata=_help("gloo (CPU) or nccl (one GPU per rank)"))
+    cluster: ClusterSettings = field(
+        default_factory=ClusterSettings,
+        metadata=_help("NeMo RL's +cluster.num_nodes=N +cluster.gpus_per_node=G: dp = N x G"),
+    )
+    ray_address: str | None = field(
+        default=None, metadata=_help("with --launcher ray: auto or HOST:PORT of a cluster (unset: start one)")
+    )
+    # --- output
+    save: str | None = field(
+        default=None, metadata=_help("save a results record as results/<machine>/<time>_NAME.json")
+    )
+    results_dir: str = field(default="results", metadata=_help("where save writes"))
+    progress: bool = field(default=True, metadata=_help("show a progress bar"))
+
+    def __post_init__(self) -> None:
+        if self.save is not None:
+            safe_name("save", self.save)
+        if self.find_batch is not None:
+            one_of("find_batch", self.find_batch, FIND_BATCH)
+        require(self.memory_budget_mib > 0, "memory_budget_mib", self.memory_budget_mib, "a size above 0")
+        require(0 < self.memory_fraction <= 1, "memory_fraction", self.memory_fraction, "a share in (0, 1]")
+        for name in SHAPES:
+            at_least(name, getattr(self, name), 1, LARGEST)
+        at_least("warmup", self.warmup, 0, LARGEST)
+        at_least("base_batch", self.base_batch, 1, LARGEST)
+        at_least("verify", self.verify, 0, LARGEST)
+        at_least("threads", self.threads, 1, 4096)
+        at_least("seed", self.seed, 0, 2**64 - 1)  # torch's seeds are 64-bit
+        require(self.lr >= 0, "lr", self.lr, "a learning rate of 0 or more")
+        require(self.peak_tflops is None or self.peak_tflops > 0, "peak_tflops", self.peak_tflops, "above 0")
+        bound = self.leak_bound_mib_per_step
+        require(bound >= 0, "leak_bound_mib_per_step", bound, "0 or more")
+        one_of("trial_allocator", self.trial_allocator, TRIAL_ALLOCATORS)
+        one_of("step", self.step, STEPS)
+        one_of("lengths", self.lengths, LENGTH_DISTRIBUTIONS)
+        if self.checkpoint_ratio is not None:
+            require(0 <= self.checkpoint_ratio <= 1, "checkpoint_ratio", self.checkpoint_ratio, "a share in [0, 1]")
+        self._check_data_parallel()
+
+    def _check_data_parallel(self) -> None:
+        at_least("dp", self.dp, 1, 4096)
+        one_of("launcher", self.launcher, DP_LAUNCHERS)
+        one_of("dist_backend", self.dist_backend, DIST_BACKENDS)
+        at_least("cluster.num_nodes", self.cluster.num_nodes, 1, 4096)
+        if self.cluster.gpus_per_node is not None:
+            at_least("cluster.gpus_per_node", self.cluster.gpus_per_node, 1, 1024)
+            ranks = self.cluster.num_nodes * self.cluster.gpus_per_node
+            expected = f"{ranks} (cluster.num_nodes x cluster.gpus_per_node) or unset"
+            require(self.dp in (1, ranks), "dp", self.dp, expected)
+            self.dp = ranks
+        if self.dp == 1:
+            return
+        nodes = self.cluster.num_nodes
+        one_node = "1 with torchrun, which starts ranks on this machine only (use --launcher ray across nodes)"
+        require(self.launcher == "ray" or nodes == 1, "cluster.num_nodes", nodes, one_node)
+        share = self.dp * self.accumulation
+        whole = f"a multiple of dp x accumulation ({share}): each rank takes batch/dp"
+        require(self.batch % share == 0, "batch", self.batch, whole)
+        plain = self.step == "lm" and self.lengths == "fixed" and not self.packing and self.rollouts is None
+        require(plain, "dp", self.dp, "1 for the RL step and variable or packed lengths (DDP runs the fixed LM step)")
+        require(self.find_batch is None, "dp", self.dp, "1 with find_batch (the search runs in one process)")

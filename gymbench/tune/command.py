@@ -1,0 +1,171 @@
+"""``gymbench tune`` and ``gymbench diagnose``: the rollout engine probed at several parallelisms."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from gymbench.collect.collection import backend_settings, checked_backend, chosen_backend, make_strategy
+from gymbench.collect.command import run_loop
+from gymbench.collect.progress import ProbeProgress
+from gymbench.errors import GymbenchError
+from gymbench.jsonio import check_writable_file
+from gymbench.knee_search import SearchSettings
+from gymbench.plugins import Plugins
+from gymbench.rates import Precision
+from gymbench.report.markdown import write_step_summary
+from gymbench.rollout.dataset import TaskSlice, check_input_file, read_tasks
+from gymbench.rollout.engine import CollectSettings
+from gymbench.run import Run
+from gymbench.settings import settings_dict
+from gymbench.tune.advice import backend_kind
+from gymbench.tune.config import DiagnoseConfig, ProbeConfig, TuneConfig
+from gymbench.tune.diagnose import Diagnosis, diagnose
+from gymbench.tune.probe import Prober
+from gymbench.tune.report import (
+    diagnose_result,
+    diagnosis_markdown,
+    diagnosis_text,
+    markdown_table,
+    plot,
+    summary_text,
+    tune_result,
+)
+from gymbench.tune.server_metrics import server_counters
+from gymbench.tune.sweep import Strategies, TuneResult, adaptive_search, doubling_sweep, validate_stability
+
+
+def search_settings(config: TuneConfig) -> SearchSettings:
+    return SearchSettings(
+        start=config.start,
+        factor=config.factor,
+        max_parallelism=config.max_parallelism,
+        plateau_gain=config.plateau_gain,
+        degrade=config.degrade,
+        error_rate=config.error_rate,
+        resolution=config.resolution,
+        reprobes=config.reprobes,
+        share=config.share,
+    )
+
+
+def strategies_for(config: ProbeConfig, plugins: Plugins) -> Strategies:
+    """Probes hold a fixed parallelism through the configured strategy, which must take one."""
+    declared = plugins.options("strategy", config.strategy)
+    if declared is not None and "num_samples_in_parallel" not in declared:
+        raise GymbenchError(
+            f"strategy {config.strategy!r} has no num_samples_in_parallel setting, so it cannot be probed at a "
+            "fixed parallelism; tune with +strategy=semaphore (the default) or a strategy that takes one"
+        )
+    make_strategy(plugins, config.strategy, config.strategy_options, 1)  # its options are checked now
+    return Strategies.from_plugins(plugins, config.strategy, config.strategy_options)
+
+
+def with_prober(
+    config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], Awaitable[Any]], running_sim: Any = None
+) -> Any:
+    """Start the backend (or the simulator, unless one is running), build a prober on the task
+    sample, run ``work``."""
+    plugins.verifier(config.verifier, config.verifier_options)
+    checked_backend(config, plugins)
+    if not config.input_jsonl_fpath:
+        raise GymbenchError("needs +input_jsonl_fpath=TASKS.jsonl (the sample every probe uses)")
+    source = Path(config.input_jsonl_fpath)
+    if not check_input_file(source):
+        raise GymbenchError(f"{source}: is a pipe; probes read the task sample many times, so give a file")
+    next(read_tasks(source, TaskSlice(limit=1)), None)
+    settings = CollectSettings(
+        source,
+        Path(tempfile.gettempdir()) / "unused.jsonl",
+        overrides=dict(config.responses_create_params),
+        verify=config.verify_settings(),
+    )
+    with backend_settings(config, plugins, running_sim=running_sim) as (name, backend_config):
+        backend = plugins.backend(name, backend_config)
+        counters = server_counters(backend_config.get("base_url")) if config.server_counters else None
+        prober = Prober(
+            source,
+            backend,
+            lambda: plugins.verifier(config.verifier, config.verifier_options),
+            settings,
+            config.sample_size,
+            Precision(config.precision, config.min_batches, config.max_batches),
+            counters,
+        )
+        progress = ProbeProgress(config.progress)
+        prober.progress = progress
+        try:
+            return run_loop(work(prober))
+        finally:
+            progress.close()
+            prober.close()
+
+
+def tune_run(config: TuneConfig, plugins: Plugins, running_sim: Any = None) -> TuneResult:
+    search = search_settings(config)
+    strategies = strategies_for(config, plugins)
+
+    async def work(prober: Prober) -> TuneResult:
+        if config.method == "adaptive":
+            result = await adaptive_search(prober, search, strategies=strategies)
+        else:
+            result = await doubling_sweep(prober, search, strategies=strategies)
+        if config.stability_rollouts > 0:
+            result.stability = await validate_stability(
+                prober,
+                result.recommended,
+                config.stability_rollouts,
+                result.expected_rollouts_per_s,
+                strategies=strategies,
+            )
+        return result
+
+    return with_prober(config, plugins, work, running_sim)
+
+
+def run_tune(config: TuneConfig, plugins: Plugins) -> int:
+    if config.plot:
+        check_writable_file(config.plot, "plot", "+plot (or +plot= for none)")
+    run = Run(plugins, "tune", config.run_name, settings_dict(config), results_dir=config.results_dir,
+              save=config.save_results).start()  # fmt: skip
+    result = tune_run(config, plugins)
+    print(markdown_table(result))
+    print()
+    print(summary_text(result))
+    if config.plot:
+        print(f"plot: {plot(result, Path(config.plot))}")
+    run.finish([tune_result(result, {"input": Path(config.input_jsonl_fpath or "").name})])
+    if run.saved_path is not None:
+        print(f"results record: {run.saved_path}")
+    write_step_summary(markdown_table(result) + "\n\n" + summary_text(result).replace("\n", "  \n"))
+    if result.stability is not None and not result.stability.passed:
+        return 1
+    return 0
+
+
+def diagnose_run(config: DiagnoseConfig, plugins: Plugins) -> Diagnosis:
+    strategies = strategies_for(config, plugins)
+
+    async def work(prober: Prober) -> Diagnosis:
+        low = await prober.probe(config.low, strategies.fixed(config.low))
+        high = await prober.probe(config.high, strategies.fixed(config.high))
+        diagnosis = diagnose(low, high)
+        diagnosis.backend_kind = backend_kind(chosen_backend(config)[0])
+        return diagnosis
+
+    return with_prober(config, plugins, work)
+
+
+def run_diagnose(config: DiagnoseConfig, plugins: Plugins) -> int:
+    run = Run(plugins, "diagnose", config.run_name, settings_dict(config), results_dir=config.results_dir,
+              save=config.save_results).start()  # fmt: skip
+    result = diagnose_run(config, plugins)
+    print(diagnosis_text(result))
+    run.finish([diagnose_result(result, {"input": Path(config.input_jsonl_fpath or "").name})])
+    if run.saved_path is not None:
+        print(f"results record: {run.saved_path}", file=sys.stderr)
+    write_step_summary(diagnosis_markdown(result))
+    return 0

@@ -1,0 +1,161 @@
+"""What limits throughput: NeMo Gym's low-versus-high parallelism test, with evidence.
+
+NeMo Gym's bottleneck guide: if throughput doubled or more going from low to high parallelism,
+parallelism was the limit; under 20% gain, the model server or verification is; errors or OOM
+mean too high. The
+stage timings and the server's own queue say which of the slow parts it is: time queueing at the
+server, in verification, waiting for a pooled connection, or a client that is itself busy (its
+CPU near a full core, its event loop late).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gymbench.tune import advice
+from gymbench.tune.probe import ProbeResult
+
+CLIENT_CORES = 0.8
+CLIENT_LAG_S = 0.05
+VARIANCE_SPREAD = 3.0
+"""p99 ÷ p50 of latency per output token above which latency varies beyond what lengths explain."""
+
+NEXT_STEPS = {
+    "parallelism": "raise num_samples_in_parallel (run `gymbench tune` to find the knee)",
+    "model server": "the model server is saturated: scale it out, tune its batching (max_num_seqs, KV cache), "
+    "or accept this throughput; raising parallelism only queues requests",
+    "verification": "simplify verification, run it in more workers (+verifier_workers, +verifier_pool=process), "
+    "cache verdicts (+verify_cache_path), or verify a sample (+verify_fraction)",
+    "connection pool": "raise global_aiohttp_connector_limit / global_aiohttp_connector_limit_per_host",
+    "client": "the collecting process itself is the limit: run several collectors on shards (+start_idx/+end_idx), "
+    "install uvloop, or use a faster machine",
+    "too high": "lower num_samples_in_parallel to a stable level",
+}
+
+
+@dataclass
+class Diagnosis:
+    verdict: str
+    gain: float
+    low: ProbeResult
+    high: ProbeResult
+    evidence: list[str] = field(default_factory=list)
+    symptoms: list[str] = field(default_factory=list)
+    backend_kind: str = advice.MODEL_SERVER
+
+    @property
+    def next_step(self) -> str:
+        return advice.next_step(self.verdict, self.backend_kind, NEXT_STEPS)
+
+
+def stage_share(probe: ProbeResult, stage: str) -> float:
+    """A stage's share of a rollout's time once it holds its slot.
+
+    The backend's stages nest (``ttft`` lies inside ``generation``), so they are not summed: the
+    whole is the rollout's ``total`` less its ``slot_wait``, and whatever no stage names (the
+    writer, the collector's own work) counts in the whole too.
+    """
+    stages = probe.stage_mean_s
+    whole = (stages.get("total") or 0.0) - (stages.get("slot_wait") or 0.0)
+    if whole <= 0:
+        whole = sum(stages.get(name) or 0.0 for name in ("connection_wait", "generation", "verification"))
+    value = stages.get(stage) or 0.0
+    return min(1.0, value / whole) if whole > 0 else 0.0
+
+
+def diagnose(low: ProbeResult, high: ProbeResult, error_bound: float = 0.05) -> Diagnosis:
+    gain = high.rollouts_per_s / low.rollouts_per_s if low.rollouts_per_s > 0 else float("inf")
+    evidence = [
+        f"throughput {low.rollouts_per_s:.2f}/s at {low.parallelism} → {high.rollouts_per_s:.2f}/s at "
+        f"{high.parallelism} ({gain:.2f}×)"
+    ]
+    symptoms = find_symptoms(high)
+    if high.error_rate > error_bound:
+        evidence.append(f"error rate {high.error_rate:.1%} at {high.parallelism}: {high.failure_kinds}")
+        return Diagnosis("too high", gain, low, high, evidence, symptoms)
+    verification = stage_share(high, "verification")
+    pool = stage_share(high, "connection_wait")
+    latency_growth = _latency_growth(low, high)
+    evidence += [
+        f"verification takes {verification:.0%} of each rollout's time, waiting for a connection {pool:.0%}",
+        f"request latency grew {latency_growth:.2f}× while parallelism grew {high.parallelism / low.parallelism:.1f}×",
+        f"client CPU {high.client_cpu_cores:.2f} cores, event-loop lag p99 {high.loop_lag_p99_s * 1e3:.1f} ms",
+    ]
+    if high.server_waiting_max is not None:
+        evidence.append(f"server queue: up to {high.server_waiting_max:.0f} requests waiting (its /metrics)")
+    ideal = high.parallelism / low.parallelism
+    if gain >= min(2.0, 0.5 * ideal):
+        return Diagnosis("parallelism", gain, low, high, evidence, symptoms)
+    return Diagnosis(_slow_part(verification, pool, high), gain, low, high, evidence, symptoms)
+
+
+def _slow_part(verification: float, pool: float, high: ProbeResult) -> str:
+    """The stage that takes the time first, then a busy client, then the server.
+
+    A stage's share (waiting for a connection, verifying) is specific evidence; a late event loop
+    is not (a machine loaded by others makes every loop late, which made a tiny connection pool
+    read "client"), so the client is judged only when no stage explains the time.
+    """
+    if pool >= 0.3:
+        return "connection pool"
+    if verification >= 0.3:
+        return "verification"
+    if high.client_cpu_cores >= CLIENT_CORES or high.loop_lag_p99_s >= CLIENT_LAG_S:
+        return "client"
+    return "model server"
+
+
+def _latency_growth(low: ProbeResult, high: ProbeResult) -> float:
+    if not low.latency_p50_s or not high.latency_p50_s:
+        return float("nan")
+    return high.latency_p50_s / low.latency_p50_s
+
+
+def find_symptoms(probe: ProbeResult) -> list[str]:
+    """NeMo Gym's tuning guide's table of over-parallelism symptoms, as far as they can be read."""
+    found = []
+    kinds = probe.failure_kinds
+    if kinds.get("timeout"):
+        found.append(f"timeouts ({kinds['timeout']}): backend queue overflow, reduce parallelism")
+    if kinds.get("rate_limited"):
+        found.append(f"429s after retries ({kinds['rate_limited']}): rate limits, reduce parallelism")
+    if any("memory" in kind for kind in kinds):
+        found.append("out-of-memory errors on the backend: reduce parallelism")
+    variance = latency_variance(probe)
+    if variance is not None:
+        found.append(variance)
+    found.append("GPU utilisation: not readable from this server (no GPU metrics at /metrics)")
+    return found
+
+
+def latency_variance(probe: ProbeResult) -> str | None:
+    """High latency variance from queueing: judged per output token, so that lengths alone never count.
+
+    A request's latency is its queueing plus about one step per output token; with exponential
+    output lengths raw latency's p99 is many times its p50 with no queue at all, which is not a
+    reason to lower parallelism. Divided by (output tokens + 1), latency is nearly constant when
+    nothing queues and spreads when a wait unrelated to length is added: that is the symptom.
+    Without token counts, raw latency is judged, and only when the server's queue was seen non-empty.
+    """
+    if probe.per_token_p50_s and probe.per_token_p99_s:
+        spread = probe.per_token_p99_s / probe.per_token_p50_s
+        if spread <= VARIANCE_SPREAD:
+            return None
+        queue = f"; the server's queue held up to {probe.server_waiting_max:.0f}" if probe.server_waiting_max else ""
+        return (
+            f"high latency variance beyond what output lengths explain (latency per output token p99 "
+            f"{probe.per_token_p99_s * 1e3:.1f} ms vs p50 {probe.per_token_p50_s * 1e3:.1f} ms{queue}): "
+            "request queuing, reduce parallelism"
+        )
+    queued = probe.server_waiting_max is not None and probe.server_waiting_max > 0
+    if (
+        probe.latency_p50_s
+        and probe.latency_p99_s
+        and probe.latency_p99_s > VARIANCE_SPREAD * probe.latency_p50_s
+        and queued
+    ):
+        return (
+            f"high latency variance (p99 {probe.latency_p99_s:.2f}s vs p50 {probe.latency_p50_s:.2f}s) with "
+            f"up to {probe.server_waiting_max:.0f} requests waiting at the server: request queuing, reduce parallelism"
+        )
+    return None

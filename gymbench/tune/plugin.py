@@ -1,0 +1,65 @@
+"""The ``tune`` and ``diagnose`` commands' plugin.
+
+Registration only: each command's settings and code are imported when that command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from gymbench.hookspecs import hookimpl
+from gymbench.types import Command
+
+if TYPE_CHECKING:
+    from gymbench.plugins import Plugins
+
+
+def _configure_tune(parser: argparse.ArgumentParser) -> None:
+    from gymbench.settings import add_settings_arguments
+    from gymbench.tune.config import TuneConfig
+
+    parser.epilog = "example: gymbench tune +input_jsonl_fpath=tasks.jsonl +start=8 +stability_rollouts=1000"
+    add_settings_arguments(parser, TuneConfig)
+
+
+def _run_tune(args: argparse.Namespace, plugins: Plugins) -> int:
+    from gymbench.settings import settings_from_args
+    from gymbench.tune.command import run_tune
+    from gymbench.tune.config import TuneConfig
+
+    return run_tune(settings_from_args(TuneConfig, args), plugins)
+
+
+def _configure_diagnose(parser: argparse.ArgumentParser) -> None:
+    from gymbench.settings import add_settings_arguments
+    from gymbench.tune.config import DiagnoseConfig
+
+    parser.epilog = "example: gymbench diagnose +input_jsonl_fpath=tasks.jsonl +low=5 +high=20"
+    add_settings_arguments(parser, DiagnoseConfig)
+
+
+def _run_diagnose(args: argparse.Namespace, plugins: Plugins) -> int:
+    from gymbench.settings import settings_from_args
+    from gymbench.tune.command import run_diagnose
+    from gymbench.tune.config import DiagnoseConfig
+
+    return run_diagnose(settings_from_args(DiagnoseConfig, args), plugins)
+
+
+@hookimpl
+def gymbench_register_commands() -> list[Command]:
+    return [
+        Command(
+            "tune",
+            "find the parallelism knee: sweep (or adaptive search), recommendation, stability check, plot",
+            _configure_tune,
+            _run_tune,
+        ),
+        Command(
+            "diagnose",
+            "what limits throughput: parallelism, model server, verification, connection pool or client",
+            _configure_diagnose,
+            _run_diagnose,
+        ),
+    ]

@@ -1,0 +1,355 @@
+"""One probe: ``p`` rollouts of the task sample kept in flight until their rate is known well enough.
+
+The sample is cycled (:class:`~gymbench.tune.closed_loop.SampleCycle`) so exactly ``p`` stay in
+flight for as long as the probe measures; a :class:`~gymbench.rates.Meter` discards the warm-up,
+measures the rate in steady state and says when its interval is tight enough; then the probe
+stops and the rollouts still in flight are cancelled (no drain, so no drain to bias anything).
+Throughput is work per second (output tokens, or successful rollouts when the backend reports no
+tokens) ÷ work per rollout, the latter pooled over every probe of the tune: it is a figure of the
+workload, not of the parallelism, and pooling it keeps one sample's lengths out of each point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gymbench.knee_search import Level
+from gymbench.rates import Completion, Meter, Precision, Rate
+from gymbench.rollout.dataset import TaskSlice
+from gymbench.rollout.engine import Collector, CollectSettings
+from gymbench.rollout.stats import CollectStats
+from gymbench.tune.closed_loop import CountedSlots, FairSample, SampleCycle, Watch, watch
+from gymbench.tune.server_metrics import Counters
+from gymbench.types import Backend, ConcurrencyStrategy, GenerationFailed, Verifier
+
+THROTTLED_SHARE = 0.1
+"""A level where this share of rollouts met 429s (or retries) is read as rate-limited."""
+
+
+@dataclass
+class ProbeResult:
+    parallelism: int
+    work_rate: Rate
+    """Work per second: output tokens (``work_unit == "tokens"``) or successful rollouts."""
+    work_unit: str
+    per_rollout: float
+    """Work per successful rollout, pooled over the tune; rollouts/s = work/s ÷ this."""
+    rollouts: int
+    error_rate: float
+    failure_kinds: dict[str, int]
+    throttled: int
+    """Rollouts that met a 429 or were retried."""
+    latency_p50_s: float | None
+    latency_p99_s: float | None
+    per_token_p50_s: float | None
+    per_token_p99_s: float | None
+    """Request latency ÷ (output tokens + 1): what is left of latency once length is divided out."""
+    output_tokens_per_s: float
+    stage_mean_s: dict[str, float | None]
+    client_cpu_cores: float
+    loop_lag_p99_s: float
+    elapsed_s: float
+    server_waiting_max: float | None = None
+    batch_rates: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    rate_limit_refusals: int = 0
+    """Failures that were a rate limit's 429 ("rate limit" in the answer), not a full queue's."""
+
+    @property
+    def rate(self) -> Rate:
+        """Rollouts per second with its 95% interval."""
+        return self.work_rate.scaled(1 / self.per_rollout) if self.per_rollout > 0 else self.work_rate
+
+    @property
+    def rollouts_per_s(self) -> float:
+        return self.rate.value
+
+    @property
+    def rate_limited(self) -> bool:
+        """The server refused for a rate limit, or refused so many (retried into success) that it must be one."""
+        if self.rate_limit_refusals:
+            return True
+        return not self.failure_kinds and self.throttled >= THROTTLED_SHARE * max(1, self.rollouts)
+
+    def level(self) -> Level:
+        return Level(
+            self.parallelism, self.work_rate, self.error_rate, self.rate_limited, not self.work_rate.under_measured
+        )
+
+    def row(self) -> dict[str, Any]:
+        rate = self.rate
+        return {
+            "parallelism": self.parallelism,
+            "rollouts_per_s": rate.value,
+            "rollouts_per_s_ci": [rate.low, rate.high],
+            "source": rate.source,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "latency_p50_s": self.latency_p50_s,
+            "latency_p99_s": self.latency_p99_s,
+            "error_rate": self.error_rate,
+            "rollouts": self.rollouts,
+            "under_measured": rate.under_measured,
+        }
+
+
+@dataclass
+class LoopRun:
+    """What one closed-loop run left behind."""
+
+    stats: CollectStats
+    seen: Watch
+    rate_limit_refusals: int
+    latencies: list[tuple[float, float]]
+    """(request latency, output tokens) of the rollouts measured."""
+
+
+class Prober:
+    """Runs probes against one backend on one task sample."""
+
+    def __init__(
+        self,
+        input_path: Path,
+        backend: Backend,
+        verifier_factory: Callable[[], Verifier],
+        settings: CollectSettings,
+        sample_size: int,
+        precision: Precision | None = None,
+        counters: Counters | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        poll_s: float = 0.25,
+    ) -> None:
+        self.input_path = input_path
+        self.backend = backend
+        self.verifier_factory = verifier_factory
+        self.base = settings
+        self.sample_size = sample_size
+        self.precision = precision or Precision()
+        self.counters = counters
+        self.clock = clock
+        """Seconds, monotonic, for everything timed; a simulated-time test passes its loop's ``time``."""
+        self.poll_s = poll_s
+        self.workdir = Path(tempfile.mkdtemp(prefix="gymbench-tune-"))
+        self.progress: Any = None
+        """Optional: ``progress.start(parallelism, None)`` returns the collector's progress callback;
+        ``progress.show(text)`` shows the rate so far."""
+        self.unit: str | None = None
+        self.pooled_work = 0.0
+        self.pooled_squares = 0.0
+        self.pooled_successes = 0
+        self._runs = 0
+
+    def close(self) -> None:
+        """Remove the probes' rollout files: they are scratch (the rates are what a tune keeps)."""
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Prober:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def per_rollout(self) -> float:
+        return self.pooled_work / self.pooled_successes if self.pooled_successes else 1.0
+
+    @property
+    def per_rollout_relative_se(self) -> float:
+        """Relative standard error of :attr:`per_rollout` (a sample mean of the rollouts' work)."""
+        n = self.pooled_successes
+        if n < 2 or self.unit != "tokens":
+            return 0.0
+        mean = self.pooled_work / n
+        variance = max(0.0, self.pooled_squares / n - mean * mean) * n / (n - 1)
+        return math.sqrt(variance / n) / mean if mean > 0 else 0.0
+
+    async def probe(
+        self, parallelism: int, strategy: ConcurrencyStrategy, precision_scale: float = 1.0, rollouts: int | None = None
+    ) -> ProbeResult:
+        """Measure ``parallelism`` until precise (or exactly ``rollouts`` completions past the warm-up)."""
+        wanted = replace(self.precision, target=self.precision.target * precision_scale)
+        meter = Meter(parallelism, wanted)
+        if rollouts is not None:
+            batches = max(2, -(-rollouts // meter.batch_size))
+            meter.precision = replace(wanted, min_batches=batches, max_batches=batches)
+        run = await self.run(strategy, parallelism, meter.add, meter.done, meter)
+        return self.result(parallelism, meter, run)
+
+    async def run(
+        self,
+        strategy: ConcurrencyStrategy,
+        label: int,
+        listen: Callable[[Completion], None],
+        stop: Callable[[], bool],
+        meter: Meter | None = None,
+        budget: int | None = None,
+    ) -> LoopRun:
+        """Collect from the endless sample under ``strategy`` until ``stop()``; every rollout to ``listen``."""
+        seen = Watch()
+        counted = CountedSlots(strategy, self.clock)
+        use_clock = getattr(strategy, "use_clock", None)
+        if use_clock is not None:
+            use_clock(self.clock, seen.tokens)
+        self._runs += 1
+        settings = replace(self.base, output_path=self.workdir / f"run{self._runs}-p{label}.jsonl",
+                           selection=TaskSlice(), overwrite=True, resume=False)  # fmt: skip
+        tasks = SampleCycle(self.input_path, self.sample_size, budget)
+        collector = Collector(settings, self.backend, self.verifier_factory(), counted, clock=self.clock, tasks=tasks)  # type: ignore[arg-type]
+        if self.progress is not None:
+            collector.on_progress = self.progress.start(label, None)
+        finished = asyncio.Event()
+        latencies: list[tuple[float, float]] = []
+        reader = _RolloutReader(self, collector, counted)
+        collector.on_failure = reader.failed
+        fair = FairSample(counted)
+        fair.when_complete = finished.set
+
+        def on_rollout(timings: Mapping[str, float]) -> None:
+            done = reader.completion(timings)
+            fair.landed(done.work, done.ok)
+            if fair.cut is None:
+                self._measure(done, timings, listen, meter, seen, latencies)
+                if stop():
+                    fair.close()
+
+        collector.on_rollout = on_rollout
+        job = asyncio.ensure_future(collector.run())
+        watcher = asyncio.ensure_future(watch(seen, self.clock, self.counters, self.poll_s))
+        stopper = asyncio.ensure_future(finished.wait())
+        try:
+            await asyncio.wait([job, stopper], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for pending in (job, stopper, watcher):
+                pending.cancel()
+            await asyncio.gather(job, stopper, watcher, return_exceptions=True)
+        if job.done() and not job.cancelled() and job.exception() is not None:
+            raise job.exception()  # type: ignore[misc]
+        work, squares, successes = fair.totals()
+        self.pooled_work += work
+        self.pooled_squares += squares
+        self.pooled_successes += successes
+        return LoopRun(collector.stats, seen, reader.rate_limit_refusals, latencies)
+
+    def _measure(
+        self,
+        done: Completion,
+        timings: Mapping[str, float],
+        listen: Callable[[Completion], None],
+        meter: Meter | None,
+        seen: Watch,
+        latencies: list[tuple[float, float]],
+    ) -> None:
+        if meter is not None and self.unit == "tokens" and meter.counters is None:
+            meter.counters = seen.tokens
+        listen(done)
+        if meter is not None and meter.window_start is not None and done.ok:
+            latencies.append((request_latency(timings, done.end - done.start), done.work))
+            self._show(meter)
+
+    def _show(self, meter: Meter) -> None:
+        show = getattr(self.progress, "show", None)
+        if show is None or len(meter.window) % meter.batch_size:
+            return
+        rate = meter.estimate()
+        if rate is None:
+            return
+        per = 1.0
+        if self.unit == "tokens":  # before any fair sample, the window's own mean will do for a display
+            window_mean = sum(c.work for c in meter.window) / max(1, sum(c.ok for c in meter.window))
+            per = self.per_rollout if self.pooled_successes else window_mean
+        show(f"{rate.value / per:.3g} rollouts/s ±{rate.relative:.1%}")
+
+    def result(self, parallelism: int, meter: Meter, run: LoopRun) -> ProbeResult:
+        stats = run.stats
+        attempted = stats.completed + stats.failed
+        rate = meter.final()
+        latency = np.array([lat for lat, _ in run.latencies]) if run.latencies else None
+        per_token = np.array([lat / (tokens + 1) for lat, tokens in run.latencies]) if run.latencies else None
+        summary = stats.summary()
+        tokens_per_s = rate.value if self.unit == "tokens" else summary["output_tokens_per_s"]
+        notes = [meter.note] if meter.note else []
+        if meter.failing():
+            notes.append(f"mostly failing ({meter.failures} of {meter.completions}): stopped measuring")
+        elif rate.under_measured:
+            notes.append(f"under-measured: ±{rate.relative:.1%} after {meter.precision.max_batches} batches")
+        return ProbeResult(
+            parallelism=parallelism,
+            work_rate=rate,
+            work_unit=self.unit or "rollouts",
+            per_rollout=self.per_rollout,
+            rollouts=attempted,
+            error_rate=stats.failed / attempted if attempted else 0.0,
+            failure_kinds=dict(stats.failure_kinds),
+            throttled=meter.throttled,
+            latency_p50_s=_percentile(latency, 50),
+            latency_p99_s=_percentile(latency, 99),
+            per_token_p50_s=_percentile(per_token, 50),
+            per_token_p99_s=_percentile(per_token, 99),
+            output_tokens_per_s=tokens_per_s,
+            stage_mean_s=summary["stage_mean_s"],
+            client_cpu_cores=run.seen.cpu_s / max(stats.elapsed_s, 1e-9),
+            loop_lag_p99_s=float(np.percentile(run.seen.lags, 99)) if run.seen.lags else 0.0,
+            elapsed_s=stats.elapsed_s,
+            server_waiting_max=max(run.seen.waiting) if run.seen.waiting else None,
+            batch_rates=[r / self.per_rollout for r in meter.batch_rates()],
+            notes=notes,
+            rate_limit_refusals=run.rate_limit_refusals,
+        )
+
+    def normalise(self, results: list[ProbeResult]) -> None:
+        """Every probe's rollouts/s from the work per rollout pooled over all of them."""
+        for result in results:
+            result.per_rollout = self.per_rollout
+
+
+def request_latency(timings: Mapping[str, float], otherwise: float) -> float:
+    """The server's answer time: to the first token, then to the last (a streamed backend times
+    them apart; one that does not stream reports ``generation`` alone)."""
+    if "generation" not in timings:
+        return otherwise
+    return timings["generation"] + timings.get("ttft", 0.0)
+
+
+def _percentile(values: np.ndarray | None, q: float) -> float | None:
+    return float(np.percentile(values, q)) if values is not None and len(values) else None
+
+
+class _RolloutReader:
+    """Turns the collector's per-rollout callback into a :class:`Completion` (work, ok, throttled)."""
+
+    def __init__(self, prober: Prober, collector: Collector, counted: CountedSlots) -> None:
+        self.prober = prober
+        self.collector = collector
+        self.counted = counted
+        self.last = (0, 0, 0, 0)
+        self.rate_limit_refusals = 0
+        self._refusals_seen = 0
+
+    def failed(self, failure: GenerationFailed) -> None:
+        if failure.rate_limit:
+            self.rate_limit_refusals += 1
+
+    def completion(self, timings: Mapping[str, float]) -> Completion:
+        stats = self.collector.stats
+        now = self.prober.clock()
+        current = (stats.completed, stats.completion_tokens, stats.retries, stats.failure_kinds.get("rate_limited", 0))
+        ok = current[0] > self.last[0]
+        tokens = current[1] - self.last[1]
+        throttled = current[2] > self.last[2] or current[3] > self.last[3]
+        self.last = current
+        limited = self.rate_limit_refusals > self._refusals_seen
+        self._refusals_seen = self.rate_limit_refusals
+        if ok and self.prober.unit is None:
+            self.prober.unit = "tokens" if tokens > 0 else "rollouts"
+        work = float(tokens) if self.prober.unit == "tokens" else float(ok)
+        hold = timings.get("total", 0.0) - timings.get("slot_wait", 0.0)
+        return Completion(now - hold, now, work if ok else 0.0, ok, self.counted.area(), throttled, limited and not ok)

@@ -1,0 +1,178 @@
+"""The tuner's outputs: the probe table, a markdown table for CI logs, a plot, a benchmark result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gymbench.record import BenchmarkResult, Metric
+from gymbench.tune.diagnose import Diagnosis
+from gymbench.tune.probe import ProbeResult
+from gymbench.tune.sweep import TuneResult
+from gymbench.units import duration
+
+SOURCES = {"server counters": "server", "client completions": "client"}
+
+
+def _flags(probe: ProbeResult) -> str:
+    flags = []
+    if probe.rate_limited:
+        flags.append("429s")
+    if probe.rate.under_measured:
+        flags.append("under-measured")
+    return ", ".join(flags)
+
+
+def markdown_table(result: TuneResult) -> str:
+    """Every probe (or level) in the order measured, with its rate's 95% interval and its source."""
+    header = "| parallelism | rollouts/s | 95% CI | read from | output tokens/s | p50 latency | p99 latency |"
+    lines = [header + " errors | flags |", "|---:|---:|---:|---|---:|---:|---:|---:|---|"]
+    for probe in result.probes:
+        rate = probe.rate
+        lines.append(
+            f"| {probe.parallelism} | {rate.value:.3g} | {rate.low:.3g}–{rate.high:.3g} | "
+            f"{SOURCES.get(rate.source, rate.source)} | {probe.output_tokens_per_s:.1f} | "
+            f"{duration(probe.latency_p50_s)} | {duration(probe.latency_p99_s)} | {probe.error_rate:.1%} | "
+            f"{_flags(probe)} |"
+        )
+    return "\n".join(lines)
+
+
+def summary_text(result: TuneResult) -> str:
+    knee = result.knee
+    spread = _plateau_spread(result)
+    lines = [
+        f"method: {result.method}, {len(result.probes)} levels measured, {result.wall_s:.1f}s; "
+        f"stopped: {result.stop_reason}",
+        f"knee: parallelism {knee.parallelism:.1f} (95% CI {knee.low:.1f}–{knee.high:.1f}), the smallest reaching "
+        f"97% of the plateau; plateau {knee.plateau:.3g} rollouts/s (±{spread:.1%}), "
+        f"highest at {knee.peak_parallelism}",
+        f"recommended num_samples_in_parallel={result.recommended}: expected {result.expected_rollouts_per_s:.3g} "
+        f"rollouts/s, {result.expected_share:.1%} of the plateau",
+        f"ceiling: {_ceiling(result)}",
+        f"throughput read from {_sources(result)}; {_per_rollout(result)}",
+    ]
+    lines += [f"note: {note}" for note in result.notes]
+    if result.stability is not None:
+        s = result.stability
+        verdict = "PASSED" if s.passed else "FAILED: " + "; ".join(s.reasons)
+        lines.append(
+            f"stability at {s.parallelism} over {s.rollouts} rollouts: {s.rollouts_per_s:.3g}/s, errors "
+            f"{s.error_rate:.1%}: {verdict}"
+        )
+    return "\n".join(lines)
+
+
+def _plateau_spread(result: TuneResult) -> float:
+    """The plateau's relative 95% half-width, with the work-per-rollout's uncertainty in it."""
+    knee = result.search.knee
+    own = knee.plateau_half_width / knee.plateau if knee.plateau > 0 else 0.0
+    return (own**2 + (1.96 * result.per_rollout_relative_se) ** 2) ** 0.5
+
+
+def _ceiling(result: TuneResult) -> str:
+    if result.search.ceiling == "rate limit":
+        return "the server's rate limit (429s), not the parallelism: the plateau is its sustained rate"
+    if result.search.ceiling == "errors":
+        return "errors above the error_rate bound; the knee is among the levels below them"
+    return "the server's capacity (throughput stops growing with parallelism)"
+
+
+def _sources(result: TuneResult) -> str:
+    counts: dict[str, int] = {}
+    for probe in result.probes:
+        counts[probe.rate.source] = counts.get(probe.rate.source, 0) + 1
+    return ", ".join(f"{source} ({n} of {len(result.probes)})" for source, n in counts.items())
+
+
+def _per_rollout(result: TuneResult) -> str:
+    if result.probes and result.probes[0].work_unit == "tokens":
+        return (f"rollouts/s = output tokens/s ÷ {result.per_rollout:.4g} tokens per rollout "
+                f"(±{1.96 * result.per_rollout_relative_se:.1%})")  # fmt: skip
+    return "the backend reports no tokens: rollouts/s counted directly"
+
+
+def diagnosis_text(diagnosis: Diagnosis) -> str:
+    lines = [f"verdict: {diagnosis.verdict}", f"next step: {diagnosis.next_step}", "evidence:"]
+    lines += [f"  - {item}" for item in diagnosis.evidence]
+    lines.append("symptoms:")
+    lines += [f"  - {item}" for item in diagnosis.symptoms] or ["  - none seen"]
+    return "\n".join(lines)
+
+
+def diagnosis_markdown(diagnosis: Diagnosis) -> str:
+    rows = "\n".join(f"| {item} |" for item in diagnosis.evidence + diagnosis.symptoms)
+    return f"**Bottleneck: {diagnosis.verdict}** — {diagnosis.next_step}\n\n| evidence |\n|---|\n{rows}"
+
+
+def plot(result: TuneResult, path: Path) -> Path:
+    """Throughput (with 95% intervals) and p99 latency against parallelism, the knee and the recommendation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curve = result.curve
+    ps = sorted(curve)
+    figure, left = plt.subplots(figsize=(8, 4.5))
+    values = [curve[p].value for p in ps]
+    errors = [curve[p].half_width if curve[p].half_width < float("inf") else 0.0 for p in ps]
+    left.errorbar(ps, values, yerr=errors, fmt="o-", color="tab:blue", capsize=3, label="rollouts/s (95% CI)")
+    left.set_xscale("log", base=2)
+    left.set_xlabel("num_samples_in_parallel")
+    left.set_ylabel("rollouts/s", color="tab:blue")
+    knee = result.knee
+    left.axhline(0.97 * knee.plateau, color="tab:gray", linestyle=":", label="97% of the plateau")
+    left.axvspan(knee.low, knee.high, color="tab:orange", alpha=0.15, label="knee 95% CI")
+    left.axvline(knee.parallelism, color="tab:orange", label=f"knee {knee.parallelism:.1f}")
+    left.plot([result.recommended], [result.expected_rollouts_per_s], "*", color="tab:green", markersize=16,
+              label=f"recommended {result.recommended} ({result.expected_share:.0%})")  # fmt: skip
+    right = left.twinx()
+    latencies = sorted((p.parallelism, p.latency_p99_s) for p in result.probes if p.latency_p99_s is not None)
+    if latencies:
+        right.plot(*zip(*latencies, strict=True), "s--", color="tab:red", label="p99 latency")
+        right.set_ylabel("p99 latency (s)", color="tab:red")
+    handles = left.get_legend_handles_labels()
+    extra = right.get_legend_handles_labels()
+    left.legend(handles[0] + extra[0], handles[1] + extra[1], loc="lower right", fontsize=8)
+    left.set_title(f"gymbench tune ({result.method}): knee and recommendation")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def tune_result(result: TuneResult, params: dict[str, Any]) -> BenchmarkResult:
+    knee = result.knee
+    metrics = {
+        "knee_parallelism": Metric(knee.parallelism, "parallelism", "higher"),
+        "plateau_rollouts_per_s": Metric(knee.plateau, "rollouts/s", "higher"),
+        "recommended_parallelism": Metric(float(result.recommended), "parallelism", "higher"),
+        "expected_rollouts_per_s": Metric(result.expected_rollouts_per_s, "rollouts/s", "higher"),
+        "expected_share_of_plateau": Metric(result.expected_share, "ratio", "higher"),
+        "wall_time": Metric(result.wall_s, "s", "lower"),
+    }
+    extra = {
+        "table": [p.row() for p in result.probes],
+        "stop_reason": result.stop_reason,
+        "ceiling": result.search.ceiling,
+        "knee_ci": [knee.low, knee.high],
+        "per_rollout": {"work": result.per_rollout, "relative_se": result.per_rollout_relative_se},
+        "steps": [{"parallelism": s.parallelism, "why": s.why} for s in result.steps],
+        "notes": result.notes,
+    }
+    return BenchmarkResult(name="tune", params={**params, "method": result.method}, metrics=metrics, extra=extra)
+
+
+def diagnose_result(diagnosis: Diagnosis, params: dict[str, Any]) -> BenchmarkResult:
+    """The diagnosis as a benchmark result: both probes' figures, the verdict in ``extra``."""
+    metrics = {}
+    for label, probe in (("low", diagnosis.low), ("high", diagnosis.high)):
+        metrics[f"{label}_rollouts_per_s"] = Metric(probe.rollouts_per_s, "rollouts/s", "higher")
+        if probe.latency_p50_s is not None:
+            metrics[f"{label}_latency_p50"] = Metric(probe.latency_p50_s, "s", "lower")
+    metrics["gain"] = Metric(diagnosis.gain, "ratio", "higher")
+    extra = {"verdict": diagnosis.verdict, "evidence": diagnosis.evidence, "symptoms": diagnosis.symptoms}
+    params = {**params, "low": diagnosis.low.parallelism, "high": diagnosis.high.parallelism}
+    return BenchmarkResult(name="diagnose", params=params, metrics=metrics, extra=extra)

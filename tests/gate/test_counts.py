@@ -1,0 +1,82 @@
+"""Instruction counts in the gate: a tight minimum effect, and never compared across Python/valgrind versions."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from gymbench.gate.compare import compare_runs
+from gymbench.gate.gate import Outcome, outcome_of
+from gymbench.gate.settings import CompareSettings
+from gymbench.record import BenchmarkResult, Metric, ResultsRecord
+from tests.gate.synthetic import fingerprint
+
+
+def counted_suite(seed: int, slow: float = 0.0, python: str = "3.11.7", valgrind: str = "3.19.0") -> ResultsRecord:
+    """Three benchmarks with timings (10 % noise) and instruction counts (0.01 % noise)."""
+    rng = np.random.default_rng(seed)
+    benchmarks = []
+    for index in range(3):
+        extra = slow if index == 0 else 0.0
+        times = rng.lognormal(np.log(0.001 * (1 + extra)), 0.1, 40)
+        counts = rng.normal(5e6 * (index + 1) * (1 + extra), 5e2, 3)
+        benchmarks.append(
+            BenchmarkResult(
+                name=f"bench.py::test_{index}",
+                metrics={
+                    "time": Metric.from_samples(times, "s", "lower"),
+                    "instructions": Metric.from_samples(counts, "instructions", "lower"),
+                },
+            )
+        )
+    measured_on = fingerprint()
+    measured_on["software"] = {**measured_on["software"], "python": python, "valgrind": valgrind}
+    return ResultsRecord("run", benchmarks, measured_on)
+
+
+def verdicts(suite: object) -> dict[tuple[str, str], str]:
+    return {(c.benchmark, c.metric): c.verdict for c in suite.comparisons}  # type: ignore[attr-defined]
+
+
+def test_a_two_percent_count_regression_is_caught_where_timings_cannot_see_it() -> None:
+    result = compare_runs([counted_suite(1)], [counted_suite(2, slow=0.02)], CompareSettings())
+    found = verdicts(result)
+    assert found[("bench.py::test_0", "instructions")] == "regressed"
+    assert found[("bench.py::test_0", "time")] == "pass"
+    assert {v for (_, metric), v in found.items() if metric == "instructions"} == {"regressed", "pass"}
+    counted = next(c for c in result.comparisons if c.metric == "instructions")
+    assert counted.min_effect == 0.01
+
+
+def test_counts_below_the_minimum_effect_pass() -> None:
+    result = compare_runs([counted_suite(1)], [counted_suite(2, slow=0.005)], CompareSettings())
+    assert outcome_of(result) is Outcome.PASS
+
+
+def test_the_instruction_threshold_comes_from_config_and_marker_not_the_time_one() -> None:
+    settings = CompareSettings(min_effect=0.5, instructions_min_effect=0.03)
+    result = compare_runs([counted_suite(1)], [counted_suite(2, slow=0.02)], settings)
+    assert verdicts(result)[("bench.py::test_0", "instructions")] == "pass"
+    assert settings.min_effect_for("x", {"instructions_min_effect": 0.001}, "instructions") == 0.001
+    assert settings.min_effect_for("x", {"min_effect": 0.2}, "s") == 0.2
+
+
+def test_counts_from_another_python_or_valgrind_are_flagged_not_compared() -> None:
+    for other in ({"python": "3.12.1"}, {"valgrind": "3.22.0"}):
+        base = counted_suite(1)
+        cand = counted_suite(2, slow=0.02, **other)
+        result = compare_runs([base], [cand], CompareSettings())
+        assert {c.metric for c in result.comparisons} == {"time"}
+        (skipped,) = result.skipped
+        assert "instruction counts not compared" in skipped.why and "3." in skipped.why
+        assert outcome_of(result) is Outcome.INCONCLUSIVE
+
+
+def test_runs_without_counts_compare_as_before() -> None:
+    def timed_only(record: ResultsRecord) -> ResultsRecord:
+        benches = [replace(b, metrics={"time": b.metrics["time"]}) for b in record.benchmarks]
+        return replace(record, benchmarks=benches)
+
+    result = compare_runs([timed_only(counted_suite(1))], [timed_only(counted_suite(2, python="3.12"))])
+    assert result.skipped == [] and outcome_of(result) is Outcome.PASS

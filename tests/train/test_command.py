@@ -1,0 +1,168 @@
+"""``gymbench train`` end to end, and the models hook as a third-party plugin sees it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gymbench import Component, Recorder, hookimpl, load_record
+from gymbench.cli import main
+from gymbench.settings import build_settings
+from gymbench.testing import make_plugins
+from gymbench.train import precision
+from gymbench.train.execute import train
+from gymbench.train.models import DeepMLP, MLPConfig
+from gymbench.train.settings import TrainSettings
+
+TINY = ["--model", "transformer", "--size", "tiny", "--seq-len", "16", "--batch", "4", "--no-progress"]
+
+
+def test_train_prints_a_summary_and_saves_a_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "train",
+        *TINY,
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--accumulation",
+        "2",
+        "--checkpointing",
+        "every-2",
+    ]
+    assert main([*argv, "--save", "t1", "--results-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "step time    median" in out and "[process RSS]" in out and "MFU n/a" in out
+    [saved] = tmp_path.glob("*/*_t1.json")
+    record = load_record(saved)
+    assert record.kind == "train"
+    [bench] = record.benchmarks
+    assert bench.params["accumulation"] == 2 and bench.params["checkpointing"] == "every-2"
+    assert len(bench.metrics["step_time"].samples) == 3
+    for metric in ("tokens_per_s", "phase_backward", "peak_memory", "model_flops_per_step"):
+        assert bench.metrics[metric].value > 0
+    assert bench.metrics["activation_memory"].value >= 0  # a few KiB at this size: pages may be reused
+    assert bench.extra["memory"]["label"] == "process RSS"
+    assert bench.extra["gpu"]["available"] in (True, False) and bench.extra["gpu"]["reason"]
+
+
+FP16 = ["train", "--model", "mlp", "--precision", "fp16", "--batch", "64", "--steps", "2", "--warmup", "0"]
+
+
+def test_fp16_on_a_cpu_without_native_fp16_warns_and_keeps_shapes_tiny(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx2", "avx512_bf16"})
+    assert main([*FP16, "--no-memory", "--no-progress", "--device", "cpu"]) == 0
+    captured = capsys.readouterr()
+    assert "fp16 on this CPU (no avx512_fp16 or amx_fp16)" in captured.err
+    assert "size=tiny, batch=4" in captured.err
+    assert "loss scale" in captured.out and "has neither avx512_fp16 nor amx_fp16" in captured.out
+
+
+def test_fp16_on_a_cpu_with_native_fp16_keeps_the_shapes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx512_fp16"})
+    argv = [*FP16, "--size", "tiny", "--batch", "8", "--no-memory", "--no-progress", "--device", "cpu"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "warning" not in captured.err and "batch 8 = 1 x 8" in captured.out
+    assert "this CPU has avx512_fp16, so fp16 runs native kernels here" in captured.out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--batch", "6", "--accumulation", "4"], "not divisible by accumulation 4"),
+        (["--model", "nope"], "unknown model 'nope'; known models: mlp, transformer"),
+        (["--checkpointing", "half"], "use 'off', 'on' or 'every-K'"),
+        (["+model_options=layers"], "setting 'model_options'"),
+        (["+model_options.layers=many"], "invalid literal for int"),
+        (["--save", "../escape"], "becomes a file name"),
+        (["--find-batch", "search", "--memory-budget-mib", "0"], "setting 'memory_budget_mib': got 0.0"),
+        (["--find-batch", "search", "--tolerance", "2"], "0 < tolerance < 1"),
+        (["--step", "rl", "--model", "mlp"], "model 'mlp' has no `token_logprobs`, which the RL step needs"),
+        (["--step", "rl", "--batch", "6"], "not a whole number of GRPO groups of 4"),
+        (["--rollouts", "no-such-file.jsonl"], "cannot read the rollouts file no-such-file.jsonl"),
+        (["--lengths", "normal"], "setting 'lengths': got 'normal'"),
+        (["--trial-allocator", "jemalloc"], "setting 'trial_allocator': got 'jemalloc'"),
+    ],
+)
+def test_bad_input_is_one_line_without_traceback(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["train", *TINY, "--steps", "1", "--no-memory", "--results-dir", str(tmp_path), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir())  # refused before a run started
+
+
+def test_the_rl_step_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rollouts = tmp_path / "rollouts.jsonl"
+    rows = [{"reward": i % 2, "usage": {"prompt_tokens": 6, "completion_tokens": 3 + 5 * i}} for i in range(8)]
+    rollouts.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    argv = ["train", *TINY, "--step", "rl", "--rollouts", str(rollouts), "--packing", "--seq-len", "64"]
+    argv += ["+model_options.layers=4", "--checkpoint-ratio", "0.3", "--steps", "2", "--warmup", "1"]
+    assert main([*argv, "--no-memory", "--save", "rl", "--results-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "rl step" in out and "8 rollouts from" in out and "packed into rows" in out
+    assert "1 of 4 blocks checkpointed" in out and "policy_and_reference_logprobs" in out
+    assert "FLOP/s of model FLOPs" in out and "square-root LR rule" not in out
+    [bench] = load_record(next(tmp_path.glob("*/*_rl.json"))).benchmarks
+    assert bench.params["step"] == "rl" and bench.params["packing"] is True
+    for phase in ("policy_and_reference_logprobs", "advantage_calculation", "policy_training", "optimizer"):
+        assert bench.metrics[f"phase_{phase}"].value > 0
+    assert 0 <= bench.metrics["padding_share"].value < 0.5
+    assert any("1 of 4 blocks" in note for note in bench.extra["notes"])
+
+
+def test_the_learning_rate_line_needs_base_batch(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["train", "--model", "mlp", "--size", "tiny", "--batch", "400000", "--threads", "1"]
+    argv += ["--find-batch", "halve", "--memory-budget-mib", "48", "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "OOM" in out and "halving settled on" in out and "square-root LR rule" not in out
+    assert main([*argv, "--base-batch", "64", "--lr", "1e-3"]) == 0
+    assert "square-root LR rule: lr 0.001 at batch 64 ->" in capsys.readouterr().out
+
+
+def test_the_python_api_returns_the_result_and_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    settings = build_settings(TrainSettings, ["size=tiny", "seq_len=16", "batch=4", "steps=2", "memory=false"])
+    outcome = train(settings, make_plugins(), Recorder())
+    assert capsys.readouterr().out == ""
+    assert outcome.result.name == "train" and outcome.result.metrics["tokens_per_s"].value > 0
+    assert any(line.startswith("step time") for line in outcome.lines)
+
+
+def build_third_party(config: Mapping[str, Any]) -> DeepMLP:
+    return DeepMLP(MLPConfig(width=8, depth=1, classes=2))
+
+
+class ThirdParty:
+    @hookimpl
+    def gymbench_register_models(self) -> list[Component]:
+        return [Component("my-mlp", build_third_party, "a third-party model")]
+
+
+def test_a_plugin_registers_a_model_next_to_the_built_ins() -> None:
+    plugins = make_plugins(ThirdParty())
+    assert plugins.names("model") == ["mlp", "my-mlp", "transformer"]
+    assert plugins.components["model"]["mlp"].plugin == "gymbench.train.plugin"
+    assert isinstance(plugins.create("model", "my-mlp"), DeepMLP)
+    assert "train" in plugins.commands
+
+
+def test_starting_the_cli_does_not_import_torch() -> None:
+    code = (
+        "import sys; from gymbench.plugins import Plugins; p = Plugins(); "
+        "from gymbench.cli import build_parser; build_parser(p); print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -1,0 +1,209 @@
+"""Tuning and diagnosis against the in-process simulator in simulated time: exact, load-independent.
+
+The tuner meets the same engine it meets over HTTP, but every duration is simulated, so a starved
+CPU cannot inflate a latency and move the knee. The client's own cost is zero here, which is why
+the verdicts that need real CPU or real sockets ("client", "connection pool", "verification")
+stay in ``test_tune_and_diagnose.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gymbench.builtin.adaptive import AdaptiveStrategy
+from gymbench.builtin.semaphore import SemaphoreStrategy
+from gymbench.curves import knee_of
+from gymbench.knee_search import SearchSettings
+from gymbench.sim import InProcessBackend, SimConfig
+from gymbench.testing import make_plugins
+from gymbench.tune.diagnose import Diagnosis, diagnose
+from gymbench.tune.probe import Prober
+from gymbench.tune.sweep import (
+    StabilityResult,
+    Strategies,
+    TuneResult,
+    adaptive_search,
+    doubling_sweep,
+    validate_stability,
+)
+from tests.tune.simulated import PooledBackend, long_run_tokens_per_s, sim_counters, with_prober
+
+# Saturates at 16 sequences, exponential output lengths (mean 24): requests of ~0.3 s.
+KNEE16 = SimConfig(max_num_seqs=16, step_base_s=0.01, step_per_seq_s=0.0005, output_tokens_mean=24,
+                   output_tokens_dist="exponential")  # fmt: skip
+
+
+def tune(config: SimConfig, method: str = "sweep", retries: int = 0, **settings: Any) -> TuneResult:
+    backend = InProcessBackend(config, max_retries=retries)
+    search = adaptive_search if method == "adaptive" else doubling_sweep
+    strategies = Strategies.from_plugins(make_plugins())
+    return with_prober(backend, lambda prober: search(prober, SearchSettings(**settings), strategies),
+                       counters=sim_counters(backend))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def true_curve() -> dict[int, float]:
+    """Tokens/s of closed loops at every parallelism 1-24 and a few beyond (the true knee's grid)."""
+    return {p: long_run_tokens_per_s(KNEE16, p, completions=1500) for p in [*range(1, 25), 32, 48]}
+
+
+@pytest.mark.parametrize("method", ["sweep", "adaptive"])
+def test_knee_within_ten_percent_of_the_dense_grids(method: str, true_curve: dict[int, float]) -> None:
+    truth = knee_of(true_curve)
+    plateau = max(true_curve.values())
+    result = tune(KNEE16, method, start=2)
+    assert result.knee.parallelism == pytest.approx(truth, rel=0.10)
+    assert result.knee.low <= result.knee.parallelism <= result.knee.high
+    delivered = true_curve[result.recommended] if result.recommended in true_curve else plateau
+    assert delivered >= 0.93 * plateau
+    assert result.expected_share == pytest.approx(delivered / plateau, abs=0.05)
+
+
+def test_tuning_repeats_exactly() -> None:
+    first, again = (tune(KNEE16, start=4) for _ in range(2))
+    assert [p.work_rate for p in first.probes] == [p.work_rate for p in again.probes]
+
+
+def test_sweep_stops_on_a_plateau_and_states_every_rate_with_its_interval() -> None:
+    result = tune(KNEE16, start=4)
+    assert "plateaued at 32" in result.stop_reason
+    assert [p.parallelism for p in result.probes][:4] == [4, 8, 16, 32]
+    for probe in result.probes:
+        assert probe.error_rate == 0 and probe.rate.low < probe.rate.value < probe.rate.high
+        assert probe.rate.source in ("server counters", "client completions")
+
+
+def test_sweep_stops_when_throughput_degrades() -> None:
+    degrading = KNEE16.replace(collapse_threshold=4, collapse_slope=4.0)
+    result = tune(degrading, start=8)
+    assert "degraded at 32" in result.stop_reason
+    peak = max(rate.value for rate in result.curve.values())
+    assert result.expected_rollouts_per_s >= 0.9 * peak
+
+
+def test_sweep_stops_when_errors_appear() -> None:
+    erroring = KNEE16.replace(max_waiting=8)  # a 429 beyond 16 running + 8 waiting
+    result = tune(erroring, start=8)
+    assert "errors appeared at 32" in result.stop_reason and result.search.ceiling == "errors"
+    assert max(result.curve) < 32 and result.knee.parallelism <= 24
+
+
+def test_a_rate_limit_is_named_as_the_ceiling() -> None:
+    """A hosted API: 900 requests/minute, a bucket that starts full, the client retrying 429s."""
+    hosted = SimConfig(max_num_seqs=512, step_base_s=0.03, step_per_seq_s=0.0, output_tokens_mean=24, rpm_limit=900)
+    result = tune(hosted, start=5, retries=5)
+    assert result.search.ceiling == "rate limit" and "rate limit is the ceiling" in result.stop_reason
+    assert result.knee.plateau == pytest.approx(15.0, rel=0.06)  # the sustained 900/min, not the burst
+    assert max(rate.value for rate in result.curve.values()) <= 15.0 * 1.06
+
+
+def test_adaptive_levels_report_their_own_tokens_and_latency() -> None:
+    result = tune(KNEE16, "adaptive", start=4)
+    tokens = [p.output_tokens_per_s for p in result.probes]
+    assert len(set(tokens)) == len(tokens)  # each level its own, not the whole run's
+    assert all(p.latency_p99_s is not None and p.latency_p99_s >= p.latency_p50_s for p in result.probes)
+
+
+def test_adaptive_does_not_end_on_an_under_measured_level() -> None:
+    result = tune(KNEE16, "adaptive", start=2)
+    levels = result.search.curve
+    plateau = max(rate.value for rate in levels.values())
+    knee_bracket = [p for p in levels if 0.9 * plateau <= levels[p].value]
+    assert min(knee_bracket) <= result.knee.parallelism * 1.1
+    for parallelism in sorted(levels)[-3:]:
+        assert levels[parallelism].relative <= 0.02 * 1.01 or levels[parallelism].under_measured is False
+
+
+def test_adaptive_strategy_takes_an_injected_clock() -> None:
+    ticks = iter(range(1000))
+    strategy = AdaptiveStrategy(SearchSettings(start=3), clock=lambda: float(next(ticks)))
+    assert strategy.limiter.clock is strategy.clock and strategy.meter.since == 1.0  # ticks 0, 1: its own
+
+
+def test_adaptive_strategy_takes_the_probes_clock() -> None:
+    strategy = AdaptiveStrategy(SearchSettings(start=3))
+    with_prober(InProcessBackend(KNEE16), lambda prober: prober.run(strategy, 3, lambda c: None, lambda: True))
+    assert strategy.clock is not None and strategy.clock() >= 0 and strategy.limiter.clock is strategy.clock
+
+
+def test_stability_validation_at_the_recommendation() -> None:
+    async def work(prober: Prober) -> tuple[TuneResult, StabilityResult]:
+        tuned = await doubling_sweep(prober, SearchSettings(start=4), Strategies.from_plugins(make_plugins()))
+        return tuned, await validate_stability(prober, tuned.recommended, 150, tuned.expected_rollouts_per_s)
+
+    tuned, stability = with_prober(InProcessBackend(KNEE16), work)
+    assert stability.parallelism == tuned.recommended and stability.passed, stability.reasons
+    assert stability.rollouts >= 150
+
+
+def test_stability_validation_catches_a_server_that_degrades() -> None:
+    async def work(prober: Prober) -> StabilityResult:
+        return await validate_stability(prober, 32, 150, expected=60.0)
+
+    stability = with_prober(InProcessBackend(KNEE16.replace(collapse_threshold=4, collapse_slope=4.0)), work)
+    assert not stability.passed and "below 90% of the expected" in stability.reasons[0]
+
+
+def diagnosis(config: SimConfig, low: int, high: int, pool: int | None = None, **backend: Any) -> Diagnosis:
+    server = InProcessBackend(config, **backend)
+    client = server if pool is None else PooledBackend(server, pool)
+
+    async def work(prober: Prober) -> Diagnosis:
+        low_probe = await prober.probe(low, SemaphoreStrategy(low))
+        return diagnose(low_probe, await prober.probe(high, SemaphoreStrategy(high)))
+
+    return with_prober(client, work, counters=sim_counters(server))
+
+
+def variance(found: Diagnosis) -> list[str]:
+    return [s for s in found.symptoms if "latency variance" in s]
+
+
+def test_low_parallelism_against_a_large_server_is_parallelism_with_no_variance_symptom() -> None:
+    """Exponential output lengths: raw latency's p99 is many times its p50 with no queue at all.
+    That is not a reason to lower parallelism, and no longer reported as one."""
+    found = diagnosis(KNEE16.replace(max_num_seqs=256), low=2, high=8)
+    assert found.verdict == "parallelism" and found.gain >= 2.0
+    assert found.high.latency_p99_s > 3 * found.high.latency_p50_s
+    assert not variance(found)
+
+
+def test_a_saturated_server_is_the_model_server_and_its_queue_shows_as_variance() -> None:
+    found = diagnosis(KNEE16.replace(max_num_seqs=4), low=8, high=32)
+    assert found.verdict == "model server" and found.gain == pytest.approx(1.0, abs=0.1)
+    assert found.high.server_waiting_max is not None and found.high.server_waiting_max >= 20
+    assert variance(found) and "reduce parallelism" in variance(found)[0]
+
+
+def test_errors_at_the_high_parallelism_are_too_high_with_the_429_symptom() -> None:
+    found = diagnosis(KNEE16.replace(max_waiting=4), low=4, high=64)
+    assert found.verdict == "too high"
+    assert any(s.startswith("429s after retries") for s in found.symptoms)
+
+
+def test_timeouts_are_a_symptom() -> None:
+    found = diagnosis(KNEE16.replace(max_num_seqs=64, hang_rate=0.05), low=2, high=8, timeout_s=5.0)
+    assert any(s.startswith("timeouts") for s in found.symptoms)
+    assert found.symptoms[-1].startswith("GPU utilisation: not readable")
+
+
+def test_a_tiny_connection_pool_is_the_connection_pool_in_simulated_time() -> None:
+    """Two connections in front of a server that takes 256: the wait for a connection is most of
+    a rollout's time. Simulated time: no machine load can move this verdict."""
+    found = diagnosis(KNEE16.replace(max_num_seqs=256), low=4, high=16, pool=2)
+    assert found.verdict == "connection pool", found.evidence
+    assert found.gain < 1.2
+
+
+def test_the_probes_scratch_files_are_removed() -> None:
+    scratch = []
+
+    async def work(prober: Prober) -> None:
+        scratch.append(prober.workdir)
+        await prober.probe(4, SemaphoreStrategy(4))
+        assert any(prober.workdir.iterdir())  # the probe's rollouts were written there
+
+    with_prober(InProcessBackend(KNEE16), work)
+    assert not scratch[0].exists()
