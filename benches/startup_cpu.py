@@ -1,7 +1,8 @@
 """Start-up CPU of ``gymbench --version``, ``gymbench --help`` and every ``gymbench COMMAND --help``.
 
-``python benches/startup_cpu.py [--repeats 5] [--json OUT] [--before BEFORE.json]`` runs each case
-in a fresh interpreter, the way the console script does (``from gymbench.cli import main``), and
+``python benches/startup_cpu.py [--repeats 5] [--tree DIR] [--json OUT] [--before BEFORE.json]`` runs
+each case in a fresh interpreter, the way the console script does (``from gymbench.cli import main``),
+on the gymbench in ``DIR`` (default: this checkout; another checkout gives the "before"), and
 prints the median user+system CPU seconds of the child (``getrusage(RUSAGE_CHILDREN)``, so other
 processes on the machine do not count) and how many modules it imported. ``--before`` adds the
 figures of an earlier ``--json`` as a column, with the ratio. Not a test: it asserts nothing about
@@ -19,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+CHECKOUT = Path(__file__).resolve().parents[1]
+
 CHILD = (
     "import contextlib, io, sys\n"
     "from gymbench.cli import main\n"
@@ -31,16 +34,25 @@ CHILD = (
 )
 
 
-def cases() -> list[list[str]]:
-    from gymbench.plugins import Plugins
-
-    return [["--version"], ["--help"]] + [[name, "--help"] for name in sorted(Plugins().commands)]
+LIST_COMMANDS = "from gymbench.plugins import Plugins\nprint(' '.join(sorted(Plugins().commands)))"
 
 
-def child_cpu(argv: list[str]) -> tuple[float, int]:
+def python(tree: Path, code: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``python -c CODE ARGV`` importing gymbench from ``tree`` (the working directory comes first on
+    ``sys.path``, so it is the tree too)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, cwd=tree)
+
+
+def cases(tree: Path) -> list[list[str]]:
+    commands = python(tree, LIST_COMMANDS).stdout.split()
+    return [["--version"], ["--help"]] + [[name, "--help"] for name in commands]
+
+
+def child_cpu(tree: Path, argv: list[str]) -> tuple[float, int]:
     """CPU seconds (user + system) of one fresh ``gymbench ARGV`` and its module count."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True, env=os.environ)
+    done = python(tree, CHILD, *argv)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"gymbench {' '.join(argv)} failed:\n{done.stderr}")
@@ -48,10 +60,10 @@ def child_cpu(argv: list[str]) -> tuple[float, int]:
     return cpu, int(done.stderr.strip().splitlines()[-1])
 
 
-def measure(repeats: int) -> dict[str, dict[str, float]]:
+def measure(tree: Path, repeats: int) -> dict[str, dict[str, float]]:
     figures = {}
-    for argv in cases():
-        runs = [child_cpu(argv) for _ in range(repeats)]
+    for argv in cases(tree):
+        runs = [child_cpu(tree, argv) for _ in range(repeats)]
         figures[" ".join(argv)] = {
             "cpu_s_median": statistics.median(cpu for cpu, _ in runs),
             "modules": runs[-1][1],
@@ -83,10 +95,11 @@ def table(figures: dict[str, dict[str, float]], before: dict[str, dict[str, floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="runs per case; the median is reported")
+    parser.add_argument("--tree", type=Path, default=CHECKOUT, help="the checkout to measure (default: this one)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--before", type=Path, help="figures of an earlier --json, shown beside these")
     args = parser.parse_args()
-    figures = measure(args.repeats)
+    figures = measure(args.tree.resolve(), args.repeats)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     before = json.loads(args.before.read_text()) if args.before else None
