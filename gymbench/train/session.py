@@ -25,7 +25,7 @@ from gymbench.train.models import Batch, BenchModel, SequenceModel
 from gymbench.train.packing import StepCount
 from gymbench.train.precision import Precision
 
-LM_PHASES = ("data", "forward", "backward", "optimizer")
+LM_PHASES: tuple[str, ...] = ("data", "forward", "backward", "optimizer")
 ModelFactory = Callable[[Mapping[str, Any]], nn.Module]
 
 
