@@ -9,25 +9,28 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gymbench.hookspecs import hookimpl
 from gymbench.types import Command, Component
 
+if TYPE_CHECKING:
+    import torch
 
-def build_mlp(config: Mapping[str, Any]) -> Any:
+
+def build_mlp(config: Mapping[str, Any]) -> torch.nn.Module:
     from gymbench.train import models
 
     return models.build_mlp(config)
 
 
-def build_transformer(config: Mapping[str, Any]) -> Any:
+def build_transformer(config: Mapping[str, Any]) -> torch.nn.Module:
     from gymbench.train import models
 
     return models.build_transformer(config)
 
 
-def build_hf_causal_lm(config: Mapping[str, Any]) -> Any:
+def build_hf_causal_lm(config: Mapping[str, Any]) -> torch.nn.Module:
     from gymbench.train import hf
 
     return hf.build_hf_causal_lm(config)
