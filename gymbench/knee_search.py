@@ -121,9 +121,11 @@ class KneeSearch:
             return self._visit(s.start, "first level")
         last = self.levels[self.grown[-1]]
         if last.rate_limited:
-            return self._stop_at_rate_limit(last)
+            self._stop_at_rate_limit(last)
+            return None
         if last.error_rate > s.error_rate:
-            return self._stop_on_errors(last)
+            self._stop_on_errors(last)
+            return None
         below = [p for p in self.grown[:-1] if p < last.parallelism]
         if not below:
             return self._grow_from(last)

@@ -9,17 +9,21 @@ third-party plugin can replace a built-in without blocking the built-ins registe
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 import pluggy
 
 from gymbench import hookspecs
 from gymbench.errors import PluginError, UnknownComponentError
-from gymbench.types import Backend, Command, Component, ConcurrencyStrategy, Verifier
+from gymbench.types import Backend, Command, Component, ComponentFactory, ConcurrencyStrategy, RunInfo, Verifier
+
+if TYPE_CHECKING:
+    from gymbench.record import ResultsRecord
 
 ENTRY_POINT_GROUP = "gymbench"
 BLOCK_ENV = "GYMBENCH_BLOCK_PLUGINS"
@@ -93,11 +97,19 @@ def _blocked_names(blocked: Iterable[str] | None) -> list[str]:
     return [name.strip() for name in raw.split(",") if name.strip()]
 
 
+class Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+ItemT = TypeVar("ItemT", bound=Named)
+
+
 @dataclass(frozen=True)
-class Registered:
+class Registered(Generic[ItemT]):
     """A component or command together with the plugin that registered it."""
 
-    item: Any
+    item: ItemT
     plugin: str
 
     @property
@@ -111,17 +123,30 @@ class Plugins:
     def __init__(self, pm: pluggy.PluginManager | None = None) -> None:
         self.pm = pm if pm is not None else get_plugin_manager()
         self.blocked_components: frozenset[str] = getattr(self.pm, "gymbench_blocked_components", frozenset())
-        self.components: dict[str, dict[str, Registered]] = {
+        self.components: dict[str, dict[str, Registered[Component]]] = {
             kind: self._collect(hook_name, Component, kind) for kind, hook_name in COMPONENT_KINDS.items()
         }
-        self.commands = self._collect("gymbench_register_commands", Command, "command")
+        self.commands: dict[str, Registered[Command]] = self._collect("gymbench_register_commands", Command, "command")
 
     @property
-    def hook(self) -> Any:
+    def hook(self) -> pluggy.HookRelay:
+        """The raw hooks; the methods below call them with their types spelt out."""
         return self.pm.hook
 
-    def _collect(self, hook_name: str, expected: type, kind: str) -> dict[str, Registered]:
-        found: dict[str, Registered] = {}
+    def add_options(self, parser: argparse.ArgumentParser, command: str) -> None:
+        self.pm.hook.gymbench_add_options(parser=parser, command=command)
+
+    def update_fingerprint(self, fingerprint: dict[str, dict[str, Any]]) -> None:
+        self.pm.hook.gymbench_update_fingerprint(fingerprint=fingerprint)
+
+    def run_start(self, run: RunInfo) -> None:
+        self.pm.hook.gymbench_run_start(run=run)
+
+    def run_finish(self, run: RunInfo, record: ResultsRecord) -> None:
+        self.pm.hook.gymbench_run_finish(run=run, record=record)
+
+    def _collect(self, hook_name: str, expected: type[ItemT], kind: str) -> dict[str, Registered[ItemT]]:
+        found: dict[str, Registered[ItemT]] = {}
         caller = getattr(self.pm.hook, hook_name)
         for impl in caller.get_hookimpls():  # registration order: built-ins first
             plugin_name = self.pm.get_name(impl.plugin) or repr(impl.plugin)
@@ -154,8 +179,7 @@ class Plugins:
                 f"unknown {kind} {name!r}; known {PLURALS.get(kind, kind + 's')}: {known}. "
                 "Run `gymbench plugins` to see every plugin and what it registers."
             )
-        component: Component = registered.item
-        return component
+        return registered.item
 
     def options(self, kind: str, name: str) -> set[str] | None:
         """The option names a component declares, or ``None`` when it takes any mapping."""
@@ -164,21 +188,21 @@ class Plugins:
         schema = self.component(kind, name).settings
         return known_fields(schema) if schema is not None else None
 
-    def check(self, kind: str, name: str, config: Mapping[str, Any] | None = None) -> Any:
+    def check(self, kind: str, name: str, config: Mapping[str, Any] | None = None) -> object:
         """The component's options, checked against its settings schema (the raw mapping without one).
 
         Commands call this before a run starts, so a misspelt option fails at once rather than
         after a server was started.
         """
         component = self.component(kind, name)
-        options: Any = dict(config or {})
+        options: object = dict(config or {})
         if component.settings is not None:
             from gymbench.settings import build_settings
 
-            options = build_settings(component.settings, (), options, where=f"{kind} {name!r}")
+            options = build_settings(component.settings, (), dict(config or {}), where=f"{kind} {name!r}")
         return options
 
-    def create(self, kind: str, name: str, config: Mapping[str, Any] | None = None) -> Any:
+    def create(self, kind: str, name: str, config: Mapping[str, Any] | None = None) -> object:
         """Build the named component, its options checked against its settings schema."""
         component = self.component(kind, name)
         made = component.factory(self.check(kind, name, config))
@@ -192,19 +216,16 @@ class Plugins:
         return made
 
     def backend(self, name: str, config: Mapping[str, Any] | None = None) -> Backend:
-        backend: Backend = self.create("backend", name, config)
-        return backend
+        return cast(Backend, self.create("backend", name, config))  # create checked the protocol
 
     def verifier(self, name: str, config: Mapping[str, Any] | None = None) -> Verifier:
-        verifier: Verifier = self.create("verifier", name, config)
-        return verifier
+        return cast(Verifier, self.create("verifier", name, config))
 
     def strategy(self, name: str, config: Mapping[str, Any] | None = None) -> ConcurrencyStrategy:
-        strategy: ConcurrencyStrategy = self.create("strategy", name, config)
-        return strategy
+        return cast(ConcurrencyStrategy, self.create("strategy", name, config))
 
 
-def lazy(target: str) -> Callable[[Any], Any]:
+def lazy(target: str) -> ComponentFactory:
     """A factory that imports ``"package.module:attribute"`` when first called.
 
     Plugins register on every ``gymbench`` call, so a registration that imported aiohttp, scipy or
@@ -213,8 +234,9 @@ def lazy(target: str) -> Callable[[Any], Any]:
     """
     module_name, _, attribute = target.partition(":")
 
-    def factory(options: Any) -> Any:
-        return getattr(importlib.import_module(module_name), attribute)(options)
+    def factory(options: Any) -> object:
+        made: object = getattr(importlib.import_module(module_name), attribute)(options)
+        return made
 
     factory.__qualname__ = factory.__name__ = f"lazy({target!r})"
     return factory

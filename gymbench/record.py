@@ -21,7 +21,7 @@ from typing import Any
 
 from gymbench.errors import ResultsFileError
 from gymbench.jsonio import JSONReadError, loads, write_json_atomic
-from gymbench.types import Direction
+from gymbench.types import Direction, JSONObject, JSONValue
 
 SCHEMA_ID = "gymbench.results"
 SCHEMA_VERSION = 1
@@ -44,7 +44,7 @@ class Metric:
             raise ValueError("a metric needs at least one sample")
         return cls(value=float(statistics.median(data)), unit=unit, direction=direction, samples=data)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "value": _finite_or_none(self.value),
             "unit": self.unit,
@@ -85,7 +85,7 @@ class BenchmarkResult:
     def id(self) -> str:
         return benchmark_id(self.name, self.params)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "id": self.id,
             "name": self.name,
@@ -118,7 +118,7 @@ class ResultsRecord:
     created_at: str = field(default_factory=lambda: utc_now())
     kind: str = "pytest"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "schema": SCHEMA_ID,
             "schema_version": SCHEMA_VERSION,
@@ -151,7 +151,7 @@ def utc_now() -> str:
 
 
 @lru_cache(maxsize=1)
-def results_schema() -> dict[str, Any]:
+def results_schema() -> JSONObject:
     text = resources.files("gymbench").joinpath("schema/results-v1.schema.json").read_text()
     return json.loads(text)
 
@@ -213,7 +213,7 @@ def save_to_store(record: ResultsRecord, results_dir: str | os.PathLike[str], na
     return save_record(record, store_path(record, results_dir, name))
 
 
-def read_results_json(path: str | os.PathLike[str], what: str = "results", *, allow_nan: bool = False) -> Any:
+def read_results_json(path: str | os.PathLike[str], what: str = "results", *, allow_nan: bool = False) -> JSONValue:
     """A results file's JSON (a gymbench record, a pytest-benchmark file); any problem names the file."""
     source = Path(path)
     try:
@@ -254,7 +254,7 @@ def _none_to_nan(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: Any) -> JSONValue:
     """Parameters may be arbitrary objects (pytest ids); keep JSON types, stringify the rest."""
     if isinstance(value, Mapping):
         return {str(key): _jsonable(item) for key, item in value.items()}

@@ -101,7 +101,7 @@ def settings_from_args(schema: type[T], args: argparse.Namespace, *, base: Mappi
         if "=" not in token:
             raise GymbenchError(f"cannot read setting {token!r}: expected +key=value")
         dotlist.append(token.lstrip("+"))
-    for field in dataclasses.fields(schema):
+    for field in dataclasses.fields(schema):  # type: ignore[arg-type]
         value = getattr(args, f"setting_{field.name}", None)
         if value is not None:
             dotlist.append(f"{field.name}={value}")
@@ -204,7 +204,7 @@ def _settings_error(schema: type[Any], exc: Exception, key: str | None) -> str:
     if isinstance(exc, RecursionError):
         reason = "nested too deeply"
     else:
-        reason = _first_line(exc.msg if isinstance(exc, ValidationError) else str(exc)) or type(exc).__name__
+        reason = _first_line(exc.msg if isinstance(exc, ValidationError) else str(exc)) or type(exc).__name__  # type: ignore[arg-type]
     reason = re.sub(r"^While dereferencing interpolation '.*?': ", "", reason)
     name = getattr(exc, "full_key", None) or key
     return f"setting {name!r}: {reason}" if name else f"cannot read the settings: {reason}"
@@ -229,14 +229,14 @@ def _refuse_non_finite(value: Any, key: str = "") -> None:
 
 def settings_dict(settings: Any) -> dict[str, Any]:
     """A settings object as plain JSON-able data (for records and fingerprints)."""
-    return dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
+    return dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)  # type: ignore[arg-type]
 
 
 def known_fields(schema: type[Any]) -> set[str]:
     return {field.name for field in dataclasses.fields(schema)}
 
 
-class SettingsFile(dict):  # type: ignore[type-arg]
+class SettingsFile(dict[str, Any]):
     """Settings read from a file: an error in one of them names the file."""
 
     def __init__(self, settings: Mapping[str, Any], source: str) -> None:

@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -18,6 +18,16 @@ if TYPE_CHECKING:
     from gymbench.plugins import Plugins
 
 Direction = Literal["higher", "lower"]
+
+# --------------------------------------------------------------------------- JSON data
+
+JSONValue: TypeAlias = Any
+"""A value as JSON holds it: ``str``, ``int``, ``float``, ``bool``, ``None``, or a list or object of
+them. To the type checker it is ``Any``: readers index into what they read (a row, a summary, an
+API answer) without checking each level, and the name says what the data is instead."""
+
+JSONObject: TypeAlias = dict[str, JSONValue]
+"""A JSON object: a results record's, a rollouts row's, a request's or a summary's fields."""
 
 
 # --------------------------------------------------------------------------- rollouts
@@ -156,6 +166,10 @@ class ConcurrencyStrategy(Protocol):
 
 
 # --------------------------------------------------------------------------- registrations
+
+ComponentFactory: TypeAlias = Callable[[Any], object]
+"""Builds a component from its options: an instance of the component's ``settings`` dataclass, or
+the raw mapping when it declares none (so each factory names its own parameter type)."""
 
 
 @dataclass(frozen=True)

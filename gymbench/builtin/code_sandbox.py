@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gymbench.types import JSONObject
+
 BOOTSTRAP = str(Path(__file__).with_name("sandbox_bootstrap.py"))
 STDERR_TAIL_CHARS = 500
 KILL_SIGNALS = {-signal.SIGXCPU: "timeout", -signal.SIGKILL: "timeout", -signal.SIGXFSZ: "output_limit"}
@@ -184,7 +186,7 @@ def classify(returncode: int, report: list[tuple[str, str]], stderr: str, script
     return "failed_tests" if "tests_failed" in keys else "runtime_error"
 
 
-def confinement(report: list[tuple[str, str]], timed_out: bool) -> dict[str, Any]:
+def confinement(report: list[tuple[str, str]], timed_out: bool) -> JSONObject:
     """What the child reports it applied, plus what the parent did, for the verdict's details."""
     applied: dict[str, Any] = {"audit_hook": True, "process_group_killed": timed_out, "network": "unknown"}
     for key, value in report:

@@ -50,7 +50,7 @@ from typing import Any
 
 from gymbench.builtin.code_sandbox import Limits, RunResult, run_confined
 from gymbench.builtin.verifying import unjudged
-from gymbench.types import Verdict
+from gymbench.types import JSONObject, Verdict
 
 NAME = "code"
 FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -109,7 +109,7 @@ def case_outcome(run: RunResult, case: Case, compare: str) -> str:
     return {"ok": "wrong_output", "failed_tests": "failed_assertion"}.get(run.ended, run.ended)
 
 
-def case_details(outcome: str, run: RunResult) -> dict[str, Any]:
+def case_details(outcome: str, run: RunResult) -> JSONObject:
     details: dict[str, Any] = {"outcome": outcome, "duration_s": round(run.duration_s, 4), "exit_code": run.exit_code}
     if outcome != "passed":
         details["stderr"] = run.stderr_tail

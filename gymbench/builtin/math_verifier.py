@@ -37,8 +37,8 @@ def signal_timeout(seconds: int) -> int | None:
 def parse_gold(gold: str, timeout: int | None) -> list[Any]:
     """Parse the expected answer as LaTeX math first, then as it stands (it may already hold ``$``)."""
     wrapped = gold if "$" in gold or "\\boxed" in gold else f"${gold}$"
-    parsed = parse(wrapped, parsing_timeout=timeout, raise_on_error=True)  # type: ignore[arg-type]
-    return parsed or parse(gold, parsing_timeout=timeout, raise_on_error=True)  # type: ignore[arg-type]
+    parsed = parse(wrapped, parsing_timeout=timeout, raise_on_error=True)
+    return parsed or parse(gold, parsing_timeout=timeout, raise_on_error=True)
 
 
 def shown(parsed: list[Any]) -> str | None:
@@ -80,7 +80,7 @@ class MathVerifier:
         if not any(not isinstance(item, str) for item in gold):  # only math-verify's raw-text fallback
             return unjudged("unparseable_expected", "math-verify cannot read the expected answer", expected=expected)
         try:
-            answer = parse(response_text, parsing_timeout=timeout, raise_on_error=True)  # type: ignore[arg-type]
+            answer = parse(response_text, parsing_timeout=timeout, raise_on_error=True)
             if not answer:
                 return unjudged("no_answer", "no final answer found in the response", expected=shown(gold))
             equal = self._equal(gold, answer, timeout)

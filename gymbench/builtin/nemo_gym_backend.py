@@ -28,7 +28,7 @@ from gymbench.builtin.http_client import RetryingClient
 from gymbench.builtin.nemo_gym_head import AgentDirectory, head_server_url, read_directory
 from gymbench.builtin.openai_shapes import read_responses
 from gymbench.errors import GymbenchError
-from gymbench.types import Generation, GenerationFailed, GenerationRequest
+from gymbench.types import Generation, GenerationFailed, GenerationRequest, JSONObject
 
 SCORED_FIELDS = ("response", "reward")
 """What an agent's answer adds to the row; every other field it returns goes to the row as is."""
@@ -146,7 +146,7 @@ async def _read_run(answer: aiohttp.ClientResponse, started: float) -> Generatio
 
 async def agents_aggregate_metrics(
     settings: Mapping[str, Any], routes: Mapping[str, str], entries: Mapping[str, Any]
-) -> dict[str, dict[str, Any] | str]:
+) -> dict[str, JSONObject | str]:
     """Each agent's own ``/aggregate_metrics`` over its rows, as ``ng_collect_rollouts`` asks after
     a run (benchmark metrics such as pass@k live there); a reason where an agent cannot.
 
@@ -168,7 +168,7 @@ async def agents_aggregate_metrics(
     return found
 
 
-async def _read_metrics(answer: aiohttp.ClientResponse, started: float) -> dict[str, Any]:
+async def _read_metrics(answer: aiohttp.ClientResponse, started: float) -> JSONObject:
     try:
         data = orjson.loads(await answer.read())
     except ValueError as exc:

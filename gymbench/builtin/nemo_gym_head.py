@@ -21,6 +21,7 @@ import orjson
 from gymbench.builtin.backends import DEFAULT_HEAD_SERVER
 from gymbench.builtin.http_client import RetryingClient
 from gymbench.errors import GymbenchError
+from gymbench.types import JSONValue
 
 AGENT_SERVER_TYPE = "responses_api_agents"
 ANY_ADDRESS = ("0.0.0.0", "::", "")
@@ -116,14 +117,14 @@ def _agent_url(host: Any, port: Any, head_url: str) -> str | None:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _json(head_url: str, route: str, body: bytes) -> Any:
+def _json(head_url: str, route: str, body: bytes) -> JSONValue:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
         raise GymbenchError(f"the NeMo Gym head server at {head_url} sent {route} that is not JSON") from None
 
 
-def _config_yaml(head_url: str, body: bytes) -> Any:
+def _config_yaml(head_url: str, body: bytes) -> JSONValue:
     """FastAPI sends the YAML text as a JSON string."""
     import yaml
 

@@ -21,7 +21,7 @@ from gymbench.builtin.http_client import RetryingClient
 from gymbench.builtin.openai_shapes import chat_body, read_chat, read_responses
 from gymbench.builtin.stream_assembly import ChatStream, ResponsesStream, StreamAssembler, sse_events
 from gymbench.errors import GymbenchError
-from gymbench.types import Generation, GenerationFailed, GenerationRequest
+from gymbench.types import Generation, GenerationFailed, GenerationRequest, JSONObject
 
 APIS = {"responses": "/responses", "chat": "/chat/completions"}
 MODEL_NOT_FOUND = re.compile(
@@ -58,7 +58,7 @@ class OpenAIBackend:
     ) -> None:
         await self.client.close()
 
-    def request_body(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def request_body(self, params: Mapping[str, Any]) -> JSONObject:
         body = dict(params) if self.api == "responses" else chat_body(params)
         body["model"] = self.model
         if self.stream:

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gymbench.types import GenerationFailed, TokenUsage
+from gymbench.types import GenerationFailed, JSONObject, TokenUsage
 
 CHAT_PASSTHROUGH = ("temperature", "top_p", "seed", "stop", "tool_choice", "parallel_tool_calls", "logprobs")
 
 
-def chat_body(params: Mapping[str, Any]) -> dict[str, Any]:
+def chat_body(params: Mapping[str, Any]) -> JSONObject:
     """Translate Responses-API parameters into a chat-completions body."""
     messages: list[dict[str, Any]] = []
     instructions = params.get("instructions")
@@ -36,7 +36,7 @@ def chat_body(params: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
-def _chat_message(item: Mapping[str, Any]) -> dict[str, Any]:
+def _chat_message(item: Mapping[str, Any]) -> JSONObject:
     content = item.get("content", "")
     if isinstance(content, list):
         content = [
@@ -48,7 +48,7 @@ def _chat_message(item: Mapping[str, Any]) -> dict[str, Any]:
     return {"role": item.get("role", "user"), "content": content}
 
 
-def _chat_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
+def _chat_tool(tool: Mapping[str, Any]) -> JSONObject:
     if tool.get("type") == "function" and "function" not in tool:
         function = {key: tool[key] for key in ("name", "description", "parameters", "strict") if key in tool}
         return {"type": "function", "function": function}

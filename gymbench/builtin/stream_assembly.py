@@ -16,7 +16,7 @@ import aiohttp
 import orjson
 
 from gymbench.builtin.openai_shapes import read_responses
-from gymbench.types import GenerationFailed, TokenUsage
+from gymbench.types import GenerationFailed, JSONObject, TokenUsage
 
 DONE = b"[DONE]"
 
@@ -31,12 +31,12 @@ class StreamAssembler(Protocol):
     @property
     def text(self) -> str: ...
 
-    def response(self) -> dict[str, Any]: ...
+    def response(self) -> JSONObject: ...
 
     def usage(self) -> TokenUsage: ...
 
 
-async def sse_events(content: aiohttp.StreamReader) -> AsyncIterator[dict[str, Any]]:
+async def sse_events(content: aiohttp.StreamReader) -> AsyncIterator[JSONObject]:
     """The JSON ``data:`` events of a server-sent-event stream, up to ``data: [DONE]``.
 
     Lines are split here rather than by aiohttp's line reader, which refuses lines over 128 KiB:
@@ -66,7 +66,7 @@ def _data(line: bytes) -> bytes | None:
     return line[5:].strip() if line.startswith(b"data:") else None
 
 
-def _event(payload: bytes) -> dict[str, Any]:
+def _event(payload: bytes) -> JSONObject:
     try:
         event = orjson.loads(payload)
     except ValueError:
@@ -104,7 +104,7 @@ class ChatStream:
         first = self._choices.get(min(self._choices, default=0))
         return first.text if first else ""
 
-    def response(self) -> dict[str, Any]:
+    def response(self) -> JSONObject:
         head = {"id": None, "object": "chat.completion", "created": None, "model": None}
         choices = [self._choices[index].choice() for index in sorted(self._choices)]
         return {**head, **self._top, "object": "chat.completion", "choices": choices, "usage": self._usage}
@@ -183,7 +183,7 @@ class _ChoiceParts:
             else:
                 _remember(gathered, key, value)
 
-    def choice(self) -> dict[str, Any]:
+    def choice(self) -> JSONObject:
         message: dict[str, Any] = {"role": self.role, "content": None, **self.others}
         message.update({key: "".join(pieces) for key, pieces in self.texts.items()})
         if self.tool_calls is not None:
@@ -194,7 +194,7 @@ class _ChoiceParts:
         return {**choice, **self.ends}
 
 
-def _new_tool_call() -> dict[str, Any]:
+def _new_tool_call() -> JSONObject:
     return {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
 
 
@@ -258,7 +258,7 @@ class ResponsesStream:
             return "".join(self._pieces)
         return read_responses(self.response())[0] if self._final is not None else ""
 
-    def response(self) -> dict[str, Any]:
+    def response(self) -> JSONObject:
         if self._final is not None:
             return self._final
         output = [self._items[index] for index in sorted(self._items)]
@@ -271,7 +271,7 @@ class ResponsesStream:
         usage = (self._final if self._final is not None else self._base).get("usage") or {}
         return TokenUsage(int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0))
 
-    def _item(self, event: Mapping[str, Any]) -> dict[str, Any]:
+    def _item(self, event: Mapping[str, Any]) -> JSONObject:
         default = {"type": "message", "id": event.get("item_id"), "status": "in_progress", "role": "assistant"}
         return self._items.setdefault(int(event.get("output_index", 0)), {**default, "content": []})
 

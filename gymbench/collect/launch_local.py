@@ -44,7 +44,7 @@ def _worker_main(connection: Connection) -> None:
             return
         if job is None:
             return
-        outcome = collect_shard(job, lambda done, index=job.index: connection.send(("progress", index, done)))
+        outcome = collect_shard(job, lambda done, index=job.index: connection.send(("progress", index, done)))  # type: ignore[misc]
         connection.send(("done", job.index, outcome))
 
 

@@ -11,9 +11,13 @@ import argparse
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gymbench.errors import GymbenchError
 from gymbench.settings import at_least
+
+if TYPE_CHECKING:
+    from gymbench.plugins import Plugins
 
 
 def _help(text: str) -> dict[str, str]:
@@ -48,7 +52,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", dest="setting_output", metavar="FILE", help="the merged file (as --output)")
 
 
-def run(args: argparse.Namespace, plugins: object) -> int:
+def run(args: argparse.Namespace, plugins: Plugins) -> int:
     from gymbench.settings import settings_from_args
 
     files = [token for token in args.overrides if "=" not in token]

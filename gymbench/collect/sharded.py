@@ -59,7 +59,7 @@ def run_sharded_collect(config: CollectConfig, plugins: Plugins) -> int:
         with ServerWatch(server.get("base_url") or config.base_url, config.scrape_metrics) as watch:
             driver = _drive(launcher, jobs, config)
     result = sharded_result(config, shards, driver.outcomes, driver.tries, driver.collecting_s, _simulator_mode(config))
-    result.metrics["worker_startup_s"] = Metric(driver.startup_s, "s", "lower")
+    result.metrics["worker_startup_s"] = Metric(driver.startup_s, "s", "lower")  # type: ignore[index]
     result.extra["distribution"]["rows_travel_by"] = launcher.rows_travel_by
     result.extra["summary"]["server_metrics"] = watch.record()
     if driver.interrupted or driver.unfinished:

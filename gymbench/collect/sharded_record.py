@@ -93,14 +93,14 @@ def sharded_result(
     result = collect_result(config, backend, stats, cpu)
     workers = worker_figures(outcomes)
     retries = sum(max(tries.get(shard.index, 0) - 1, 0) for shard in shards)
-    result.metrics["shard_retries"] = Metric(float(retries), "shards", "lower")
+    result.metrics["shard_retries"] = Metric(float(retries), "shards", "lower")  # type: ignore[index]
     if workers:
         rates = [worker["rollouts_per_s_busy"] for worker in workers]
-        result.metrics["worker_rollouts_per_s_min"] = Metric(min(rates), "rollouts/s", "higher")
-    result.params.update(num_workers=config.num_workers, launcher=config.launcher, num_shards=len(shards))
+        result.metrics["worker_rollouts_per_s_min"] = Metric(min(rates), "rollouts/s", "higher")  # type: ignore[index]
+    result.params.update(num_workers=config.num_workers, launcher=config.launcher, num_shards=len(shards))  # type: ignore[attr-defined]
     distribution = {"launcher": config.launcher, "num_workers": config.num_workers, "simulator": simulator,
                     "shard_attempts": config.shard_attempts}  # fmt: skip
-    result.extra.update(
+    result.extra.update(  # type: ignore[attr-defined]
         summary=stats.summary(),
         workers=workers,
         shards=shard_figures(shards, outcomes, tries),

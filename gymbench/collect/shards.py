@@ -21,6 +21,7 @@ from gymbench.errors import GymbenchError
 from gymbench.jsonio import read_json_file, write_json_atomic
 from gymbench.rollout.dataset import TaskSlice, count_selected
 from gymbench.settings import settings_dict
+from gymbench.types import JSONObject
 
 SHARDS_PER_WORKER = 4
 PATH_SETTINGS = ("input_jsonl_fpath", "output_jsonl_fpath", "verify_cache_path", "results_dir")
@@ -88,7 +89,7 @@ def _described(plan: dict[str, Any]) -> str:
     return f"{plan.get('tasks')} tasks from index {plan.get('start_idx')}, {plan.get('num_repeats')} repeats"
 
 
-def shard_settings(config: CollectConfig, shard: Shard, server: dict[str, Any]) -> dict[str, Any]:
+def shard_settings(config: CollectConfig, shard: Shard, server: dict[str, Any]) -> JSONObject:
     """The settings one shard is collected with: its range, its file, resume on, nothing printed or saved.
 
     ``server`` names the shared simulator (``base_url``, ``model``) when the driver runs one."""

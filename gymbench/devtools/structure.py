@@ -90,7 +90,7 @@ def _is_type_checking(node: ast.If) -> bool:
 
 
 def _collect_imports(module: Module, known: dict[str, Module]) -> None:
-    def visit(nodes: list[ast.stmt], top: bool) -> None:
+    def visit(nodes: list[ast.stmt] | list[ast.stmt | ast.ExceptHandler], top: bool) -> None:
         for node in nodes:
             if isinstance(node, ast.If) and _is_type_checking(node):
                 continue  # typing-only imports run nothing

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymbench.errors import ResultsFileError
+from gymbench.types import JSONObject
 
 PRIOR_DF = 4.0
 """Weight, in runs, of the suite's typical noise in each metric's moderated noise estimate."""
@@ -72,7 +73,7 @@ class NoiseTable:
         return sum(len(by_metric) for by_metric in self.metrics.values())
 
 
-def noise_to_dict(table: NoiseTable, created_at: str) -> dict[str, Any]:
+def noise_to_dict(table: NoiseTable, created_at: str) -> JSONObject:
     return {
         "schema": CALIBRATION_SCHEMA,
         "schema_version": CALIBRATION_VERSION,

@@ -18,6 +18,7 @@ from typing import Any
 from gymbench.errors import ResultsFileError
 from gymbench.fingerprint import machine_info, machine_key
 from gymbench.record import SCHEMA_ID, BenchmarkResult, Metric, ResultsRecord, load_record, read_results_json
+from gymbench.types import JSONObject, JSONValue
 
 EXTRA_KEY = "pytest_benchmark"
 PASSTHROUGH = ("name", "fullname", "param", "group", "options", "extra_info")
@@ -93,7 +94,7 @@ def _benchmark(entry: Mapping[str, Any]) -> BenchmarkResult:
     )
 
 
-def _section(data: Mapping[str, Any], key: str, source: str) -> Mapping[str, Any]:
+def _section(data: Mapping[str, Any], key: str, source: str) -> Mapping[str, JSONValue]:
     """An optional object of the file (``machine_info``, ``commit_info``, ``machine_info.cpu``)."""
     value = data.get(key)
     if value is None:
@@ -103,10 +104,10 @@ def _section(data: Mapping[str, Any], key: str, source: str) -> Mapping[str, Any
     return value
 
 
-def _fingerprint(data: Mapping[str, Any], source: str) -> dict[str, dict[str, Any]]:
+def _fingerprint(data: Mapping[str, Any], source: str) -> dict[str, JSONObject]:
     info = _section(data, "machine_info", source)
     cpu = _section(info, "cpu", source)
-    machine = {
+    machine: dict[str, Any] = {
         "cpu_model": str(cpu.get("brand_raw") or info.get("processor") or "unknown"),
         "cpu_count_logical": cpu.get("count"),
         "memory_total_bytes": None,
@@ -139,7 +140,7 @@ def _fingerprint(data: Mapping[str, Any], source: str) -> dict[str, dict[str, An
 SAME_MACHINE_FIELDS = ("hostname", "cpu_model", "cpu_count_logical", "system", "arch")
 
 
-def _this_machine_if_same(machine: Mapping[str, Any]) -> dict[str, Any]:
+def _this_machine_if_same(machine: Mapping[str, Any]) -> JSONObject:
     """This machine's memory and GPUs when the file was written here (same host name, CPU, OS).
 
     pytest-benchmark records neither, so without them the file's key could never be this
@@ -155,7 +156,7 @@ def _this_machine_if_same(machine: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def to_pytest_benchmark(record: ResultsRecord, metric: str = "time") -> dict[str, Any]:
+def to_pytest_benchmark(record: ResultsRecord, metric: str = "time") -> JSONObject:
     """pytest-benchmark's JSON for ``record``: each benchmark's ``metric`` becomes its timing."""
     from pytest_benchmark import __version__
 
@@ -192,7 +193,7 @@ def _timings(bench: BenchmarkResult, metric: str) -> list[float]:
     return finite or ([found.value] if math.isfinite(found.value) else [])
 
 
-def _export(bench: BenchmarkResult, metric: str) -> dict[str, Any]:
+def _export(bench: BenchmarkResult, metric: str) -> JSONObject:
     from pytest_benchmark.stats import Stats
 
     kept = dict(bench.extra.get(EXTRA_KEY, {}))

@@ -41,7 +41,7 @@ class Effect:
         return self.unit != "none"
 
 
-def log_ratio_of_medians(base: Sequence[float], cand: Sequence[float]) -> float:
+def log_ratio_of_medians(base: Sequence[float] | np.ndarray, cand: Sequence[float] | np.ndarray) -> float:
     return math.log(float(np.median(cand)) / float(np.median(base)))
 
 

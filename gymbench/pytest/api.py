@@ -17,10 +17,20 @@ import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from gymbench.errors import GymbenchError
-from gymbench.measure import MeasureSettings, Recorder
+from gymbench.measure import MeasureSettings, Recorder, RoundPacer
+from gymbench.types import JSONObject
+
+if TYPE_CHECKING:
+    from gymbench.callgrind import InstructionCounter
+    from gymbench.collect.collection import Collection
+    from gymbench.collect.config import CollectConfig
+    from gymbench.plugins import Plugins
+    from gymbench.pytest.api_train import TrainResult
+    from gymbench.pytest.api_tune import TuneOutcome
+    from gymbench.sim.launcher import SimServerHandle
 
 ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | None
 T = TypeVar("T")
@@ -30,15 +40,15 @@ T = TypeVar("T")
 class BenchContext:
     """What the pytest session provides to every benchmark (built by the pytest plugin)."""
 
-    plugins: Callable[[], Any]
+    plugins: Callable[[], Plugins]
     """The session's plugin registry, built on first use."""
     defaults: Callable[[str], Mapping[str, Any]]
     """Default settings for a job (``"collect"``): pyproject's table, then the pytest options."""
-    sim: Callable[[], Any]
+    sim: Callable[[], SimServerHandle]
     """The session's simulated server (a :class:`~gymbench.sim.SimServerHandle`), started on first use."""
     workdir: Callable[[], Path]
     """A fresh directory for a job's files."""
-    fail: Callable[[str], Any]
+    fail: Callable[[str], object]
     """Fails the current test with a one-line message (no traceback)."""
 
 
@@ -60,20 +70,21 @@ class CollectResult:
 
     @property
     def mean_reward(self) -> float | None:
-        return self.summary["mean_reward"]
+        reward = self.summary["mean_reward"]
+        return None if reward is None else float(reward)
 
     @property
     def rollouts_per_s(self) -> float:
         return float(self.summary["rollouts_per_s"])
 
-    def rows(self) -> Iterator[dict[str, Any]]:
+    def rows(self) -> Iterator[JSONObject]:
         """The output rows, read back exactly."""
         from gymbench.rollouts_file import RolloutsFile
 
         return RolloutsFile(self.output_path).rows()
 
 
-def job_layers(context: BenchContext, job: str, config: ConfigSource, settings: Mapping[str, Any]) -> list[dict]:
+def job_layers(context: BenchContext, job: str, config: ConfigSource, settings: Mapping[str, Any]) -> list[JSONObject]:
     """A job's settings as the command line layers them: ``[tool.gymbench.<job>]`` and the pytest
     options, then ``config`` (a mapping or a YAML/JSON file), then keyword arguments."""
     from gymbench.settings import load_settings_file
@@ -84,13 +95,13 @@ def job_layers(context: BenchContext, job: str, config: ConfigSource, settings: 
 
 def job_settings(
     context: BenchContext,
-    schema: type,
+    schema: type[T],
     job: str,
     config: ConfigSource,
     settings: Mapping[str, Any],
-    fixed: dict,
+    fixed: Mapping[str, Any],
     where: str | None = None,
-) -> Any:
+) -> T:
     """The layers, then what running inside pytest fixes, checked by the command's own schema;
     a bad one is reported as coming from ``where`` (the method the test called)."""
     from gymbench.settings import build_settings
@@ -121,7 +132,12 @@ class Benchmark(Recorder):
     """The ``gymbench`` fixture: :meth:`measure`, :meth:`record`, and gymbench's jobs as benchmarks."""
 
     def __init__(
-        self, settings: MeasureSettings, context: BenchContext, *, counter: Any = None, pacer: Any = None
+        self,
+        settings: MeasureSettings,
+        context: BenchContext,
+        *,
+        counter: InstructionCounter | None = None,
+        pacer: RoundPacer | None = None,
     ) -> None:
         """``counter`` under callgrind, ``pacer`` in an A/B worker: see :class:`Recorder`."""
         super().__init__(settings, counter=counter, pacer=pacer)
@@ -152,7 +168,7 @@ class Benchmark(Recorder):
             return result
         return coroutine
 
-    def train_step(self, config: ConfigSource = None, /, *, metric_prefix: str = "", **settings: Any) -> Any:
+    def train_step(self, config: ConfigSource = None, /, *, metric_prefix: str = "", **settings: Any) -> TrainResult:
         """Benchmark training steps exactly as ``gymbench train`` would, and record its metrics.
 
         Records ``step_time`` (samples), ``tokens_per_s``, ``samples_per_s``, ``phase_*``, and,
@@ -163,7 +179,7 @@ class Benchmark(Recorder):
 
         return run_train(self, config, metric_prefix, settings)
 
-    def find_batch(self, config: ConfigSource = None, /, *, metric_prefix: str = "", **settings: Any) -> Any:
+    def find_batch(self, config: ConfigSource = None, /, *, metric_prefix: str = "", **settings: Any) -> TrainResult:
         """The largest batch that fits, searched as ``gymbench train +find_batch=search`` does.
 
         Records ``largest_fit``, ``chosen_batch`` and ``search_trials`` (and the verification's
@@ -173,7 +189,7 @@ class Benchmark(Recorder):
 
         return run_train(self, config, metric_prefix, {"find_batch": "search", **settings})
 
-    def tune(self, config: ConfigSource = None, /, *, metric_prefix: str = "", **settings: Any) -> Any:
+    def tune(self, config: ConfigSource = None, /, *, metric_prefix: str = "", **settings: Any) -> TuneOutcome:
         """Find the knee and the recommended parallelism exactly as ``gymbench tune`` would.
 
         Records ``knee_parallelism``, ``recommended_parallelism``, ``plateau_rollouts_per_s``,
@@ -194,7 +210,7 @@ class Benchmark(Recorder):
             return self._collect_outcome(collection, prefix)
         fail_test(self.context, problem)  # outside the handler: no chained traceback
 
-    async def _run_collection(self, config: ConfigSource, settings: Mapping[str, Any]) -> Any:
+    async def _run_collection(self, config: ConfigSource, settings: Mapping[str, Any]) -> Collection:
         from gymbench.collect.collection import Collection, backend_settings, chosen_backend
 
         collect_config = self._collect_config(config, settings)
@@ -209,7 +225,7 @@ class Benchmark(Recorder):
             collection.close()
         return collection
 
-    def _collect_config(self, config: ConfigSource, settings: Mapping[str, Any]) -> Any:
+    def _collect_config(self, config: ConfigSource, settings: Mapping[str, Any]) -> CollectConfig:
         from gymbench.collect.config import CollectConfig
         from gymbench.settings import build_settings
 
@@ -219,7 +235,8 @@ class Benchmark(Recorder):
         layers.append({"save_results": False, "progress": False})
         return build_settings(CollectConfig, (), *layers, where="gymbench.collect")
 
-    def _collect_outcome(self, collection: Any, prefix: str) -> CollectResult:
+    def _collect_outcome(self, collection: Collection, prefix: str) -> CollectResult:
+        assert collection.collector is not None  # attached by _run_collection
         problems = collection.collector.problems
         if problems.errors or problems.stop_reason:
             reason = problems.stop_reason or "; ".join(problems.errors)

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gymbench.measure import Recorder
 from gymbench.pytest.api import ConfigSource, job_settings, or_fail
 from gymbench.record import Metric
+
+if TYPE_CHECKING:
+    from gymbench.pytest.api import Benchmark
+    from gymbench.train.execute import TrainDetail, TrainOutcome
 
 
 @dataclass
@@ -27,8 +31,9 @@ class TrainResult:
     lines: list[str]
     """The summary ``gymbench train`` prints for the same settings."""
     warnings: list[str] = field(default_factory=list)
-    report: Any = None
-    """A ``TrainReport`` (steps) or a ``SearchResult`` (``find_batch``): every detail."""
+    report: TrainDetail | None = None
+    """A ``TrainReport`` (steps), a ``SearchResult`` (``find_batch``), the halving's ``Trial`` list or
+    the data-parallel figures: every detail."""
 
     def value(self, name: str) -> float | None:
         """The median of a recorded metric (``step_time``, ``tokens_per_s``, ``largest_fit`` ...)."""
@@ -49,12 +54,12 @@ class TrainResult:
         return None if chosen is None else int(chosen)
 
 
-def run_train(bench: Any, config: ConfigSource, prefix: str, settings: Mapping[str, Any]) -> TrainResult:
+def run_train(bench: Benchmark, config: ConfigSource, prefix: str, settings: Mapping[str, Any]) -> TrainResult:
     """Run ``gymbench train`` with these settings; its metrics land in ``bench`` under ``prefix``."""
     from gymbench.train.execute import train
     from gymbench.train.settings import TrainSettings
 
-    def work() -> Any:
+    def work() -> TrainOutcome:
         train_settings = job_settings(
             bench.context,
             TrainSettings,

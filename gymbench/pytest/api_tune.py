@@ -12,10 +12,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gymbench.pytest.api import ConfigSource, fail_test, job_settings, or_fail
 from gymbench.record import Metric
+
+if TYPE_CHECKING:
+    from gymbench.pytest.api import Benchmark
+    from gymbench.tune.sweep import TuneResult
 
 
 @dataclass
@@ -26,11 +30,11 @@ class TuneOutcome:
     knee_parallelism: float
     expected_rollouts_per_s: float
     metrics: dict[str, Metric]
-    result: Any
+    result: TuneResult
     """The :class:`~gymbench.tune.sweep.TuneResult`: probes, knee interval, stop reason."""
 
 
-def run_tune(bench: Any, config: ConfigSource, prefix: str, settings: Mapping[str, Any]) -> TuneOutcome:
+def run_tune(bench: Benchmark, config: ConfigSource, prefix: str, settings: Mapping[str, Any]) -> TuneOutcome:
     """Tune with these settings; the knee and recommendation land in ``bench`` under ``prefix``."""
     try:
         asyncio.get_running_loop()
@@ -41,7 +45,7 @@ def run_tune(bench: Any, config: ConfigSource, prefix: str, settings: Mapping[st
     return _recorded(bench, or_fail(bench.context, lambda: _tune(bench, config, settings)), prefix)
 
 
-def _tune(bench: Any, config: ConfigSource, settings: Mapping[str, Any]) -> Any:
+def _tune(bench: Benchmark, config: ConfigSource, settings: Mapping[str, Any]) -> TuneResult:
     from gymbench.collect.collection import chosen_backend
     from gymbench.tune.command import tune_run
     from gymbench.tune.config import TuneConfig
@@ -51,7 +55,7 @@ def _tune(bench: Any, config: ConfigSource, settings: Mapping[str, Any]) -> Any:
     return tune_run(tune_config, bench.context.plugins(), running_sim=sim)
 
 
-def _recorded(bench: Any, result: Any, prefix: str) -> TuneOutcome:
+def _recorded(bench: Benchmark, result: TuneResult, prefix: str) -> TuneOutcome:
     from gymbench.tune.report import tune_result
 
     record = tune_result(result, {})

@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +21,13 @@ from gymbench.pytest.api import BenchContext, Benchmark
 from gymbench.pytest.options import add_options
 from gymbench.record import BenchmarkResult, ResultsRecord
 from gymbench.units import duration_scale
+
+if TYPE_CHECKING:
+    from gymbench.callgrind import InstructionCounter
+    from gymbench.gate.ab.worker import WorkerLink
+    from gymbench.gate.gate import GateResult
+    from gymbench.plugins import Plugins
+    from gymbench.run import Run
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 pytest_plugins = ["gymbench.pytest.servers"]
@@ -35,11 +42,11 @@ class BenchSession:
     save_name: str | None
     rootpath: Path | None = None
     results: list[BenchmarkResult] = field(default_factory=list)
-    run: Any = None
+    run: Run | None = None
     """The :class:`gymbench.run.Run`, made when the first benchmark records."""
     saved_path: Path | None = None
     compare: str | None = None
-    gate: Any = None
+    gate: GateResult | None = None
     """The :class:`gymbench.gate.gate.GateResult` of ``--gymbench-compare`` or ``--gymbench-ab``."""
     gate_error: str | None = None
     instructions: bool = False
@@ -47,15 +54,15 @@ class BenchSession:
     to_count: list[str] = field(default_factory=list)
     """Node ids of the benchmarks whose calls the callgrind session will count."""
     instructions_note: str | None = None
-    counter: Any = None
+    counter: InstructionCounter | None = None
     """In the callgrind child session: the :class:`gymbench.callgrind.InstructionCounter`."""
     count_dir: Path | None = None
-    ab_link: Any = None
+    ab_link: WorkerLink | None = None
     """In an A/B worker: the :class:`gymbench.gate.ab.worker.WorkerLink` to the runner."""
 
-    _plugins: Any = None
+    _plugins: Plugins | None = None
 
-    def plugins(self) -> Any:
+    def plugins(self) -> Plugins:
         """The session's plugin registry, built once, on first use."""
         if self._plugins is None:
             from gymbench.plugins import Plugins
@@ -288,7 +295,7 @@ def _gate_exit_status(session: pytest.Session, bench: BenchSession) -> None:
         session.exitstatus = bench.gate.enforced.pytest_code
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     bench = terminalreporter.config.stash.get(session_key, None)
     if bench is None:
         return
@@ -308,7 +315,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     _comparison_summary(terminalreporter, bench)
 
 
-def _comparison_summary(terminalreporter: Any, bench: BenchSession) -> None:
+def _comparison_summary(terminalreporter: pytest.TerminalReporter, bench: BenchSession) -> None:
     if bench.gate_error is not None:
         terminalreporter.section("gymbench comparison", red=True)
         terminalreporter.write_line(f"gymbench: error: {bench.gate_error}", red=True)

@@ -8,6 +8,7 @@ Registration and option parsing only; each command's work (and scipy with it) is
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from gymbench.plugins import Plugins
 
 
-def _lazy_run(name: str) -> Any:
+def _lazy_run(name: str) -> Callable[[argparse.Namespace, Plugins], int]:
     def run(args: argparse.Namespace, plugins: Plugins) -> int:
         from gymbench.report import store_commands
 

@@ -9,12 +9,17 @@ from __future__ import annotations
 import base64
 import io
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from gymbench.gate.compare import MetricComparison
 from gymbench.report.format import VERDICT_MARK
 from gymbench.units import time_axis
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 
 COLOURS = {"pass": "#4c72b0", "regressed": "#c44e52", "improved": "#55a868", "inconclusive": "#dd8452"}
 MAX_PANELS = 48
@@ -25,7 +30,7 @@ def short_name(bench_id: str) -> str:
     return bench_id.rsplit("::", 1)[-1]
 
 
-def pyplot() -> Any:
+def pyplot() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -34,7 +39,7 @@ def pyplot() -> Any:
     return plt
 
 
-def to_base64_png(figure: Any) -> str:
+def to_base64_png(figure: Figure) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
     pyplot().close(figure)
@@ -45,7 +50,7 @@ def ratio_plot(comparisons: Sequence[MetricComparison]) -> str:
     return to_base64_png(ratio_figure(comparisons))
 
 
-def ratio_figure(comparisons: Sequence[MetricComparison]) -> Any:
+def ratio_figure(comparisons: Sequence[MetricComparison]) -> Figure:
     """Every metric's ratio with its interval, the no-change line and the threshold band.
 
     Every ratio is inside the axis; an interval reaching far beyond the ratios is drawn to the
@@ -129,7 +134,7 @@ def history_plot(history: dict[str, list[tuple[str, float]]], metric: str, unit:
     return to_base64_png(history_figure(history, metric, unit))
 
 
-def history_figure(history: dict[str, list[tuple[str, float]]], metric: str, unit: str) -> Any:
+def history_figure(history: dict[str, list[tuple[str, float]]], metric: str, unit: str) -> Figure:
     """One panel per benchmark: the metric's median in each stored run, oldest to newest.
 
     The x axis counts runs (1 = oldest) with at most four labels, each the run's date and time on
@@ -179,11 +184,11 @@ def _axis_unit(values: Sequence[float], unit: str) -> tuple[float, str]:
     return time_axis(list(values))
 
 
-def distribution_plot(samples: dict[str, tuple[Sequence[float], Sequence[float]]], unit: str) -> str:
+def distribution_plot(samples: Mapping[str, tuple[Sequence[float], Sequence[float]]], unit: str) -> str:
     return to_base64_png(distribution_figure(samples, unit))
 
 
-def distribution_figure(samples: dict[str, tuple[Sequence[float], Sequence[float]]], unit: str) -> Any:
+def distribution_figure(samples: Mapping[str, tuple[Sequence[float], Sequence[float]]], unit: str) -> Figure:
     """Box plots of the baseline's and the candidate's samples, one panel per benchmark."""
     items = [(k, v) for k, v in samples.items() if v[0] and v[1]][:MAX_PANELS]
     plt = pyplot()

@@ -7,15 +7,19 @@ plotted in the unit they read best in, so no point is cut and no label reads ``1
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gymbench.report.plots import pyplot, to_base64_png
 from gymbench.units import time_axis
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
 LATENCY_LABELS = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "e2e"}
 
 
-def over_time_figure(timeline: Mapping[str, Any]) -> Any:
+def over_time_figure(timeline: Mapping[str, Any]) -> Figure:
     """Rollouts/s, output tokens/s and the mean e2e latency per time bucket, one panel each."""
     plt = pyplot()
     starts = timeline["start_s"]
@@ -37,7 +41,7 @@ def over_time_figure(timeline: Mapping[str, Any]) -> Any:
     return figure
 
 
-def stage_figure(stage_mean_s: Mapping[str, float | None]) -> Any:
+def stage_figure(stage_mean_s: Mapping[str, float | None]) -> Figure:
     """Where a rollout's time goes: the mean of each stage, in one unit."""
     plt = pyplot()
     stages = [(name, value) for name, value in stage_mean_s.items() if value is not None and name != "total"]
@@ -55,7 +59,7 @@ def stage_figure(stage_mean_s: Mapping[str, float | None]) -> Any:
     return figure
 
 
-def percentile_figure(tables: Mapping[str, Mapping[str, Any]]) -> Any:
+def percentile_figure(tables: Mapping[str, Mapping[str, Any]]) -> Figure:
     """Each latency's p50..p99 with its 95% interval; a hollow marker where the sample was too small."""
     plt = pyplot()
     figure, grid = plt.subplots(1, len(tables), figsize=(3.0 * len(tables), 2.8), squeeze=False)
@@ -77,7 +81,7 @@ def percentile_figure(tables: Mapping[str, Mapping[str, Any]]) -> Any:
     return figure
 
 
-def server_figure(over_time: Sequence[Mapping[str, float | None]]) -> Any:
+def server_figure(over_time: Sequence[Mapping[str, float | None]]) -> Figure:
     """The server's queue (running, waiting) and KV-cache use through the run, from its /metrics."""
     plt = pyplot()
     figure, queue = plt.subplots(figsize=(9, 3.4), layout="constrained")
@@ -97,7 +101,7 @@ def server_figure(over_time: Sequence[Mapping[str, float | None]]) -> Any:
     return figure
 
 
-def tune_figure(table: Sequence[Mapping[str, Any]], knee_ci: Sequence[float] | None) -> Any:
+def tune_figure(table: Sequence[Mapping[str, Any]], knee_ci: Sequence[float] | None) -> Figure:
     """Throughput and p99 latency against parallelism, the knee's interval shaded."""
     plt = pyplot()
     probes = sorted(table, key=lambda row: row["parallelism"])
@@ -121,5 +125,5 @@ def tune_figure(table: Sequence[Mapping[str, Any]], knee_ci: Sequence[float] | N
     return figure
 
 
-def png(figure: Any) -> str:
+def png(figure: Figure) -> str:
     return to_base64_png(figure)

@@ -8,7 +8,7 @@ committed file.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gymbench.errors import GymbenchError
@@ -115,7 +115,7 @@ def _slo_text(slo: Mapping[str, float | None]) -> str:
                         if slo.get(key) is not None)  # fmt: skip
 
 
-def _table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def _table(headers: tuple[str, ...], rows: Sequence[Sequence[str]]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"

@@ -18,6 +18,7 @@ from typing import Any
 from gymbench.errors import GymbenchError
 from gymbench.fingerprint import package_version
 from gymbench.jsonio import dumps, loads, read_json_file, write_json_atomic
+from gymbench.types import JSONValue
 
 FORMAT = "gymbench-run/1"
 _SHOWN_CHARS = 80
@@ -94,12 +95,12 @@ def _shown(text: str) -> str:
     return f"{text[:half]}...{text[-half:]}"
 
 
-def _as_json(value: Mapping[str, Any]) -> Any:
+def _as_json(value: Mapping[str, Any]) -> JSONValue:
     """What the sidecar will hold (paths as strings, tuples as lists), so both sides compare alike."""
     return loads(dumps(value))
 
 
-def _read_fingerprint(sidecar: Path) -> Mapping[str, Any]:
+def _read_fingerprint(sidecar: Path) -> Mapping[str, JSONValue]:
     content = read_json_file(sidecar, "run fingerprint")
     if (
         not isinstance(content, dict)

@@ -20,7 +20,7 @@ from gymbench.rollout.dataset import Task
 from gymbench.rollout.latency import rollout_latencies
 from gymbench.rollout.stats import CollectStats
 from gymbench.rollout.verification import Judgement
-from gymbench.types import Generation, GenerationFailed
+from gymbench.types import Generation, GenerationFailed, JSONObject
 
 AGENT_VERIFIER = "agent"
 """``verifier.name`` of a row the backend's agent scored (gymbench's verifier did not run)."""
@@ -35,7 +35,7 @@ def build_row(
     judgement: Judgement | None,
     timings: Mapping[str, float],
     verifier_name: str,
-) -> dict[str, Any]:
+) -> JSONObject:
     row = dict(task.row)
     echoed = generation.extra.get("responses_create_params") if generation is not None else None
     row["responses_create_params"] = echoed if isinstance(echoed, Mapping) else params

@@ -11,12 +11,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from gymbench.rollout.latency import LATENCY_METRICS, Slo, percentile_table
 from gymbench.rollout.timeline import Timeline
+from gymbench.types import JSONObject
 
 STAGES = ("slot_wait", "connection_wait", "ttft", "generation", "verification", "total")
 RESERVOIR = 20_000
@@ -129,7 +129,7 @@ class CollectStats:
     def mean_reward(self) -> float | None:
         return self.reward_sum / self.rewarded if self.rewarded else None
 
-    def goodput(self, elapsed: float) -> dict[str, Any] | None:
+    def goodput(self, elapsed: float) -> JSONObject | None:
         """The share of attempted rollouts (failures count as missed) within the SLO, and their rate."""
         if not self.slo.active:
             return None
@@ -142,10 +142,10 @@ class CollectStats:
             "rollouts_per_s": self.slo_met / elapsed,
         }
 
-    def percentile_tables(self) -> dict[str, Any]:
+    def percentile_tables(self) -> JSONObject:
         return {name: percentile_table(found.values) for name, found in self.latencies.items() if found.values}
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         elapsed = max(self.elapsed_s, 1e-9)
         p50, p90, p99 = self.latency.percentiles((50, 90, 99))
         r50, r90, r99 = self.request_latency.percentiles((50, 90, 99))

@@ -7,7 +7,8 @@ whenever it would pass :data:`MAX_BUCKETS`, so memory stays bounded however long
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from gymbench.types import JSONObject
 
 MAX_BUCKETS = 600
 
@@ -40,7 +41,7 @@ class Timeline:
             values = getattr(self, name)
             setattr(self, name, [sum(values[i : i + 2]) for i in range(0, len(values), 2)])
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """Per bucket: start time, rollouts/s, output tokens/s, mean e2e latency (None when empty)."""
         return {
             "bucket_s": self.width_s,

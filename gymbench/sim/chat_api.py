@@ -19,6 +19,7 @@ from gymbench.sim.request import (
     tool_use,
 )
 from gymbench.sim.text import last_user_text, message_text
+from gymbench.types import JSONObject
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
@@ -50,7 +51,7 @@ class ChatCompletions:
             n=body.get("n") or 1,
         )
 
-    def full(self, reply: Reply) -> dict[str, Any]:
+    def full(self, reply: Reply) -> JSONObject:
         choices = []
         for index, output in enumerate(reply.choices):
             logprobs = chat_logprobs(reply.logprobs(index)) if reply.request.logprobs else None
@@ -101,7 +102,7 @@ class ChatStreamer:
         )
 
 
-def _message(output: PlannedOutput) -> dict[str, Any]:
+def _message(output: PlannedOutput) -> JSONObject:
     call = output.tool_call
     if call is None:
         return {"role": "assistant", "content": output.text, "refusal": None}
@@ -114,11 +115,11 @@ def _message(output: PlannedOutput) -> dict[str, Any]:
     }
 
 
-def _opening(output: PlannedOutput) -> dict[str, Any]:
+def _opening(output: PlannedOutput) -> JSONObject:
     return {"role": "assistant", "content": None if output.tool_call else "", "refusal": None}
 
 
-def _delta(output: PlannedOutput, index: int) -> dict[str, Any]:
+def _delta(output: PlannedOutput, index: int) -> JSONObject:
     call = output.tool_call
     if call is None:
         return {"content": output.tokens[index]}

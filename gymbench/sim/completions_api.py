@@ -9,6 +9,7 @@ from typing import Any
 from gymbench.sim.logprobs import completion_logprobs
 from gymbench.sim.openai_format import Reply, chat_usage, chunked_stream_end, sse
 from gymbench.sim.request import COMPLETIONS_FIELDS, BadRequest, ParsedRequest, build_request, check_fields, require
+from gymbench.types import JSONObject
 
 DEFAULT_MAX_TOKENS = 16
 """OpenAI's default ``max_tokens`` for this endpoint."""
@@ -37,7 +38,7 @@ class Completions:
             n=body.get("n") or 1,
         )
 
-    def full(self, reply: Reply) -> dict[str, Any]:
+    def full(self, reply: Reply) -> JSONObject:
         choices = [
             {
                 "index": index,

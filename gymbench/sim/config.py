@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymbench.errors import GymbenchError
+from gymbench.types import JSONObject
 
 OUTPUT_DISTRIBUTIONS = ("fixed", "uniform", "exponential", "max_tokens")
 
@@ -94,7 +95,7 @@ class SimConfig:
     def replace(self, **changes: Any) -> SimConfig:
         return dataclasses.replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return dataclasses.asdict(self)
 
 

@@ -21,12 +21,15 @@ import urllib.request
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from gymbench.errors import GymbenchError
 from gymbench.sim.config import SimConfig, config_from_preset
 from gymbench.sim.metrics import sample_values
 from gymbench.sim.serve import READY_PREFIX
+
+if TYPE_CHECKING:
+    from gymbench.sim.capacity import Capacity
 
 _LIVE: weakref.WeakSet[SimServerHandle] = weakref.WeakSet()
 
@@ -44,7 +47,7 @@ class SimServerHandle:
         return f"http://{self.host}:{self.port}"
 
     @property
-    def capacity(self) -> Any:
+    def capacity(self) -> Capacity:
         """The engine's theoretical capacity (:class:`~gymbench.sim.capacity.Capacity`), for assertions."""
         from gymbench.sim.capacity import describe
 

@@ -6,6 +6,8 @@ server reads the simulator the same way. Simulator-only figures carry a ``gymben
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -19,7 +21,7 @@ class ServerMetrics:
         labels = {"model_name": model}
         r = self.registry
 
-        def gauge(name: str, doc: str, read: object) -> None:
+        def gauge(name: str, doc: str, read: Callable[[], float]) -> None:
             Gauge(name, doc, ["model_name"], registry=r).labels(**labels).set_function(read)
 
         gauge("vllm:num_requests_running", "Sequences in the running batch.", lambda: len(engine.running))

@@ -20,6 +20,7 @@ import orjson
 from gymbench.sim.logprobs import TokenLogprob, token_logprobs
 from gymbench.sim.planner import PlannedOutput
 from gymbench.sim.request import ParsedRequest
+from gymbench.types import JSONObject
 
 
 @dataclass(eq=False)
@@ -71,7 +72,7 @@ class Endpoint(Protocol):
 
     def parse(self, body: Mapping[str, Any]) -> ParsedRequest: ...
 
-    def full(self, reply: Reply) -> dict[str, Any]: ...
+    def full(self, reply: Reply) -> JSONObject: ...
 
     def streamer(self, reply: Reply) -> Streamer: ...
 
@@ -86,7 +87,7 @@ def dumps(data: Mapping[str, Any]) -> bytes:
     return orjson.dumps(data)
 
 
-def chat_usage(reply: Reply) -> dict[str, Any]:
+def chat_usage(reply: Reply) -> JSONObject:
     """Chat and completions usage: the prompt once, every choice's tokens."""
     return {
         "prompt_tokens": reply.prompt_tokens,

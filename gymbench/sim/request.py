@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymbench.sim.tools import NO_TOOLS, ToolError, ToolUse, read_tool_use
+from gymbench.types import JSONValue
 
 
 class BadRequest(Exception):
@@ -128,7 +129,7 @@ def check_fields(body: Mapping[str, Any], checks: Mapping[str, Check]) -> None:
             raise BadRequest(f"'{name}' must be {what}, got {_shown(value)}", name)
 
 
-def require(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
+def require(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> JSONValue:
     if name not in body:
         raise BadRequest(f"missing required field '{name}' ({what})", name)
     value = body[name]
@@ -137,7 +138,7 @@ def require(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...], w
     return value
 
 
-def first_set(body: Mapping[str, Any], *names: str) -> Any:
+def first_set(body: Mapping[str, Any], *names: str) -> JSONValue:
     """The value of the first of ``names`` that is set (aliases such as max_completion_tokens/max_tokens)."""
     for name in names:
         if body.get(name) is not None:

@@ -24,6 +24,7 @@ from gymbench.sim.request import (
     tool_use,
 )
 from gymbench.sim.text import last_user_text, message_text
+from gymbench.types import JSONObject
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
@@ -58,7 +59,7 @@ class Responses:
             tools=tools,
         )
 
-    def full(self, reply: Reply) -> dict[str, Any]:
+    def full(self, reply: Reply) -> JSONObject:
         output = reply.output
         final = self.envelope(reply, "incomplete" if output.cut else "completed")
         final["output"] = [self.item(reply, "incomplete" if output.cut else "completed")]
@@ -67,7 +68,7 @@ class Responses:
             final["incomplete_details"] = {"reason": "max_output_tokens"}
         return final
 
-    def envelope(self, reply: Reply, status: str) -> dict[str, Any]:
+    def envelope(self, reply: Reply, status: str) -> JSONObject:
         """The response object as it stands before its output: what ``response.created`` shows."""
         request = reply.request
         body = request.body
@@ -91,7 +92,7 @@ class Responses:
             "usage": None,
         }
 
-    def item(self, reply: Reply, status: str, tokens: int | None = None) -> dict[str, Any]:
+    def item(self, reply: Reply, status: str, tokens: int | None = None) -> JSONObject:
         """The output item with its first ``tokens`` tokens (all by default)."""
         output = reply.output
         call = output.tool_call
@@ -108,7 +109,7 @@ class Responses:
         content = [self.text_part(reply, len(output.tokens))] if tokens is None or tokens else []
         return {"type": "message", "id": f"msg_{reply.key}", "status": status, "role": "assistant", "content": content}
 
-    def text_part(self, reply: Reply, tokens: int) -> dict[str, Any]:
+    def text_part(self, reply: Reply, tokens: int) -> JSONObject:
         text = "".join(reply.output.tokens[:tokens])
         logprobs = responses_logprobs(reply.logprobs(0)[:tokens], True) if reply.request.logprobs else []
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
@@ -178,7 +179,7 @@ class ResponsesStreamer:
         return sse(event, kind)
 
 
-def _usage(reply: Reply) -> dict[str, Any]:
+def _usage(reply: Reply) -> JSONObject:
     return {
         "input_tokens": reply.prompt_tokens,
         "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},

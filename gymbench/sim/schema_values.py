@@ -18,6 +18,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from gymbench.types import JSONObject, JSONValue
+
 MAX_DEPTH = 6
 HARD_DEPTH = 32
 MAX_ITEMS = 64
@@ -27,7 +29,7 @@ WORDS = ("alpha", "bravo", "delta", "echo", "kilo", "lima", "nova", "oscar", "si
 TYPE_ORDER = ("object", "array", "string", "integer", "number", "boolean", "null")
 
 
-def schema_value(schema: Any, rng: random.Random) -> Any:
+def schema_value(schema: Any, rng: random.Random) -> JSONValue:
     """A value valid against ``schema`` (a JSON-schema mapping; ``None`` or ``{}`` allow anything).
 
     A schema too malformed to follow (``properties`` that are not an object, a bound that is not
@@ -40,7 +42,7 @@ def schema_value(schema: Any, rng: random.Random) -> Any:
         return {}
 
 
-def _value(schema: Any, rng: random.Random, root: Mapping[str, Any], depth: int) -> Any:
+def _value(schema: Any, rng: random.Random, root: Mapping[str, Any], depth: int) -> JSONValue:
     if depth > HARD_DEPTH:  # a schema that requires itself: no finite value exists
         return None
     if schema is True or not isinstance(schema, Mapping):
@@ -63,7 +65,7 @@ def _value(schema: Any, rng: random.Random, root: Mapping[str, Any], depth: int)
     return GENERATORS[_type_of(schema, rng)](schema, rng, root, depth)
 
 
-def _resolved(schema: Any, root: Mapping[str, Any]) -> Any:
+def _resolved(schema: Any, root: Mapping[str, Any]) -> JSONValue:
     """Follow local ``$ref`` pointers (``#/$defs/Name``, ``#/definitions/Name``, ``#``)."""
     seen = 0
     while isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str) and seen < 32:
@@ -79,7 +81,7 @@ def _resolved(schema: Any, root: Mapping[str, Any]) -> Any:
     return schema
 
 
-def _merge(left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str, Any]:
+def _merge(left: Mapping[str, Any], right: Mapping[str, Any]) -> JSONObject:
     merged = {**left, **right}
     if "properties" in left and "properties" in right:
         merged["properties"] = {**left["properties"], **right["properties"]}
@@ -104,7 +106,7 @@ def _type_of(schema: Mapping[str, Any], rng: random.Random) -> str:
     return "string"
 
 
-def _object(schema: Mapping[str, Any], rng: random.Random, root: Mapping[str, Any], depth: int) -> dict[str, Any]:
+def _object(schema: Mapping[str, Any], rng: random.Random, root: Mapping[str, Any], depth: int) -> JSONObject:
     properties = schema.get("properties") or {}
     required = set(schema.get("required") or ())
     value: dict[str, Any] = {}
@@ -117,7 +119,7 @@ def _object(schema: Mapping[str, Any], rng: random.Random, root: Mapping[str, An
     return value
 
 
-def _array(schema: Mapping[str, Any], rng: random.Random, root: Mapping[str, Any], depth: int) -> list[Any]:
+def _array(schema: Mapping[str, Any], rng: random.Random, root: Mapping[str, Any], depth: int) -> list[JSONValue]:
     prefix = list(schema.get("prefixItems") or [])
     low = min(int(schema.get("minItems", 0)), MAX_ITEMS)
     high = int(schema.get("maxItems", low + 3))

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gymbench.types import JSONObject
+
 CHOICES = ("none", "auto", "required")
 
 
@@ -31,7 +33,7 @@ class ToolSpec:
     description: str | None = None
     strict: bool | None = None
 
-    def as_responses_tool(self) -> dict[str, Any]:
+    def as_responses_tool(self) -> JSONObject:
         """The tool as a Response object echoes it."""
         return {
             "type": "function",
@@ -74,7 +76,7 @@ class ToolUse:
             return ""
         return json.dumps([tool.as_responses_tool() for tool in self.tools], separators=(",", ":"))
 
-    def echoed_choice(self) -> str | dict[str, Any]:
+    def echoed_choice(self) -> str | JSONObject:
         return {"type": "function", "name": self.forced} if self.forced is not None else self.choice
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import selectors
 from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -59,7 +60,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def time(self) -> float:
         return self._now
 
-    def run_in_executor(self, executor: Any, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    def run_in_executor(self, executor: Executor | None, func: Callable[..., T], *args: object) -> asyncio.Future[T]:
         """Tracked, so the clock stands still until the job is back instead of jumping past it."""
         job = super().run_in_executor(executor, func, *args)
         self._executor_jobs.add(job)

@@ -22,6 +22,7 @@ from gymbench.train.profiling import trace_one_step
 from gymbench.train.runner import StepTimings, run_steps
 from gymbench.train.session import ModelFactory, TrainSession
 from gymbench.train.worker import WorkerJob, run_job
+from gymbench.types import JSONObject
 
 MiB = 1 << 20
 
@@ -120,7 +121,7 @@ class MetricSink(Protocol):
 
     extra: dict[str, Any]
 
-    def record(self, name: str, value: Any, unit: str, direction: Any) -> Any: ...
+    def record(self, name: str, value: Any, unit: str, direction: Any) -> object: ...
 
 
 def record_metrics(sink: MetricSink, report: TrainReport) -> None:
@@ -151,7 +152,7 @@ def _record_flops_and_memory(sink: MetricSink, report: TrainReport) -> None:
         sink.record("activation_memory", report.memory.activation_bytes, "B", "lower")
 
 
-def report_extra(report: TrainReport) -> dict[str, Any]:
+def report_extra(report: TrainReport) -> JSONObject:
     """Context that is not compared between runs but explains the figures."""
     q1, q3 = np.percentile(report.timings.step_s, [25, 75])
     extra: dict[str, Any] = {
@@ -178,7 +179,7 @@ def report_extra(report: TrainReport) -> dict[str, Any]:
     return extra
 
 
-def _flop_extra(report: TrainReport) -> dict[str, Any]:
+def _flop_extra(report: TrainReport) -> JSONObject:
     flops = report.flops
     assert flops is not None
     counts = report.timings.counts

@@ -9,10 +9,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gymbench.train.settings import TrainSettings
 
+<<<<<<< HEAD
+=======
+if TYPE_CHECKING:
+    from gymbench.plugins import Plugins
+
+HELP = (
+    "benchmark training steps (LM or NeMo RL's GRPO policy step; precision, checkpointing, accumulation, "
+    "variable lengths and packing, memory, FLOPs) or find the largest batch"
+)
+
+>>>>>>> types
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from gymbench.settings import add_settings_arguments
@@ -24,13 +35,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_settings_arguments(parser, TrainSettings)
 
 
-def run(args: argparse.Namespace, plugins: Any) -> int:
+def run(args: argparse.Namespace, plugins: Plugins) -> int:
     from gymbench.settings import settings_from_args
 
     return run_train(settings_from_args(TrainSettings, args), plugins)
 
 
-def run_train(settings: TrainSettings, plugins: Any) -> int:
+def run_train(settings: TrainSettings, plugins: Plugins) -> int:
     from gymbench.run import Run
     from gymbench.train.execute import execute, prepare
 

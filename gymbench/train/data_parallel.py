@@ -21,7 +21,7 @@ import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,10 @@ from gymbench.errors import GymbenchError
 from gymbench.jsonio import read_json_file, write_json_atomic
 from gymbench.measure import Recorder
 from gymbench.train.config import TrainConfig
+from gymbench.types import JSONObject
+
+if TYPE_CHECKING:
+    from gymbench.train.session import ModelFactory
 
 RAY_HINT = "--launcher ray needs Ray: pip install 'gymbench[ray]' (core ray only), or use --launcher torchrun"
 TIMEOUT_S = 1800
@@ -46,13 +50,13 @@ def threads_per_rank(dp: int, asked: int | None) -> int:
     return asked or max(1, (os.cpu_count() or 1) // dp)
 
 
-def launch(job: dict[str, Any], dp: int, launcher: str, factory: Any, ray_address: str | None) -> dict[str, Any]:
+def launch(job: dict[str, Any], dp: int, launcher: str, factory: ModelFactory, ray_address: str | None) -> JSONObject:
     if launcher == "ray":
         return _launch_ray(job, dp, factory, ray_address)
     return _launch_torchrun(job, dp)
 
 
-def _launch_torchrun(job: dict[str, Any], dp: int) -> dict[str, Any]:
+def _launch_torchrun(job: dict[str, Any], dp: int) -> JSONObject:
     with tempfile.TemporaryDirectory(prefix="gymbench-dp-") as scratch:
         job_path, result_path = Path(scratch) / "job.json", Path(scratch) / "result.json"
         write_json_atomic(job_path, job)
@@ -73,7 +77,7 @@ def _last_error(done: subprocess.CompletedProcess[bytes]) -> str:
     return lines[-1].strip() if lines else "no error message from the ranks"
 
 
-def _launch_ray(job: dict[str, Any], dp: int, factory: Any, address: str | None) -> dict[str, Any]:
+def _launch_ray(job: dict[str, Any], dp: int, factory: ModelFactory, address: str | None) -> JSONObject:
     try:
         import ray
     except ImportError:
@@ -83,14 +87,14 @@ def _launch_ray(job: dict[str, Any], dp: int, factory: Any, address: str | None)
     threads = int(job["config"]["threads"])
     started_here = not ray.is_initialized()
     if started_here:
-        options = {"address": "local", "num_cpus": dp * threads, "include_dashboard": False}
-        quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
+        options: dict[str, Any] = {"address": "local", "num_cpus": dp * threads, "include_dashboard": False}
+        quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
         ray.init(**(options if address is None else {"address": address}), **quiet)
     try:
         gpus = 1 if job["backend"] == "nccl" else 0
         environment = {"OMP_NUM_THREADS": str(threads)}
         actor = ray.remote(num_cpus=threads, num_gpus=gpus, runtime_env={"env_vars": environment})(RankActor)
-        ranks = [actor.remote() for _ in range(dp)]
+        ranks: list[Any] = [actor.remote() for _ in range(dp)]
         host, port = ray.get(ranks[0].address.remote())
         contract = {"WORLD_SIZE": str(dp), "MASTER_ADDR": host, "MASTER_PORT": str(port), **environment}
         runs = [rank.run.remote(job, {**contract, "RANK": str(i), "LOCAL_RANK": "0"}, factory) for i, rank in
@@ -101,7 +105,7 @@ def _launch_ray(job: dict[str, Any], dp: int, factory: Any, address: str | None)
             ray.shutdown()
 
 
-def summarise(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise(ranks: list[dict[str, Any]]) -> JSONObject:
     """The job's figures from every rank's: per step, the slowest rank sets the time."""
     step_s = np.max([rank["step_s"] for rank in ranks], axis=0)
     tokens = sum(rank["tokens_per_step"] for rank in ranks)

@@ -32,6 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 from gymbench.jsonio import read_json_file, write_json_atomic
 from gymbench.train.config import TrainConfig
 from gymbench.train.session import ModelFactory, TrainSession
+from gymbench.types import JSONObject
 
 CONTRACT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 INIT_TIMEOUT_S = 300
@@ -60,7 +61,7 @@ class DataParallelSession(TrainSession):
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
 
 
-def rank_environment() -> dict[str, Any]:
+def rank_environment() -> JSONObject:
     return {
         "rank": int(os.environ["RANK"]),
         "world_size": int(os.environ["WORLD_SIZE"]),
@@ -73,7 +74,7 @@ def rank_environment() -> dict[str, Any]:
     }
 
 
-def run_rank(job: Mapping[str, Any], factory: ModelFactory | None = None) -> dict[str, Any] | None:
+def run_rank(job: Mapping[str, Any], factory: ModelFactory | None = None) -> JSONObject | None:
     """This rank's part; rank 0 returns every rank's figures, the others None."""
     missing = [name for name in CONTRACT if name not in os.environ]
     if missing:
@@ -113,7 +114,7 @@ def _timed(session: DataParallelSession, step: Callable[[], Any], together: bool
     return time.perf_counter() - started
 
 
-def _measure(session: DataParallelSession, steps: int, warmup: int, rank: int) -> dict[str, Any]:
+def _measure(session: DataParallelSession, steps: int, warmup: int, rank: int) -> JSONObject:
     for _ in range(warmup):
         _timed(session, session.step)
     synced = [_timed(session, session.step) for _ in range(steps)]

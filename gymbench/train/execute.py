@@ -8,14 +8,26 @@ prints; warnings and the summary come back as lines.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gymbench.errors import GymbenchError
 from gymbench.measure import Recorder
 from gymbench.record import BenchmarkResult
 from gymbench.train.config import TrainConfig, length_source
 from gymbench.train.settings import TrainSettings
+from gymbench.types import JSONObject
+
+if TYPE_CHECKING:
+    from gymbench.plugins import Plugins
+    from gymbench.train.bench import BenchOptions, TrainReport
+    from gymbench.train.oom import SearchResult, Trial
+    from gymbench.train.session import ModelFactory
+
+    TrainDetail = TrainReport | SearchResult | list[Trial] | dict[str, Any]
+    """Every detail of a run: the benchmark's report, the search's result, the halving's trials, or
+    the data-parallel figures."""
 
 MiB = 1 << 20
 FP16_CPU_LIMITS = {"batch": 4, "seq_len": 32}
@@ -24,7 +36,7 @@ FP16_CPU_LIMITS = {"batch": 4, "seq_len": 32}
 @dataclass
 class PreparedTrain:
     settings: TrainSettings
-    factory: Any
+    factory: ModelFactory
     config: TrainConfig
     warnings: list[str] = field(default_factory=list)
 
@@ -36,11 +48,11 @@ class TrainOutcome:
     lines: list[str]
     """The human summary ``gymbench train`` prints."""
     warnings: list[str]
-    report: Any
+    report: TrainDetail
     """A ``TrainReport`` (benchmark), ``SearchResult`` (search) or a list of ``Trial`` (halve)."""
 
 
-def prepare(settings: TrainSettings, plugins: Any) -> PreparedTrain:
+def prepare(settings: TrainSettings, plugins: Plugins) -> PreparedTrain:
     """The model factory and a checked configuration; bad input fails here, before any step runs."""
     factory = model_factory(plugins, settings.model)
     prepared = PreparedTrain(settings, factory, build_config(settings))
@@ -59,6 +71,7 @@ def execute(prepared: PreparedTrain, recorder: Recorder | None = None) -> TrainO
     """Run the benchmark (or the search) and record its metrics into ``recorder``."""
     recorder = recorder or Recorder()
     settings, config = prepared.settings, prepared.config
+    report: TrainDetail
     if settings.dp > 1:
         report, lines = _data_parallel(prepared, recorder)
     elif settings.find_batch == "halve":
@@ -76,17 +89,17 @@ def execute(prepared: PreparedTrain, recorder: Recorder | None = None) -> TrainO
     return TrainOutcome(result, lines, prepared.warnings, report)
 
 
-def train(settings: TrainSettings, plugins: Any, recorder: Recorder | None = None) -> TrainOutcome:
+def train(settings: TrainSettings, plugins: Plugins, recorder: Recorder | None = None) -> TrainOutcome:
     """Both steps at once: what a pytest benchmark calls."""
     return execute(prepare(settings, plugins), recorder)
 
 
-def model_factory(plugins: Any, name: str) -> Any:
+def model_factory(plugins: Plugins, name: str) -> ModelFactory:
     registered = plugins.components.get("model", {})
     if name not in registered:
         known = ", ".join(sorted(registered)) or "(none registered)"
         raise GymbenchError(f"unknown model {name!r}; known models: {known}. `gymbench plugins` lists them.")
-    return registered[name].item.factory
+    return cast("ModelFactory", registered[name].item.factory)  # the models hook's contract
 
 
 def build_config(settings: TrainSettings) -> TrainConfig:
@@ -137,7 +150,7 @@ def _shrink_fp16_on_cpu(prepared: PreparedTrain) -> None:
     prepared.config = replace(config, model_config=model_config, **shrunk)
 
 
-def _benchmark(prepared: PreparedTrain, recorder: Recorder) -> tuple[Any, list[str]]:
+def _benchmark(prepared: PreparedTrain, recorder: Recorder) -> tuple[TrainReport, list[str]]:
     from gymbench.train.bench import BenchOptions, record_metrics, run_benchmark
     from gymbench.train.summary import benchmark_lines
 
@@ -155,7 +168,12 @@ def _benchmark(prepared: PreparedTrain, recorder: Recorder) -> tuple[Any, list[s
     return report, benchmark_lines(report)
 
 
-def _unless_out_of_memory(run: Any, factory: Any, config: Any, options: Any) -> Any:
+def _unless_out_of_memory(
+    run: Callable[[ModelFactory, TrainConfig, BenchOptions], TrainReport],
+    factory: ModelFactory,
+    config: TrainConfig,
+    options: BenchOptions,
+) -> TrainReport:
     """A benchmark whose batch does not fit is a setting to change, said in one line."""
     from gymbench.train.oom import is_out_of_memory
 
@@ -171,7 +189,7 @@ def _unless_out_of_memory(run: Any, factory: Any, config: Any, options: Any) -> 
         ) from None
 
 
-def _search(prepared: PreparedTrain, recorder: Recorder) -> tuple[Any, list[str]]:
+def _search(prepared: PreparedTrain, recorder: Recorder) -> tuple[SearchResult, list[str]]:
     from gymbench.train.backoff import find_largest_batch
     from gymbench.train.oom import SearchPlan
     from gymbench.train.summary import search_lines
@@ -205,7 +223,7 @@ def _search(prepared: PreparedTrain, recorder: Recorder) -> tuple[Any, list[str]
     return result, search_lines(result, config, _longest(config)) + _note_lines(note)
 
 
-def _halve(prepared: PreparedTrain, recorder: Recorder) -> tuple[Any, list[str]]:
+def _halve(prepared: PreparedTrain, recorder: Recorder) -> tuple[list[Trial], list[str]]:
     from gymbench.train.backoff import halve_until_it_fits
     from gymbench.train.summary import halving_lines, settled_batch
 
@@ -225,7 +243,7 @@ def _halve(prepared: PreparedTrain, recorder: Recorder) -> tuple[Any, list[str]]
     return trials, halving_lines(trials, config) + _note_lines(note)
 
 
-def _data_parallel(prepared: PreparedTrain, recorder: Recorder) -> tuple[Any, list[str]]:
+def _data_parallel(prepared: PreparedTrain, recorder: Recorder) -> tuple[JSONObject, list[str]]:
     from gymbench.train import data_parallel as dp
 
     settings = prepared.settings
@@ -269,7 +287,8 @@ def _checkpoint_note(prepared: PreparedTrain) -> str:
     config = prepared.config
     with torch.device("meta"):
         model = prepared.factory(dict(config.model_config))
-    return apply_checkpointing(model.blocks, config.checkpointing, config.checkpoint_ratio).note
+    blocks = cast(torch.nn.ModuleList, model.blocks)  # the BenchModel contract (see the models hook)
+    return apply_checkpointing(blocks, config.checkpointing, config.checkpoint_ratio).note
 
 
 def _note_lines(note: str) -> list[str]:

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from gymbench.types import JSONObject
+
 
 @dataclass
 class GpuReport:
@@ -22,7 +24,7 @@ class GpuReport:
     utilisation_pct: list[float] = field(default_factory=list)
     memory_used_bytes: list[int] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         summary: dict[str, Any] = {"available": self.available, "reason": self.reason}
         if self.utilisation_pct:
             summary["utilisation_median_pct"] = float(np.median(self.utilisation_pct))

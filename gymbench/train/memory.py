@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from gymbench.train.session import TrainSession
+from gymbench.types import JSONObject
 
 SHARP_MALLOC_ENV = {
     "MALLOC_MMAP_THRESHOLD_": str(64 * 1024),
@@ -60,7 +61,7 @@ class MemoryReport:
     reserved_peak_bytes: int | None = None
     note: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
 
@@ -149,7 +150,7 @@ class LeakCheck:
     def leaked(self) -> bool:
         return self.growth_per_step_bytes > self.bound_per_step_bytes
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {**asdict(self), "leaked": self.leaked}
 
 

@@ -17,12 +17,12 @@ import gc
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
 from gymbench.errors import GymbenchError
+from gymbench.types import JSONObject
 
 OOM_MESSAGES = (
     "out of memory",
@@ -40,7 +40,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(text in str(exc) for text in OOM_MESSAGES)
 
 
-def attempt(work: Callable[[], object], release: Callable[[], None] = gc.collect) -> str | None:
+def attempt(work: Callable[[], object], release: Callable[[], object] = gc.collect) -> str | None:
     """Run ``work``; ``None`` if it ran, the OOM message if it ran out of memory; else re-raise.
 
     Recovery happens after the ``except`` block: inside it the traceback's frames still hold the
@@ -111,7 +111,7 @@ class SearchResult:
         final = self.final_verification
         return sum(trial.fits for trial in final) / len(final) if final else float("nan")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "largest_fit": self.largest_fit,
             "first_failure": self.first_failure,

@@ -17,6 +17,7 @@ from gymbench.hookspecs import hookimpl
 from gymbench.types import Command, Component
 
 if TYPE_CHECKING:
+<<<<<<< HEAD
     from gymbench.plugins import Plugins
 
 HELP = (
@@ -24,20 +25,24 @@ HELP = (
     "variable lengths and packing, memory, FLOPs) or find the largest batch"
 )
 
+=======
+    import torch
+>>>>>>> types
 
-def build_mlp(config: Mapping[str, Any]) -> Any:
+
+def build_mlp(config: Mapping[str, Any]) -> torch.nn.Module:
     from gymbench.train import models
 
     return models.build_mlp(config)
 
 
-def build_transformer(config: Mapping[str, Any]) -> Any:
+def build_transformer(config: Mapping[str, Any]) -> torch.nn.Module:
     from gymbench.train import models
 
     return models.build_transformer(config)
 
 
-def build_hf_causal_lm(config: Mapping[str, Any]) -> Any:
+def build_hf_causal_lm(config: Mapping[str, Any]) -> torch.nn.Module:
     from gymbench.train import hf
 
     return hf.build_hf_causal_lm(config)

@@ -32,7 +32,13 @@ if TYPE_CHECKING:
     from gymbench.train.lengths import Sample
     from gymbench.train.session import TrainSession
 
-RL_PHASES = ("data", "policy_and_reference_logprobs", "advantage_calculation", "policy_training", "optimizer")
+RL_PHASES: tuple[str, ...] = (
+    "data",
+    "policy_and_reference_logprobs",
+    "advantage_calculation",
+    "policy_training",
+    "optimizer",
+)
 ADVANTAGE_EPS = 1e-6
 
 

@@ -77,12 +77,12 @@ class SequenceBatches:
 
 
 def token_logprobs(model: torch.nn.Module, batch: SequenceBatch) -> torch.Tensor:
-    return model.token_logprobs(batch.tokens, batch.targets, batch.positions, batch.attn_mask)
+    return model.token_logprobs(batch.tokens, batch.targets, batch.positions, batch.attn_mask)  # type: ignore[operator]
 
 
 def valid_tokens(batches: list[SequenceBatch]) -> torch.Tensor:
     """NeMo RL's ``global_valid_toks``: the loss positions of the whole global batch (at least 1)."""
-    return sum(batch.loss_mask.sum() for batch in batches).clamp(min=1)
+    return sum(batch.loss_mask.sum() for batch in batches).clamp(min=1)  # type: ignore[union-attr]
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -31,6 +31,7 @@ from typing import Any
 from gymbench.errors import GymbenchError
 from gymbench.train.config import TrainConfig, trial_config
 from gymbench.train.oom import Trial, attempt, halving_sizes
+from gymbench.types import JSONObject
 
 OOM_EXIT_TEXT = (
     "std::bad_alloc",
@@ -65,7 +66,7 @@ ALLOCATOR_WORDS = {
 # --------------------------------------------------------------------------- jobs (in the child)
 
 
-def memory_job(job: WorkerJob) -> dict[str, Any]:
+def memory_job(job: WorkerJob) -> JSONObject:
     from gymbench.train.memory import measure_step_memory
     from gymbench.train.session import TrainSession
 
@@ -106,12 +107,12 @@ def _try(session: Any, batch: int, steps: int, baseline: int, earlier_peak: int,
     return Trial(batch, error is None, used, seconds, error, purpose, max(rss, 0))
 
 
-def trial_job(job: WorkerJob) -> dict[str, Any]:
+def trial_job(job: WorkerJob) -> JSONObject:
     session, baseline, earlier_peak = _capped_session(job)
     return asdict(_try(session, job.config.batch, job.steps, baseline, earlier_peak, job.purpose))
 
 
-def halve_job(job: WorkerJob) -> dict[str, Any]:
+def halve_job(job: WorkerJob) -> JSONObject:
     """NeMo RL's guide's in-process handler: one process, halve on OOM and retry."""
     from gymbench.train.memory import proc_status_bytes
 
@@ -146,7 +147,7 @@ def child_environment(job: WorkerJob) -> dict[str, str]:
     return {**os.environ, **(SHARP_MALLOC_ENV if fixed else {}), "PYTHONPATH": path}
 
 
-def run_job(job: WorkerJob, timeout_s: float = 600.0) -> dict[str, Any]:
+def run_job(job: WorkerJob, timeout_s: float = 600.0) -> JSONObject:
     """Run ``job`` in a fresh interpreter; a child killed by the allocator reads as an OOM trial."""
     try:
         payload = pickle.dumps(job)
@@ -176,7 +177,7 @@ def run_job(job: WorkerJob, timeout_s: float = 600.0) -> dict[str, Any]:
     return _failed_child(job, done)
 
 
-def _failed_child(job: WorkerJob, done: subprocess.CompletedProcess[bytes]) -> dict[str, Any]:
+def _failed_child(job: WorkerJob, done: subprocess.CompletedProcess[bytes]) -> JSONObject:
     stderr = done.stderr.decode(errors="replace")
     if job.kind == "trial" and any(text in stderr for text in OOM_EXIT_TEXT):
         line = next((ln for ln in stderr.splitlines() if any(t in ln for t in OOM_EXIT_TEXT)), "")

@@ -6,7 +6,7 @@ import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gymbench.collect.collection import backend_settings, checked_backend, chosen_backend, make_strategy
 from gymbench.collect.command import run_loop
@@ -37,6 +37,8 @@ from gymbench.tune.report import (
 from gymbench.tune.server_metrics import server_counters
 from gymbench.tune.sweep import Strategies, TuneResult, adaptive_search, doubling_sweep, validate_stability
 
+T = TypeVar("T")
+
 
 def search_settings(config: TuneConfig) -> SearchSettings:
     return SearchSettings(
@@ -65,8 +67,8 @@ def strategies_for(config: ProbeConfig, plugins: Plugins) -> Strategies:
 
 
 def with_prober(
-    config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], Awaitable[Any]], running_sim: Any = None
-) -> Any:
+    config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], Awaitable[T]], running_sim: Any = None
+) -> T:
     """Start the backend (or the simulator, unless one is running), build a prober on the task
     sample, run ``work``."""
     plugins.verifier(config.verifier, config.verifier_options)

@@ -30,7 +30,7 @@ from gymbench.rollout.engine import Collector, CollectSettings
 from gymbench.rollout.stats import CollectStats
 from gymbench.tune.closed_loop import CountedSlots, FairSample, SampleCycle, Watch, watch
 from gymbench.tune.server_metrics import Counters
-from gymbench.types import Backend, ConcurrencyStrategy, GenerationFailed, Verifier
+from gymbench.types import Backend, ConcurrencyStrategy, GenerationFailed, JSONObject, Verifier
 
 THROTTLED_SHARE = 0.1
 """A level where this share of rollouts met 429s (or retries) is read as rate-limited."""
@@ -86,7 +86,7 @@ class ProbeResult:
             self.parallelism, self.work_rate, self.error_rate, self.rate_limited, not self.work_rate.under_measured
         )
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> JSONObject:
         rate = self.rate
         return {
             "parallelism": self.parallelism,

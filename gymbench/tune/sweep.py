@@ -19,7 +19,7 @@ from gymbench.curves import Knee
 from gymbench.knee_search import KneeSearch, SearchResult, SearchSettings, Step
 from gymbench.rates import Precision, Rate
 from gymbench.tune.probe import Prober, ProbeResult
-from gymbench.types import ConcurrencyStrategy
+from gymbench.types import ConcurrencyStrategy, JSONObject
 
 if TYPE_CHECKING:
     from gymbench.plugins import Plugins
@@ -51,7 +51,7 @@ class Strategies:
         return cls(fixed, adaptive)
 
 
-def adaptive_options(search: SearchSettings, precision: Precision) -> dict[str, Any]:
+def adaptive_options(search: SearchSettings, precision: Precision) -> JSONObject:
     return {
         "start": search.start,
         "max_limit": search.max_parallelism,

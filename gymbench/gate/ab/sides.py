@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from gymbench.errors import GymbenchError
+from gymbench.types import JSONObject
 
 WORKING_TREE = "working tree"
 
@@ -130,7 +131,7 @@ def _exit_on_terminate(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-def _declared(pyproject: Path) -> dict[str, Any]:
+def _declared(pyproject: Path) -> JSONObject:
     import tomllib
 
     try:
