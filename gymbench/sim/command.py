@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gymbench.sim.config import PRESET_HELP, SimConfig
+
+if TYPE_CHECKING:
+    from gymbench.plugins import Plugins
 
 
 def _help(text: str) -> dict[str, str]:
@@ -62,7 +65,7 @@ def settings_from(args: argparse.Namespace) -> SimServeSettings:
     return settings_from_args(SimServeSettings, args, base=PRESETS[preset])
 
 
-def run(args: argparse.Namespace, plugins: object) -> int:
+def run(args: argparse.Namespace, plugins: Plugins) -> int:
     settings = settings_from(args)
     config = settings.engine()
     if settings.describe:

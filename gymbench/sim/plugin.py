@@ -8,12 +8,7 @@ built or it runs.
 from __future__ import annotations
 
 import argparse
-<<<<<<< HEAD
-=======
-import dataclasses
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
->>>>>>> types
+from typing import TYPE_CHECKING
 
 from gymbench.hookspecs import hookimpl
 from gymbench.types import Command
@@ -28,86 +23,10 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     configure(parser)
 
 
-def _run(args: argparse.Namespace, plugins: object) -> int:
+def _run(args: argparse.Namespace, plugins: Plugins) -> int:
     from gymbench.sim.command import run
 
-<<<<<<< HEAD
     return run(args, plugins)
-=======
-    def __post_init__(self) -> None:
-        from gymbench.settings import at_least, require
-
-        super().__post_init__()
-        require(bool(self.host.strip()), "host", self.host, "an address to bind, e.g. 127.0.0.1")
-        at_least("port", self.port, 0, 65535)
-        require(self.prompt_tokens > 0, "prompt_tokens", self.prompt_tokens, "a number of tokens above 0")
-        at_least("max_tokens", self.max_tokens, 1)
-
-    def engine(self) -> SimConfig:
-        return SimConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SimConfig)})
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    from gymbench.settings import add_settings_arguments
-
-    add_settings_arguments(parser, SimServeSettings, title="settings (engine settings override the preset)")
-
-
-def settings_from(args: argparse.Namespace) -> SimServeSettings:
-    """Two passes: the first finds the preset, the second lays the user's settings over it."""
-    from gymbench.errors import GymbenchError
-    from gymbench.settings import settings_from_args
-    from gymbench.sim.config import DEFAULT_PRESET, PRESETS
-
-    preset = settings_from_args(SimServeSettings, args).preset or DEFAULT_PRESET
-    if preset not in PRESETS:
-        raise GymbenchError(f"unknown simulator preset {preset!r}; known presets: {', '.join(PRESETS)}")
-    return settings_from_args(SimServeSettings, args, base=PRESETS[preset])
-
-
-def run(args: argparse.Namespace, plugins: Plugins) -> int:
-    settings = settings_from(args)
-    config = settings.engine()
-    if settings.describe:
-        return _describe(config, settings)
-    import asyncio
-
-    from gymbench.sim.serve import install_fast_loop, serve
-
-    install_fast_loop()
-
-    def announce(port: int) -> None:
-        print(f"gymbench simulated server listening on http://{settings.host}:{port}/v1 (Ctrl-C to stop)", flush=True)
-
-    async def main() -> None:
-        await serve(config, settings.host, settings.port, announce, asyncio.Event())
-
-    try:
-        asyncio.run(main())
-    except KeyboardInterrupt:
-        pass
-    except OSError as exc:  # the address is taken, or not this machine's
-        from gymbench.errors import GymbenchError
-
-        raise GymbenchError(
-            f"cannot listen on {settings.host}:{settings.port} ({exc.strerror or exc}); choose another +host or +port"
-        ) from None
-    return 0
-
-
-def _describe(config: SimConfig, settings: SimServeSettings) -> int:
-    import json
-
-    from gymbench.sim.capacity import describe, describe_text
-
-    capacity = describe(config, prompt_tokens=settings.prompt_tokens, max_tokens=settings.max_tokens)
-    if settings.json:
-        data: dict[str, Any] = {"config": config.to_dict(), "capacity": dataclasses.asdict(capacity)}
-        print(json.dumps(data, indent=2))
-    else:
-        print(describe_text(config, capacity))
-    return 0
->>>>>>> types
 
 
 @hookimpl

@@ -13,17 +13,9 @@ from typing import TYPE_CHECKING
 
 from gymbench.train.settings import TrainSettings
 
-<<<<<<< HEAD
-=======
 if TYPE_CHECKING:
     from gymbench.plugins import Plugins
 
-HELP = (
-    "benchmark training steps (LM or NeMo RL's GRPO policy step; precision, checkpointing, accumulation, "
-    "variable lengths and packing, memory, FLOPs) or find the largest batch"
-)
-
->>>>>>> types
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from gymbench.settings import add_settings_arguments

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from gymbench.train.session import TrainSession
 
-LM_PHASES = ("data", "forward", "backward", "optimizer")
+LM_PHASES: tuple[str, ...] = ("data", "forward", "backward", "optimizer")
 
 
 class PhaseObserver(Protocol):

@@ -17,17 +17,14 @@ from gymbench.hookspecs import hookimpl
 from gymbench.types import Command, Component
 
 if TYPE_CHECKING:
-<<<<<<< HEAD
+    import torch
+
     from gymbench.plugins import Plugins
 
 HELP = (
     "benchmark training steps (LM or NeMo RL's GRPO policy step; precision, checkpointing, accumulation, "
     "variable lengths and packing, memory, FLOPs) or find the largest batch"
 )
-
-=======
-    import torch
->>>>>>> types
 
 
 def build_mlp(config: Mapping[str, Any]) -> torch.nn.Module:

@@ -11,8 +11,8 @@ import pytest
 
 from gymbench.cli import main
 from gymbench.record import BenchmarkResult, Metric, ResultsRecord, save_record
-from tests.gate.synthetic import fingerprint
 from tests.collect.test_collect_cli import EXAMPLES, FAST_SIM, gymbench
+from tests.gate.synthetic import fingerprint
 from tests.report.test_reports import check_html
 
 MIN_SIDE_PX = 200
