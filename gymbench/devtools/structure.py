@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import re
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
@@ -154,16 +155,42 @@ def cycles(modules: dict[str, Module], *, deferred: bool) -> list[list[str]]:
     return sorted(groups, key=len, reverse=True)
 
 
-def _mentions_any(annotation: ast.expr | None) -> bool:
+ANY_NAMES = {"Any"}
+"""``Any`` and every alias of it found in the package (``JSONValue: TypeAlias = Any`` hides an ``Any``
+from a plain text count; :func:`collect_any_aliases` adds such names)."""
+
+
+def collect_any_aliases(modules: dict[str, Module]) -> set[str]:
+    """Module-level aliases whose value mentions ``Any`` (or another such alias), to a fixed point."""
+    assignments: list[tuple[str, ast.expr]] = []
+    for module in modules.values():
+        for node in module.tree.body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+                if "TypeAlias" in ast.unparse(node.annotation):
+                    assignments.append((node.target.id, node.value))
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                if isinstance(node.value, ast.Subscript):  # Name = dict[str, Any] and the like
+                    assignments.append((node.targets[0].id, node.value))
+    names = set(ANY_NAMES)
+    while True:
+        found = {name for name, value in assignments if name not in names and _mentions_any(value, names)}
+        if not found:
+            return names
+        names |= found
+
+
+def _mentions_any(annotation: ast.expr | None, names: set[str] | None = None) -> bool:
     if annotation is None:
         return False
+    names = names or ANY_NAMES
     for node in ast.walk(annotation):
-        if isinstance(node, ast.Name) and node.id == "Any":
+        if isinstance(node, ast.Name) and node.id in names:
             return True
-        if isinstance(node, ast.Attribute) and node.attr == "Any":
+        if isinstance(node, ast.Attribute) and node.attr in names:
             return True
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "Any" in node.value.split("[")[0]:
-            return True
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if any(re.search(rf"\\b{re.escape(name)}\\b", node.value) for name in names):
+                return True
     return False
 
 
@@ -182,7 +209,9 @@ class AnyFigures:
         return 1000 * len(self.returning_any) / max(self.lines, 1)
 
 
-def any_figures(modules: dict[str, Module], only: tuple[str, ...] = ()) -> AnyFigures:
+def any_figures(modules: dict[str, Module], only: tuple[str, ...] = (), names: set[str] | None = None) -> AnyFigures:
+    """Counts ``Any`` in parameter and return annotations; ``names`` adds aliases of ``Any``."""
+    names = names or ANY_NAMES
     lines = 0
     count = 0
     returning: list[str] = []
@@ -195,8 +224,8 @@ def any_figures(modules: dict[str, Module], only: tuple[str, ...] = ()) -> AnyFi
                 continue
             arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
             arguments += [a for a in (node.args.vararg, node.args.kwarg) if a is not None]
-            count += sum(_mentions_any(a.annotation) for a in arguments)
-            if _mentions_any(node.returns):
+            count += sum(_mentions_any(a.annotation, names) for a in arguments)
+            if _mentions_any(node.returns, names):
                 count += 1
                 returning.append(f"{module.name}.{node.name}")
     return AnyFigures(lines, count, returning)
@@ -313,6 +342,8 @@ def figures(package: Path = PACKAGE) -> dict[str, object]:
     modules = load_modules(package)
     code = {name: m for name, m in modules.items() if not name.startswith("gymbench.devtools")}
     anys = any_figures(code)
+    aliases = collect_any_aliases(code)
+    honest = any_figures(code, names=aliases)
     declared = settings_declarations(code)
     repeated = {name: places for name, places in declared.items() if len(places) > 1}
     return {
@@ -325,6 +356,11 @@ def figures(package: Path = PACKAGE) -> dict[str, object]:
         "any_in_signatures_per_kloc": round(anys.per_kloc, 2),
         "functions_returning_any": len(anys.returning_any),
         "functions_returning_any_per_kloc": round(anys.returning_per_kloc, 2),
+        "aliases_of_any": sorted(aliases - ANY_NAMES),
+        "any_in_signatures_counting_aliases": honest.in_signatures,
+        "any_in_signatures_counting_aliases_per_kloc": round(honest.per_kloc, 2),
+        "functions_returning_any_counting_aliases": len(honest.returning_any),
+        "functions_returning_any_counting_aliases_per_kloc": round(honest.returning_per_kloc, 2),
         "settings_declared": len(declared),
         "settings_declared_more_than_once": repeated,
         "atomic_file_writers": atomic_writers(code),
@@ -351,6 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         f"Any in signatures: {result['any_in_signatures']} ({result['any_in_signatures_per_kloc']} per 1,000 lines); "
         f"functions returning Any: {result['functions_returning_any']} "
         f"({result['functions_returning_any_per_kloc']} per 1,000 lines)"
+    )
+    print(
+        f"  counting aliases of Any ({', '.join(map(str, result['aliases_of_any'])) or 'none'}) as Any: "  # type: ignore[call-overload]
+        f"{result['any_in_signatures_counting_aliases']} ({result['any_in_signatures_counting_aliases_per_kloc']} "
+        f"per 1,000 lines); functions returning Any: {result['functions_returning_any_counting_aliases']} "
+        f"({result['functions_returning_any_counting_aliases_per_kloc']} per 1,000 lines)"
     )
     repeated = result["settings_declared_more_than_once"]
     assert isinstance(repeated, dict)
