@@ -1,7 +1,7 @@
 """The ``gymbench`` fixture's object: measure any code, or run gymbench's own jobs inside a benchmark.
 
 ``gymbench.collect(...)`` takes exactly the settings ``gymbench collect`` takes and runs the same
-:class:`~gymbench.collect.collection.Collection`; the standard metrics land in the benchmark, and
+:class:`~gymbench.collect.driver.Collection`; the standard metrics land in the benchmark, and
 the result comes back for assertions. Settings are layered: ``[tool.gymbench.collect]`` in
 pyproject.toml, then the pytest options (``--gymbench-backend`` ...), then the call's own. With no
 server named, the session's simulator (the ``gymbench_sim`` fixture) answers, started once.
@@ -13,14 +13,18 @@ each method imports what it runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from gymbench.errors import GymbenchError
 from gymbench.measure import MeasureSettings, Recorder
+
+if TYPE_CHECKING:
+    from gymbench.collect.driver import Collection
 
 ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | None
 T = TypeVar("T")
@@ -149,7 +153,7 @@ class Benchmark(Recorder):
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            from gymbench.collect.command import run_loop
+            from gymbench.collect.driver import run_loop
 
             result: CollectResult = run_loop(coroutine)
             return result
@@ -197,19 +201,14 @@ class Benchmark(Recorder):
             return self._collect_outcome(collection, prefix)
         fail_test(self.context, problem)  # outside the handler: no chained traceback
 
-    async def _run_collection(self, config: ConfigSource, settings: Mapping[str, Any]) -> Any:
-        from gymbench.collect.collection import Collection, backend_settings, chosen_backend
+    async def _run_collection(self, config: ConfigSource, settings: Mapping[str, Any]) -> Collection:
+        from gymbench.collect.driver import Collection
 
         collect_config = self._collect_config(config, settings)
-        plugins = self.context.plugins()
-        collection = Collection.prepare(collect_config, plugins)
-        try:
-            sim = self.context.sim() if chosen_backend(collect_config)[1] else None
-            with backend_settings(collect_config, plugins, running_sim=sim) as (name, backend_config):
-                collection.attach(name, plugins.backend(name, backend_config))
+        collection = Collection.prepare(collect_config, self.context.plugins(), shared_sim=self.context.sim)
+        with contextlib.closing(collection):
+            async with collection:
                 await collection.run()
-        finally:
-            collection.close()
         return collection
 
     def _collect_config(self, config: ConfigSource, settings: Mapping[str, Any]) -> Any:
@@ -222,7 +221,8 @@ class Benchmark(Recorder):
         layers.append({"save_results": False, "progress": False})
         return build_settings(CollectConfig, (), *layers, where="gymbench.collect")
 
-    def _collect_outcome(self, collection: Any, prefix: str) -> CollectResult:
+    def _collect_outcome(self, collection: Collection, prefix: str) -> CollectResult:
+        assert collection.collector is not None
         problems = collection.collector.problems
         if problems.errors or problems.stop_reason:
             reason = problems.stop_reason or "; ".join(problems.errors)

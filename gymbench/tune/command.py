@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.collect.collection import backend_settings, checked_backend, chosen_backend, make_strategy
-from gymbench.collect.command import run_loop
+from gymbench.collect.driver import run_loop
 from gymbench.collect.progress import ProbeProgress
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import check_writable_file
