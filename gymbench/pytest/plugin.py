@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from gymbench.measure import MeasureSettings
-from gymbench.pytest.api import BenchContext, Benchmark
+from gymbench.pytest.api import Benchmark
+from gymbench.pytest.jobs import BenchContext
 from gymbench.pytest.options import add_options
 from gymbench.record import BenchmarkResult, ResultsRecord
 from gymbench.units import duration_scale
