@@ -33,11 +33,15 @@ def run_collect(config: CollectConfig, plugins: Plugins) -> int:
               save=config.save_results)  # fmt: skip
     collection = Collection.prepare(config, plugins, progress=CollectProgressBar(config.progress),
                                     on_failure=_warn_once_per_kind(), server_metrics=True)  # fmt: skip
-    with contextlib.closing(collection):
-        run.start()
+    with contextlib.closing(collection), run:
         if config.num_samples_in_parallel is None and config.strategy == "semaphore":
             warn(UNBOUNDED_WARNING)
         interrupted = _collect(collection)
+        return _report(config, collection, run, interrupted)
+
+
+def _report(config: CollectConfig, collection: Collection, run: Run, interrupted: bool) -> int:
+    """The summary, NeMo Gym's aggregate metrics, the record and the metrics file; then the exit status."""
     collector, output = collection.collector, collection.settings.output_path
     assert collector is not None and collection.backend is not None
     aggregated = None
@@ -49,8 +53,6 @@ def run_collect(config: CollectConfig, plugins: Plugins) -> int:
         print(f"aggregate metrics (NeMo Gym's): {aggregated}", file=sys.stderr)
     run.finish([collection.result()], save=config.save_results and not interrupted)
     write_json_atomic(metrics_path(output), {"summary": summary, "settings": settings_dict(config)})
-    if run.saved_path is not None:
-        print(f"results record: {run.saved_path}", file=sys.stderr)
     return _exit_status(collector, collector.stats, output, interrupted)
 
 

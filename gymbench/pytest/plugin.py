@@ -241,14 +241,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     _gate_exit_status(session, bench)
     if bench.run is None:
         return
-    if bench.instructions or bench.to_count:
-        from gymbench.pytest.children import count_instructions
+    with bench.run:  # started by the first benchmark; finish fires even when counting or comparing fails
+        if bench.instructions or bench.to_count:
+            from gymbench.pytest.children import count_instructions
 
-        bench.results = count_instructions(session.config, bench)
-    record = bench.run.make_record(bench.results)
-    if bench.compare:
-        _compare(session, bench, record)
-    bench.run.finish(record)
+            bench.results = count_instructions(session.config, bench)
+        record = bench.run.make_record(bench.results)
+        if bench.compare:
+            _compare(session, bench, record)
+        bench.run.finish(record, say=False)  # said in the terminal summary
     bench.saved_path = bench.run.saved_path
 
 
@@ -305,7 +306,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if bench.settings.quick:
         terminalreporter.write_line("quick mode: figures prove the benchmarks run; do not compare them")
     if bench.saved_path is not None:
-        terminalreporter.write_line(f"results saved to {bench.saved_path}")
+        from gymbench.run import saved_message
+
+        terminalreporter.write_line(saved_message(bench.saved_path))
     _comparison_summary(terminalreporter, bench)
 
 
