@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
@@ -49,13 +49,13 @@ from gymbench.types import Backend, ConcurrencyStrategy, GenerationFailed, Verif
 T = TypeVar("T")
 
 
-def run_loop(coroutine: Awaitable[T]) -> T:
+def run_loop(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run ``coroutine`` on a fresh event loop: uvloop when installed, as every command does."""
     with contextlib.suppress(ImportError):
         import uvloop
 
-        return uvloop.run(coroutine)  # type: ignore[no-any-return]
-    return asyncio.run(coroutine)  # type: ignore[arg-type]
+        return uvloop.run(coroutine)
+    return asyncio.run(coroutine)
 
 
 class CollectionProgress(Protocol):
