@@ -1,4 +1,4 @@
-"""Training-step benchmarks: the step grid, and the figures the README quotes.
+"""Training-step benchmarks: the step grid, and the figures docs/training.md quotes.
 
 Figures that compare two settings (checkpointing, bf16, the harness against a bare loop) come from
 rounds interleaved in one run, as medians of per-round ratios, because the machine is shared and

@@ -18,14 +18,28 @@ from gymbench.plugins import Plugins
 from gymbench.secrets import redact
 
 
-def build_parser(plugins: Plugins, chosen: str | None = None) -> argparse.ArgumentParser:
-    from gymbench.fingerprint import package_version
+class VersionAction(argparse.Action):
+    """argparse's ``version`` action, but the version is looked up only when ``--version`` is given
+    (``importlib.metadata`` is a sizeable import that no other invocation needs)."""
 
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show program's version number and exit"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        from gymbench.fingerprint import package_version
+
+        print(f"gymbench {package_version('gymbench')}")
+        parser.exit()
+
+
+def build_parser(plugins: Plugins, chosen: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gymbench",
         description="Benchmark and regression harness for RL post-training of language models.",
     )
-    parser.add_argument("--version", action="version", version=f"gymbench {package_version('gymbench')}")
+    parser.add_argument("--version", action=VersionAction)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in sorted(plugins.commands):
         command = plugins.commands[name].item

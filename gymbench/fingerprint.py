@@ -4,6 +4,9 @@ Figures from different machines or library versions are not comparable, so every
 carries this; valgrind's version too, since instruction counts move with it and with Python's.
 ``machine.key`` hashes only fields that do not drift between runs of one machine (no clock speed,
 no load), so a baseline store can find "this machine" again.
+
+psutil and the valgrind probe are imported when a fingerprint is taken: ``gymbench --version``
+reads :func:`package_version` from here and must not pay for them.
 """
 
 from __future__ import annotations
@@ -17,10 +20,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from gymbench.callgrind import valgrind_version
-
 KEY_PACKAGES = ("torch", "numpy", "scipy", "aiohttp", "pluggy", "pytest", "nvidia-ml-py", "uvloop")
 
 
@@ -33,6 +32,8 @@ def collect_fingerprint(cwd: str | os.PathLike[str] | None = None) -> dict[str, 
 
 
 def machine_info() -> dict[str, Any]:
+    import psutil
+
     gpus, gpu_note = gpu_info()
     memory_total = int(psutil.virtual_memory().total)
     info: dict[str, Any] = {
@@ -110,6 +111,8 @@ def gpu_info() -> tuple[list[dict[str, Any]], str]:
 
 
 def software_info() -> dict[str, Any]:
+    from gymbench.callgrind import valgrind_version
+
     return {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),

@@ -11,12 +11,13 @@ cannot encode, so nothing is lost and nothing crashes. Every failure to read bec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -96,32 +97,83 @@ def dumps(obj: Any, *, newline: bool = False) -> bytes:
         return (text + "\n" if newline else text).encode("ascii")
 
 
+class AtomicFile:
+    """A file that appears whole or not at all: every atomic write in gymbench goes through here.
+
+    Bytes (or text, with ``text=True``) go to a temporary file with a unique name beside ``path``;
+    :meth:`commit` flushes it to disk (fsync) and renames it over ``path``, :meth:`discard` removes
+    it. As a context manager it commits when the block ends normally and discards on any error,
+    so a reader (or a crash) never sees half a file and no temporary file is left behind. Rows can
+    be streamed in (a merge, a resume's rewrite, an export) without holding them in memory; the
+    object lives across calls where the rows arrive in pieces (a shard streamed back by Ray).
+
+    Failing to create, write or rename is a :class:`GymbenchError` naming ``path``, ending with
+    ``then`` (what to do); an error raised by the block itself passes through unchanged.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, text: bool = False, then: str = "; choose another path"
+    ) -> None:
+        self.path = Path(path)
+        self.then = then
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        except OSError as exc:
+            raise self._error("cannot write here", exc) from None
+        self.temporary = Path(name)
+        self._handle: IO[Any] = (
+            os.fdopen(fd, "w", encoding="utf-8", newline="") if text else os.fdopen(fd, "wb")  # noqa: SIM115
+        )
+
+    def _error(self, what: str, exc: OSError) -> GymbenchError:
+        return GymbenchError(f"{self.path}: {what} ({exc.strerror or exc}){self.then}")
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._handle.write(data)
+        except OSError as exc:
+            self.discard()
+            raise self._error("cannot write", exc) from None
+
+    def commit(self) -> Path:
+        """Make the written content the file at ``path`` (durably), and return ``path``."""
+        try:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._handle.close()
+            os.replace(self.temporary, self.path)
+        except OSError as exc:
+            self.discard()
+            raise self._error("cannot write", exc) from None
+        return self.path
+
+    def discard(self) -> None:
+        """Forget what was written; ``path`` is left as it was. Never raises."""
+        with contextlib.suppress(OSError):
+            self._handle.close()
+        with contextlib.suppress(OSError):
+            self.temporary.unlink(missing_ok=True)
+
+    def __enter__(self) -> AtomicFile:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: object) -> None:
+        if kind is None:
+            self.commit()
+        else:
+            self.discard()
+
+
 def write_json_atomic(path: str | os.PathLike[str], data: Any, *, indent: int | None = 1) -> Path:
-    """Write JSON so that a reader (or a crash) never sees half a file: temp file, fsync, rename.
+    """Write JSON so that a reader (or a crash) never sees half a file (see :class:`AtomicFile`).
 
     Non-finite floats are refused (they are not JSON); raise :class:`GymbenchError` naming the
     path when the directory cannot be created or written.
     """
-    target = Path(path)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise GymbenchError(f"{target}: cannot write here ({exc.strerror or exc}); choose another path") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=indent, allow_nan=False, ensure_ascii=False)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, target)
-    except OSError as exc:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise GymbenchError(f"{target}: cannot write ({exc.strerror or exc}); choose another path") from None
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return target
+    with AtomicFile(path, text=True) as target:
+        target.write(json.dumps(data, indent=indent, allow_nan=False, ensure_ascii=False) + "\n")
+    return target.path
 
 
 def read_json_file(path: str | os.PathLike[str], what: str) -> Any:

@@ -27,7 +27,7 @@ from gymbench.types import Backend
 
 def write_aggregate_metrics(output: Path, backend: Backend, backend_config: Mapping[str, Any]) -> Path | None:
     """The file's path, or ``None`` when no completed row names an agent."""
-    entries = agent_entries(read_rows(output)) if output.is_file() else {}
+    entries = agent_entries(read_rows(output, warn)) if output.is_file() else {}
     if not entries:
         return None
     from_agents = _ask_agents(backend, backend_config, entries)

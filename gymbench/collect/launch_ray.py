@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from typing import Any
 from gymbench.collect.shard_events import ShardEvent
 from gymbench.collect.shard_worker import ShardJob, ShardOutcome, collect_shard
 from gymbench.errors import GymbenchError
+from gymbench.jsonio import AtomicFile
 
 CHUNK_BYTES = 8 << 20
 QUIET = {"log_to_driver": False, "logging_level": logging.WARNING}
@@ -168,24 +168,21 @@ class RayLauncher:
             self._land(job, incoming, item)
             return [ShardEvent("done", job.index, outcome=item)]
         if incoming is None:
-            incoming = open(job.settings["output_jsonl_fpath"] + ".incoming", "wb")  # noqa: SIM115 - spans calls
+            incoming = AtomicFile(job.settings["output_jsonl_fpath"])  # spans calls: committed by _land
             self.running[generator] = (job, incoming)
         incoming.write(item)
         return []
 
-    def _land(self, job: ShardJob, incoming: Any, outcome: ShardOutcome) -> None:
+    def _land(self, job: ShardJob, incoming: AtomicFile | None, outcome: ShardOutcome) -> None:
         """Streamed rows replace the driver's copy of the shard once the shard is complete."""
         if not self.stream_rows:
             return
-        target = job.settings["output_jsonl_fpath"]
         if outcome.error is not None:
             _discard(incoming)
             return
         if incoming is None:  # a shard with no rows
-            Path(target).write_bytes(b"")
-            return
-        incoming.close()
-        os.replace(incoming.name, target)
+            incoming = AtomicFile(job.settings["output_jsonl_fpath"])
+        incoming.commit()
 
     def close(self) -> None:
         for _job, incoming in self.running.values():
@@ -217,10 +214,9 @@ def _already_here(job: ShardJob, rows: int) -> ShardOutcome:
     return ShardOutcome(job.index, job.attempt, worker_environment(), stats=stats)
 
 
-def _discard(incoming: Any) -> None:
+def _discard(incoming: AtomicFile | None) -> None:
     if incoming is not None:
-        incoming.close()
-        Path(incoming.name).unlink(missing_ok=True)
+        incoming.discard()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -12,15 +12,15 @@ check passes, atomically, with each row's bytes as they were.
 from __future__ import annotations
 
 import os
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from gymbench.errors import GymbenchError
+from gymbench.jsonio import AtomicFile
 from gymbench.rollout.dataset import ROLLOUT_INDEX_BITS, TaskSlice, count_selected
-from gymbench.rollout.output import pair_key, read_pair, read_row
+from gymbench.rollout.output import pair_key, read_pair
+from gymbench.rollouts_file import RolloutsFile
 
 SHOWN = 10
 """Problems listed by name in an error; the rest are counted."""
@@ -91,7 +91,7 @@ def merge_rollouts(sources: Sequence[Path], output: Path, expected: Expected | N
     """
     _check_paths(sources, output)
     report = MergeReport()
-    with _atomic_output(output) as target:
+    with AtomicFile(output) as target:
         first_seen = _copy_checked(sources, target, report)
         if expected is not None:
             _compare(set(first_seen), expected, report)
@@ -113,13 +113,13 @@ def _check_paths(sources: Sequence[Path], output: Path) -> None:
             raise GymbenchError(f"{source}: no such rollouts file")
 
 
-def _copy_checked(sources: Sequence[Path], target: IO[bytes], report: MergeReport) -> dict[int, int]:
+def _copy_checked(sources: Sequence[Path], target: AtomicFile, report: MergeReport) -> dict[int, int]:
     """Copy every row, remembering where each pair was first seen (for a duplicate's message) as
     one int (file number and line), so that millions of pairs stay small."""
     first_seen: dict[int, int] = {}
     for file_number, source in enumerate(sources):
         before = report.rows
-        for number, raw, row in _rows(source):
+        for number, raw, row in RolloutsFile(source, then="; fix or remove the line").lines(on_cut="raise"):
             key = pair_key(*read_pair(source, number, row))
             if key in first_seen:
                 report.duplicate_count += 1
@@ -137,23 +137,6 @@ def _copy_checked(sources: Sequence[Path], target: IO[bytes], report: MergeRepor
     return first_seen
 
 
-def _rows(path: Path) -> Iterator[tuple[int, bytes, dict]]:
-    """Each non-blank row; a last line without its newline (a kill mid-write) is an error, not dropped."""
-    try:
-        with open(path, "rb") as handle:
-            for number, raw in enumerate(handle, start=1):
-                if not raw.strip():
-                    continue
-                if not raw.endswith(b"\n"):
-                    raise GymbenchError(
-                        f"{path}:{number}: the last row is cut short (a run was killed while writing it); "
-                        "resume that run with +resume=true to redo it, or delete the line"
-                    )
-                yield number, raw, read_row(path, number, raw, "; fix or remove the line")
-    except OSError as exc:
-        raise GymbenchError(f"{path}: cannot read ({exc.strerror or exc})") from None
-
-
 def _compare(present: set[int], expected: Expected, report: MergeReport) -> None:
     wanted = expected.keys()
     missing = sorted(wanted - present)
@@ -165,34 +148,3 @@ def _compare(present: set[int], expected: Expected, report: MergeReport) -> None
 
 def _split(key: int) -> tuple[int, int]:
     return key >> ROLLOUT_INDEX_BITS, key & ((1 << ROLLOUT_INDEX_BITS) - 1)
-
-
-class _atomic_output:  # noqa: N801 - used as a context manager, like open()
-    """A temporary file beside ``output`` that replaces it on success and vanishes on failure."""
-
-    def __init__(self, output: Path) -> None:
-        self.output = output
-
-    def __enter__(self) -> IO[bytes]:
-        try:
-            self.output.parent.mkdir(parents=True, exist_ok=True)
-            fd, self.temporary = tempfile.mkstemp(dir=self.output.parent, prefix=f".{self.output.name}.", suffix=".tmp")
-        except OSError as exc:
-            reason = exc.strerror or exc
-            raise GymbenchError(f"{self.output}: cannot write here ({reason}); choose another path") from None
-        self.handle = os.fdopen(fd, "wb")
-        return self.handle
-
-    def __exit__(self, kind: object, error: object, traceback: object) -> None:
-        if kind is None:
-            self.handle.flush()
-            os.fsync(self.handle.fileno())
-        self.handle.close()
-        if kind is not None:
-            os.unlink(self.temporary)
-            return
-        try:
-            os.replace(self.temporary, self.output)
-        except OSError as exc:
-            os.unlink(self.temporary)
-            raise GymbenchError(f"{self.output}: cannot write the merge ({exc.strerror or exc})") from None

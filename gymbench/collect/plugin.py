@@ -30,9 +30,11 @@ def _configure_collect(parser: argparse.ArgumentParser) -> None:
 def _run_collect(args: argparse.Namespace, plugins: Plugins) -> int:
     from gymbench.collect.command import run_collect
     from gymbench.collect.config import CollectConfig
+    from gymbench.rollout.dataset import input_named_by
     from gymbench.settings import settings_from_args
 
-    return run_collect(settings_from_args(CollectConfig, args), plugins)
+    with input_named_by("+input_jsonl_fpath=PATH"):
+        return run_collect(settings_from_args(CollectConfig, args), plugins)
 
 
 def _configure_merge(parser: argparse.ArgumentParser) -> None:
@@ -43,8 +45,10 @@ def _configure_merge(parser: argparse.ArgumentParser) -> None:
 
 def _run_merge(args: argparse.Namespace, plugins: Plugins) -> int:
     from gymbench.collect.merge_command import run
+    from gymbench.rollout.dataset import input_named_by
 
-    return run(args, plugins)
+    with input_named_by("--input PATH"):
+        return run(args, plugins)
 
 
 @hookimpl

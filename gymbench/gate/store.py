@@ -20,6 +20,7 @@ from pathlib import Path
 
 from gymbench.errors import GymbenchError, ResultsFileError
 from gymbench.gate.noise import NoiseTable, noise_from_dict, noise_to_dict
+from gymbench.jsonio import AtomicFile
 from gymbench.record import ResultsRecord, file_stamp, load_record
 
 LATEST = "latest"
@@ -153,10 +154,8 @@ def machine_warnings(records: Sequence[ResultsRecord], machine_key: str, label: 
 
 
 def save_json(data: dict[str, object], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    with AtomicFile(path, text=True) as target:
+        target.write(json.dumps(data, indent=1) + "\n")
     return path
 
 

@@ -53,12 +53,9 @@ class CollectResult:
 
     def rows(self) -> Iterator[dict[str, Any]]:
         """The output rows, read back exactly."""
-        from gymbench.jsonio import loads
+        from gymbench.rollouts_file import RolloutsFile
 
-        with open(self.output_path, "rb") as handle:
-            for line in handle:
-                if line.strip():
-                    yield loads(line)
+        return RolloutsFile(self.output_path).rows()
 
 
 class Benchmark(Recorder):

@@ -2,7 +2,7 @@
 ``import`` and ``export``.
 
 Registration and option parsing only; each command's work (and scipy with it) is imported from
-:mod:`gymbench.report.store_commands` when it runs.
+:mod:`gymbench.report.store_commands` when it runs, and a schema when its command's parser is built.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gymbench.gate.settings import FAIL_ON
 from gymbench.hookspecs import hookimpl
 from gymbench.types import Command
 
@@ -34,6 +33,8 @@ def _add_store_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_compare_options(parser: argparse.ArgumentParser, fail_on_default: str) -> None:
+    from gymbench.gate.settings import FAIL_ON
+
     _add_store_options(parser)
     parser.add_argument("--min-effect", type=float, help="smallest change that matters, 0.05 = 5%% (default 0.05)")
     parser.add_argument("--alpha", type=float, help="false-discovery rate across the suite (default 0.01)")

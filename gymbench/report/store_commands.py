@@ -21,7 +21,7 @@ from gymbench.gate.paired import paired_detectable_change
 from gymbench.gate.pytest_benchmark import left_out, load_any, load_pytest_benchmark, to_pytest_benchmark
 from gymbench.gate.settings import CompareSettings, build_settings
 from gymbench.gate.store import AB_CALIBRATION_DIR, BaselineStore, StoredRun, save_calibration
-from gymbench.jsonio import check_writable_file
+from gymbench.jsonio import AtomicFile, check_writable_file
 from gymbench.record import ResultsRecord, utc_now, validate_record_dict
 from gymbench.report.html import render_report, write_report
 from gymbench.report.markdown import comparison_markdown, write_step_summary
@@ -222,7 +222,8 @@ def _run_export(args: argparse.Namespace, plugins: Plugins) -> int:
             f"{args.path}: no benchmark has a {args.metric!r} metric, so nothing was exported; "
             f"choose one of its metrics with --metric ({', '.join(_metric_names(skipped)) or 'it has none'})"
         )
-    args.output.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    with AtomicFile(args.output, text=True, then="; choose another -o") as out:  # never half an export
+        out.write(json.dumps(data, indent=1) + "\n")
     print(
         f"exported {len(data['benchmarks'])} benchmarks to {args.output}"
         + (f", left out {len(skipped)}" if skipped else "")

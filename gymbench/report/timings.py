@@ -16,37 +16,25 @@ from pathlib import Path
 from typing import IO, Any
 
 from gymbench.errors import GymbenchError
-from gymbench.jsonio import JSONReadError, decode_line, loads
+from gymbench.jsonio import AtomicFile
 from gymbench.rollout.latency import LATENCY_METRICS, rollout_latencies
 from gymbench.rollout.stats import STAGES
+from gymbench.rollouts_file import RolloutsFile
 
 IDENTITY = ("task_index", "rollout_index", "attempt", "status", "failure_kind", "reward", "prompt_tokens",
             "completion_tokens")  # fmt: skip
 STAGE_COLUMNS = tuple(f"{stage}_s" for stage in STAGES if stage not in LATENCY_METRICS)
 COLUMNS = (*IDENTITY, *(f"{name}_s" for name in LATENCY_METRICS), *STAGE_COLUMNS)
 FORMATS = ("csv", "json")
+ADVICE = "; point this at the output_jsonl_fpath of `gymbench collect`"
 
 
 def timing_rows(path: Path) -> Iterator[dict[str, Any]]:
     """The timing row of every rollout in ``path``; a line that is not a rollout is an error naming it."""
-    try:
-        handle = open(path, "rb")
-    except OSError as exc:
-        raise GymbenchError(f"{path}: cannot read the rollouts file ({exc.strerror or exc})") from None
-    with handle:
-        for number, raw in enumerate(handle, 1):
-            if not raw.strip():
-                continue
-            try:
-                row = loads(decode_line(raw, number == 1))
-            except JSONReadError as exc:
-                raise GymbenchError(f"{path}:{number}: {exc}; expected one rollout (a JSON object) per line") from None
-            if not isinstance(row, dict) or not isinstance(row.get("timings"), Mapping):
-                raise GymbenchError(
-                    f'{path}:{number}: not a gymbench rollout (no "timings" object); point this at the '
-                    "output_jsonl_fpath of `gymbench collect`"
-                )
-            yield timing_row(row)
+    for number, _raw, row in RolloutsFile(path, then=ADVICE).lines():
+        if not isinstance(row.get("timings"), Mapping):
+            raise GymbenchError(f'{path}:{number}: not a gymbench rollout (no "timings" object){ADVICE}')
+        yield timing_row(row)
 
 
 def timing_row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -70,7 +58,7 @@ def timing_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return found
 
 
-def write_timings(rows: Iterator[dict[str, Any]], out: IO[str], fmt: str) -> int:
+def write_timings(rows: Iterator[dict[str, Any]], out: IO[str] | AtomicFile, fmt: str) -> int:
     """Nothing is written before the first row has been read, so a wrong file prints only the error."""
     first = next(rows, None)
     rows = itertools.chain([first] if first is not None else [], rows)
@@ -93,12 +81,5 @@ def run_timings(path: Path, output: Path | None, fmt: str) -> int:
     rows = timing_rows(path)
     if output is None:
         return write_timings(rows, sys.stdout, fmt)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    partial = output.with_name(f".{output.name}.partial")
-    try:
-        with open(partial, "w", encoding="utf-8", newline="") as out:
-            count = write_timings(rows, out, fmt)
-        partial.replace(output)
-    finally:
-        partial.unlink(missing_ok=True)
-    return count
+    with AtomicFile(output, text=True) as out:
+        return write_timings(rows, out, fmt)

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from array import array
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gymbench.jsonio import JSONReadError, dumps, loads
+from gymbench.jsonio import dumps, loads
+from gymbench.rollouts_file import RolloutsFile
 
 TASK, ROLLOUT = "_ng_task_index", "_ng_rollout_index"
 HEAVY_FIELDS = (
@@ -87,17 +88,15 @@ def agent_entries(rows: Iterable[Mapping[str, Any]]) -> dict[str, EncodedEntries
     return dict(by_agent)
 
 
-def read_rows(path: Path) -> Iterable[dict[str, Any]]:
-    """The rows of a rollouts file, streamed; lines that are not JSON objects are passed over (resume
-    has already refused a file with such lines, so only a run's own cut last line can be one)."""
-    with open(path, "rb") as handle:
-        for raw in handle:
-            try:
-                row = loads(raw) if raw.strip() else None
-            except JSONReadError:
-                continue
-            if isinstance(row, dict):
-                yield row
+def read_rows(path: Path, warn: Callable[[str], None]) -> Iterator[dict[str, Any]]:
+    """The rows of a rollouts file, streamed. A line that is not a rollout row is passed over and
+    ``warn`` is told how many were (the rollouts are already collected; the aggregate is made of
+    the rows there are rather than failing the run at its end), the first one named."""
+    rollouts = RolloutsFile(path)
+    yield from rollouts.rows(on_bad="skip")
+    note = rollouts.skipped_note()
+    if note is not None:
+        warn(f"{note}; the aggregate metrics are computed from the other rows")
 
 
 def baseline_metrics(encoded: Iterable[bytes]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ progress bar's total, resume's identity check) asks :func:`check_input_file` fir
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -32,6 +33,28 @@ _BOM = b"\xef\xbb\xbf"
 
 class DatasetError(GymbenchError):
     """An input row that cannot become a task; the message names file and line."""
+
+
+class InputNotFound(DatasetError):
+    """No tasks file at ``path``. How a setting is spelt is the command's business (``collect``
+    takes ``+input_jsonl_fpath=PATH``, ``merge-rollouts`` ``--input PATH``), so the message names
+    no flag; a command names its own through :func:`input_named_by`."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        super().__init__(f"{self.path}: input file not found; it must be a JSONL file of tasks")
+
+    def naming(self, flag: str) -> DatasetError:
+        return DatasetError(f"{self.path}: input file not found; pass {flag} to a JSONL file of tasks")
+
+
+@contextlib.contextmanager
+def input_named_by(flag: str) -> Iterator[None]:
+    """Within the block, a missing tasks file is reported with ``flag``, the command's spelling."""
+    try:
+        yield
+    except InputNotFound as exc:
+        raise exc.naming(flag) from None
 
 
 @dataclass(frozen=True)
@@ -84,9 +107,7 @@ def check_input_file(path: str | os.PathLike[str]) -> bool:
     try:
         info = os.stat(path)
     except FileNotFoundError:
-        raise DatasetError(
-            f"{path}: input file not found; pass +input_jsonl_fpath=PATH to a JSONL file of tasks"
-        ) from None
+        raise InputNotFound(path) from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
         reason = getattr(exc, "strerror", None) or exc
         raise DatasetError(f"{path}: cannot read the input ({reason}); check the path") from None

@@ -14,6 +14,9 @@ Intervals are distribution-free order-statistic intervals (binomial ranks): exac
 least the confidence for any distribution, no resampling. When the sample is too small for an
 interval on both sides (p99 needs 368 rollouts at 95%, p95 72, p90 36, p50 6), the percentile is marked
 ``small_sample`` and printed with a ``*``, as guidellm does.
+
+numpy and scipy are imported by the functions that compute: the ``collect`` and ``tune`` settings
+read :class:`Slo` from here, and their ``--help`` must not pay for numpy.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")
 PERCENTILES = (50, 90, 95, 99)
@@ -48,6 +52,8 @@ def rollout_latencies(timings: Mapping[str, float], completion_tokens: int) -> d
 
 def percentile_table(values: Sequence[float], confidence: float = CONFIDENCE) -> dict[str, Any]:
     """``{"count": n, "p50": {"value", "low", "high", "small_sample"}, ...}`` for ``PERCENTILES``."""
+    import numpy as np
+
     ordered = np.sort(np.asarray(values, dtype=float))
     table: dict[str, Any] = {"count": int(ordered.size)}
     for q in PERCENTILES:
@@ -56,6 +62,8 @@ def percentile_table(values: Sequence[float], confidence: float = CONFIDENCE) ->
 
 
 def _percentile(ordered: np.ndarray, q: float, confidence: float) -> dict[str, Any] | None:
+    import numpy as np
+
     if not ordered.size:
         return None
     low_rank, high_rank = order_statistic_ranks(int(ordered.size), q, confidence)

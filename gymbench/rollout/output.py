@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from gymbench.errors import GymbenchError
-from gymbench.jsonio import JSONReadError, dumps, loads
+from gymbench.jsonio import AtomicFile, dumps
 from gymbench.rollout.dataset import MAX_REPEATS, ROLLOUT_INDEX_BITS
+from gymbench.rollouts_file import RolloutLine, RolloutsFile
 from gymbench.secrets import redact_bytes
 
 _MOVE_AWAY = "point +output_jsonl_fpath at a new file or move this one away"
@@ -54,26 +55,28 @@ def load_resume_state(path: Path, max_attempts: int) -> ResumeState:
     state = ResumeState()
     if not path.exists():
         return state
-    try:
-        with open(path, "rb") as handle:
-            for number, raw in enumerate(handle, start=1):
-                if _classify(path, number, raw, state, max_attempts) == "keep":
-                    state.kept_rows += 1
-    except OSError as exc:
-        raise GymbenchError(f"{path}: cannot read the earlier rollouts ({exc.strerror or exc}); {_MOVE_AWAY}") from None
+    earlier = _earlier_rollouts(path)
+    for line in earlier.lines(on_cut="skip"):
+        if _classify(path, line, state, max_attempts) == "keep":
+            state.kept_rows += 1
+    state.dropped_truncated = earlier.cut
     if state.dropped_truncated or state.dropped_failed:
         _rewrite_kept(path, max_attempts)
     return state
 
 
-def _classify(path: Path, number: int, raw: bytes, state: ResumeState, max_attempts: int) -> str:
-    """Decide one line's fate: keep, retry (dropped; attempted again), or skip (blank/truncated)."""
-    if not raw.strip():
-        return "skip"
-    if not raw.endswith(b"\n"):  # the last line, cut by a kill before its newline
-        state.dropped_truncated = True
-        return "skip"
-    row = read_row(path, number, raw, f", so the file cannot be resumed; {_MOVE_AWAY}", "gymbench rollout row")
+def _earlier_rollouts(path: Path) -> RolloutsFile:
+    return RolloutsFile(
+        path,
+        what="gymbench rollout row",
+        then=f", so the file cannot be resumed; {_MOVE_AWAY}",
+        if_unreadable=f"; {_MOVE_AWAY}",
+    )
+
+
+def _classify(path: Path, line: RolloutLine, state: ResumeState, max_attempts: int) -> str:
+    """Decide one row's fate: keep, retry (dropped; attempted again), or skip (a duplicate)."""
+    row, number = line.row, line.number
     key = pair_key(*read_pair(path, number, row))
     if key in state.done:
         state.duplicate_rows += 1
@@ -87,18 +90,6 @@ def _classify(path: Path, number: int, raw: bytes, state: ResumeState, max_attem
     state.done.add(key)
     state.attempts.pop(key, None)
     return "keep"
-
-
-def read_row(path: Path, number: int, raw: bytes, then: str, what: str = "rollout row") -> dict[str, Any]:
-    """One line of a rollouts file as a JSON object, or one line naming the file, the line and ``then``
-    (what to do): resume and ``merge-rollouts`` read rows the same way."""
-    try:
-        row = loads(raw)
-    except JSONReadError as exc:
-        raise GymbenchError(f"{path}:{number}: not a {what} ({exc}){then}") from None
-    if not isinstance(row, dict):
-        raise GymbenchError(f"{path}:{number}: not a {what} (a JSON {type(row).__name__}, not an object){then}")
-    return row
 
 
 TASK_INDEX_NAMES = ("task_index", "_ng_task_index")
@@ -157,22 +148,12 @@ def _rewrite_kept(path: Path, max_attempts: int) -> None:
     The second pass replays the same decisions on a fresh state, so it keeps exactly the rows the
     first pass counted, without holding them in memory.
     """
-    temporary = path.with_name(f".{path.name}.resume.tmp")
     replay = ResumeState()
-    try:
-        with open(path, "rb") as source, open(temporary, "wb") as target:
-            for number, raw in enumerate(source, start=1):
-                if _classify(path, number, raw, replay, max_attempts) == "keep":
-                    target.write(raw)
-            target.flush()
-            os.fsync(target.fileno())
-        os.replace(temporary, path)
-    except OSError as exc:
-        temporary.unlink(missing_ok=True)
-        raise GymbenchError(
-            f"{path}: cannot rewrite the earlier rollouts ({exc.strerror or exc}); the file is unchanged. "
-            "Fix that (disk space, permissions) and resume again"
-        ) from None
+    then = "; the earlier rollouts are unchanged. Fix that (disk space, permissions) and resume again"
+    with AtomicFile(path, then=then) as target:
+        for line in _earlier_rollouts(path).lines(on_cut="skip"):
+            if _classify(path, line, replay, max_attempts) == "keep":
+                target.write(line.raw)
 
 
 class RolloutWriter:

@@ -13,11 +13,6 @@ from typing import Any
 
 from gymbench.train.settings import TrainSettings
 
-HELP = (
-    "benchmark training steps (LM or NeMo RL's GRPO policy step; precision, checkpointing, accumulation, "
-    "variable lengths and packing, memory, FLOPs) or find the largest batch"
-)
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from gymbench.settings import add_settings_arguments

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gymbench.errors import GymbenchError
-from gymbench.jsonio import JSONReadError, decode_line, loads
+from gymbench.rollouts_file import RolloutsFile
 
 if TYPE_CHECKING:
     import numpy as np
@@ -126,15 +126,8 @@ LengthSource = Distribution | RolloutLengths
 def read_rollout_lengths(path: str | Path, max_len: int) -> RolloutLengths:
     """Every row's prompt and completion token counts (and reward, if any), cut to ``max_len``."""
     target = Path(path)
-    try:
-        lines = target.read_bytes().splitlines()
-    except OSError as exc:
-        raise GymbenchError(f"cannot read the rollouts file {target}: {exc.strerror or exc}") from None
     samples, truncated, skipped = [], 0, 0
-    for number, raw in enumerate(lines, start=1):
-        row = _row(target, number, raw)
-        if row is None:
-            continue
+    for number, _raw, row in RolloutsFile(target).lines():
         if row.get("status") == "failed":
             skipped += 1
             continue
@@ -149,19 +142,6 @@ def read_rollout_lengths(path: str | Path, max_len: int) -> RolloutLengths:
             "point --rollouts at the output of `gymbench collect` or NeMo Gym's ng_collect_rollouts"
         )
     return RolloutLengths(str(target), tuple(samples), truncated, skipped)
-
-
-def _row(path: Path, number: int, raw: bytes) -> dict[str, Any] | None:
-    try:
-        text = decode_line(raw, first=number == 1)
-        if not text.strip():
-            return None
-        row = loads(text)
-    except JSONReadError as exc:
-        raise GymbenchError(f"{path}:{number}: {exc}") from None
-    if not isinstance(row, dict):
-        raise GymbenchError(f"{path}:{number}: expected a JSON object per line, got {type(row).__name__}")
-    return row
 
 
 def _sample(row: dict[str, Any], where: str) -> Sample:

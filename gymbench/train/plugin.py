@@ -1,18 +1,28 @@
 """The training-step room's plugin: the built-in models and the ``gymbench train`` command.
 
 Imported by ``get_plugin_manager()`` for every CLI call, so it imports no torch: factories and the
-command import their modules when called. The built-in models register through
+command import their modules when called (the command's settings schema too: only ``train --help``
+and ``train`` itself need it). The built-in models register through
 ``gymbench_register_models``, the same hook a third-party plugin implements.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gymbench.hookspecs import hookimpl
 from gymbench.types import Command, Component
+
+if TYPE_CHECKING:
+    from gymbench.plugins import Plugins
+
+HELP = (
+    "benchmark training steps (LM or NeMo RL's GRPO policy step; precision, checkpointing, accumulation, "
+    "variable lengths and packing, memory, FLOPs) or find the largest batch"
+)
 
 
 def build_mlp(config: Mapping[str, Any]) -> Any:
@@ -48,8 +58,18 @@ def gymbench_register_models() -> list[Component]:
     return models
 
 
-@hookimpl
-def gymbench_register_commands() -> list[Command]:
+def _configure_train(parser: argparse.ArgumentParser) -> None:
     from gymbench.train import command
 
-    return [Command("train", command.HELP, command.configure, command.run)]
+    command.configure(parser)
+
+
+def _run_train(args: argparse.Namespace, plugins: Plugins) -> int:
+    from gymbench.train import command
+
+    return command.run(args, plugins)
+
+
+@hookimpl
+def gymbench_register_commands() -> list[Command]:
+    return [Command("train", HELP, _configure_train, _run_train)]

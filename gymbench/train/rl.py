@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from gymbench.train.packing import SequenceBatch
-from gymbench.train.session import PhaseObserver
+from gymbench.train.phases import PhaseObserver
 from gymbench.train.steps import SequenceBatches, masked_sum, token_logprobs, valid_tokens
 
 if TYPE_CHECKING:

@@ -10,10 +10,8 @@ NeMo RL's GRPO policy step) is chosen once, here.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
@@ -23,41 +21,10 @@ from gymbench.train.checkpointing import apply_checkpointing
 from gymbench.train.config import TrainConfig
 from gymbench.train.models import Batch, BenchModel, SequenceModel
 from gymbench.train.packing import StepCount
+from gymbench.train.phases import NoObserver, PhaseObserver, StepKind
 from gymbench.train.precision import Precision
 
-LM_PHASES = ("data", "forward", "backward", "optimizer")
 ModelFactory = Callable[[Mapping[str, Any]], nn.Module]
-
-
-class PhaseObserver(Protocol):
-    def start(self) -> None: ...
-
-    def phase(self, name: str) -> AbstractContextManager[Any]: ...
-
-    def mark(self, event: str) -> None:
-        """``forward_start`` / ``forward_end`` around the first forward that keeps activations."""
-        ...
-
-
-class NoObserver:
-    def start(self) -> None:
-        return None
-
-    def phase(self, name: str) -> AbstractContextManager[Any]:
-        return contextlib.nullcontext()
-
-    def mark(self, event: str) -> None:
-        return None
-
-
-class StepKind(Protocol):
-    """One kind of training step: its phase names, and how it runs on a session."""
-
-    phases: tuple[str, ...]
-    lengths: str
-    """Where sequence lengths come from, in words; empty for the model's own fixed-shape batch."""
-
-    def run(self, session: TrainSession, observer: PhaseObserver) -> torch.Tensor: ...
 
 
 def resolve_device(name: str) -> torch.device:

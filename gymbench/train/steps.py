@@ -15,7 +15,7 @@ import torch
 
 from gymbench.train.config import length_source
 from gymbench.train.packing import SequenceBatch, StepCount, pack, pad, random_tokens
-from gymbench.train.session import LM_PHASES, PhaseObserver
+from gymbench.train.phases import LM_PHASES, PhaseObserver
 
 if TYPE_CHECKING:
     from gymbench.train.lengths import Sample

@@ -24,11 +24,13 @@ def _configure_tune(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_tune(args: argparse.Namespace, plugins: Plugins) -> int:
+    from gymbench.rollout.dataset import input_named_by
     from gymbench.settings import settings_from_args
     from gymbench.tune.command import run_tune
     from gymbench.tune.config import TuneConfig
 
-    return run_tune(settings_from_args(TuneConfig, args), plugins)
+    with input_named_by("+input_jsonl_fpath=PATH"):
+        return run_tune(settings_from_args(TuneConfig, args), plugins)
 
 
 def _configure_diagnose(parser: argparse.ArgumentParser) -> None:
@@ -40,11 +42,13 @@ def _configure_diagnose(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_diagnose(args: argparse.Namespace, plugins: Plugins) -> int:
+    from gymbench.rollout.dataset import input_named_by
     from gymbench.settings import settings_from_args
     from gymbench.tune.command import run_diagnose
     from gymbench.tune.config import DiagnoseConfig
 
-    return run_diagnose(settings_from_args(DiagnoseConfig, args), plugins)
+    with input_named_by("+input_jsonl_fpath=PATH"):
+        return run_diagnose(settings_from_args(DiagnoseConfig, args), plugins)
 
 
 @hookimpl

@@ -145,7 +145,10 @@ def test_existing_output_needs_resume_or_overwrite(tmp_path: Path) -> None:
         (["+backend=tgi"], "unknown backend 'tgi'; known backends: nemo-gym, openai"),
         (["+strategy=magic"], "unknown strategy 'magic'; known strategies:"),
         (["+verifier=judge"], "unknown verifier 'judge'; known verifiers:"),
-        (["+input_jsonl_fpath=/nonexistent/tasks.jsonl"], "/nonexistent/tasks.jsonl: input file not found"),
+        (
+            ["+input_jsonl_fpath=/nonexistent/tasks.jsonl"],
+            r"/nonexistent/tasks.jsonl: input file not found; pass \+input_jsonl_fpath=",
+        ),
         (["+backend=openai"], r"needs \+base_url"),
         (["limit"], r"expected \+key=value"),
     ],

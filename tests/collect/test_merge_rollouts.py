@@ -88,3 +88,12 @@ def test_an_existing_output_or_an_input_named_twice_is_refused(tmp_path: Path, c
     assert "named twice" in capsys.readouterr().err
     assert main(["merge-rollouts", str(split), "-o", str(out), "--overwrite"]) == 0
     assert pairs_in(out) == [(0, 0)]
+
+
+def test_a_missing_tasks_file_is_named_with_merge_rollouts_own_flag(tmp_path: Path, capsys) -> None:
+    split = write_rows(tmp_path / "a.jsonl", [(0, 0)])
+    missing = tmp_path / "missing.jsonl"
+    assert main(["merge-rollouts", str(split), "-o", str(tmp_path / "all.jsonl"), "--input", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"{missing}: input file not found; pass --input PATH" in err
+    assert "+input_jsonl_fpath" not in err and not (tmp_path / "all.jsonl").exists()

@@ -42,7 +42,7 @@ def test_shards_as_ray_tasks_with_rows_streamed_through_the_object_store(tmp_pat
     assert benchmark.params["launcher"] == "ray" and benchmark.extra["summary"]["completed"] == 40
     assert benchmark.extra["distribution"]["rows_travel_by"].startswith("Ray's object store")
     assert all(worker["nice"] is not None for worker in benchmark.extra["workers"])
-    assert not list((tmp_path / "out.jsonl.shards").glob("*.incoming"))
+    assert not list((tmp_path / "out.jsonl.shards").glob(".*.tmp"))  # no streamed shard left half-landed
     again = gymbench(*args, "+resume=true", env=RAY_ENV, timeout=300)  # the driver holds every shard whole
     assert again.returncode == 0, again.stderr
     summary = json.loads((tmp_path / "out.jsonl.metrics.json").read_text())["summary"]

@@ -23,6 +23,7 @@ CORE = {
     "gymbench.fingerprint",
     "gymbench.settings",
     "gymbench.jsonio",
+    "gymbench.rollouts_file",
     "gymbench.secrets",
     "gymbench.plugins",
     "gymbench.run",

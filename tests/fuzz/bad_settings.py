@@ -112,7 +112,7 @@ def train_schema() -> type[Any]:
 def schemas() -> list[tuple[str, type[Any], Any, set[str], tuple[int, ...]]]:
     """(command, schema, stopper, fields left out, statuses)."""
     from gymbench.collect.config import CollectConfig, ServerConfig
-    from gymbench.sim.plugin import SimServeSettings
+    from gymbench.sim.command import SimServeSettings
     from gymbench.tune.config import DiagnoseConfig, TuneConfig
 
     shared = {f.name for f in dataclasses.fields(ServerConfig)}

@@ -76,7 +76,9 @@ def test_export_round_trip_reproduces_pytest_benchmarks_stats(written: dict[str,
 
 def test_pytest_benchmark_compare_reads_our_export(written: dict[str, Path], tmp_path: Path) -> None:
     target = tmp_path / "exported.json"
+    target.write_text("an older export\n")
     assert main(["export", str(written["data"]), "-o", str(target)]) == 0
+    assert list(tmp_path.glob(".exported.json*")) == []  # written beside it, then renamed over it
     tool = shutil.which("pytest-benchmark")
     assert tool is not None
     done = subprocess.run([tool, "compare", str(target)], capture_output=True, text=True, check=True)

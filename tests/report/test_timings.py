@@ -59,7 +59,7 @@ def test_a_wrong_file_is_one_line_naming_the_line_and_writes_nothing(
     broken.write_text(rollouts.read_text().splitlines()[0] + "\n{not json\n")
     out = tmp_path / "t.csv"
     assert main(["timings", str(broken), "-o", str(out)]) == 2
-    assert "broken.jsonl:2: malformed JSON" in capsys.readouterr().err
-    assert not out.exists() and not list(tmp_path.glob(".*partial"))
+    assert "broken.jsonl:2: not a rollout row (malformed JSON" in capsys.readouterr().err
+    assert not out.exists() and not list(tmp_path.glob(".t.csv.*"))
     assert main(["timings", str(tmp_path / "missing.jsonl")]) == 2
     assert "missing.jsonl: cannot read the rollouts file" in capsys.readouterr().err

@@ -11,7 +11,7 @@ import pytest
 from gymbench import GymbenchError
 from gymbench.builtin.exact_match import ExactMatchVerifier
 from gymbench.builtin.semaphore import SemaphoreStrategy
-from gymbench.rollout.agent_metrics import agent_entries, aggregate_metrics_path, baseline_metrics
+from gymbench.rollout.agent_metrics import agent_entries, aggregate_metrics_path, baseline_metrics, read_rows
 from gymbench.rollout.dataset import Task
 from gymbench.rollout.engine import Collector, CollectSettings
 from gymbench.rollout.output import read_pair
@@ -120,3 +120,13 @@ async def test_the_default_agent_is_every_rows_agent_ref_failed_rows_included(tm
     assert [call.row["agent_ref"]["name"] for call in sorted(backend.calls, key=lambda c: c.task_index)][:2] == [
         "other", "a",
     ]  # fmt: skip
+
+
+def test_the_aggregate_metrics_say_how_many_lines_they_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"reward": 1}\n{cut\n{cut\n')
+    warnings: list[str] = []
+    assert list(read_rows(path, warnings.append)) == [{"reward": 1}]
+    (warning,) = warnings
+    assert "skipped 2 lines that are not a rollout row" in warning and "r.jsonl:2:" in warning
+    assert "aggregate metrics are computed from the other rows" in warning

@@ -90,7 +90,7 @@ def test_fp16_on_a_cpu_with_native_fp16_keeps_the_shapes(
         (["--find-batch", "search", "--tolerance", "2"], "0 < tolerance < 1"),
         (["--step", "rl", "--model", "mlp"], "model 'mlp' has no `token_logprobs`, which the RL step needs"),
         (["--step", "rl", "--batch", "6"], "not a whole number of GRPO groups of 4"),
-        (["--rollouts", "no-such-file.jsonl"], "cannot read the rollouts file no-such-file.jsonl"),
+        (["--rollouts", "no-such-file.jsonl"], "no-such-file.jsonl: cannot read the rollouts file"),
         (["--lengths", "normal"], "setting 'lengths': got 'normal'"),
         (["--trial-allocator", "jemalloc"], "setting 'trial_allocator': got 'jemalloc'"),
     ],

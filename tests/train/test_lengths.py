@@ -74,8 +74,8 @@ def test_rollouts_replay_consecutive_rows_from_a_random_start(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ('{"usage": {"prompt_tokens": 3}', "r.jsonl:2: malformed JSON"),
-        ("[1, 2]", "r.jsonl:2: expected a JSON object per line, got list"),
+        ('{"usage": {"prompt_tokens": 3}', "r.jsonl:2: not a rollout row (malformed JSON"),
+        ("[1, 2]", "r.jsonl:2: not a rollout row (a JSON list, not an object"),
         ('{"reward": 1}', "r.jsonl:2: no token counts; expected usage.prompt_tokens"),
         ('{"usage": {"prompt_tokens": 3, "completion_tokens": -1}}', "usage.completion_tokens is -1"),
         ('{"usage": {"prompt_tokens": 3, "completion_tokens": "4"}}', "usage.completion_tokens is '4'"),

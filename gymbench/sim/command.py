@@ -1,0 +1,106 @@
+"""``gymbench sim-server``: run the simulator in the foreground, or describe it.
+
+Its settings are the engine's (:class:`~gymbench.sim.config.SimConfig`) plus where to listen,
+read the same way as every other command's: ``+key=value``, ``--key value`` or ``--config FILE``.
+A preset is applied first and anything given explicitly wins over it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from gymbench.sim.config import PRESET_HELP, SimConfig
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class SimServeSettings(SimConfig):
+    preset: str | None = field(
+        default=None, metadata=_help("start from a preset: " + "; ".join(f"{k}: {v}" for k, v in PRESET_HELP.items()))
+    )
+    host: str = field(default="127.0.0.1", metadata=_help("address to bind"))
+    port: int = field(default=8000, metadata=_help("port (0: any free port)"))
+    describe: bool = field(default=False, metadata=_help("print the theoretical capacity and exit"))
+    prompt_tokens: float = field(default=32, metadata=_help("assumed prompt length for --describe"))
+    max_tokens: int | None = field(default=None, metadata=_help("assumed max_tokens for --describe"))
+    json: bool = field(default=False, metadata=_help("with --describe: machine-readable output"))
+
+    def __post_init__(self) -> None:
+        from gymbench.settings import at_least, require
+
+        super().__post_init__()
+        require(bool(self.host.strip()), "host", self.host, "an address to bind, e.g. 127.0.0.1")
+        at_least("port", self.port, 0, 65535)
+        require(self.prompt_tokens > 0, "prompt_tokens", self.prompt_tokens, "a number of tokens above 0")
+        at_least("max_tokens", self.max_tokens, 1)
+
+    def engine(self) -> SimConfig:
+        return SimConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SimConfig)})
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from gymbench.settings import add_settings_arguments
+
+    add_settings_arguments(parser, SimServeSettings, title="settings (engine settings override the preset)")
+
+
+def settings_from(args: argparse.Namespace) -> SimServeSettings:
+    """Two passes: the first finds the preset, the second lays the user's settings over it."""
+    from gymbench.errors import GymbenchError
+    from gymbench.settings import settings_from_args
+    from gymbench.sim.config import DEFAULT_PRESET, PRESETS
+
+    preset = settings_from_args(SimServeSettings, args).preset or DEFAULT_PRESET
+    if preset not in PRESETS:
+        raise GymbenchError(f"unknown simulator preset {preset!r}; known presets: {', '.join(PRESETS)}")
+    return settings_from_args(SimServeSettings, args, base=PRESETS[preset])
+
+
+def run(args: argparse.Namespace, plugins: object) -> int:
+    settings = settings_from(args)
+    config = settings.engine()
+    if settings.describe:
+        return _describe(config, settings)
+    import asyncio
+
+    from gymbench.sim.serve import install_fast_loop, serve
+
+    install_fast_loop()
+
+    def announce(port: int) -> None:
+        print(f"gymbench simulated server listening on http://{settings.host}:{port}/v1 (Ctrl-C to stop)", flush=True)
+
+    async def main() -> None:
+        await serve(config, settings.host, settings.port, announce, asyncio.Event())
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:  # the address is taken, or not this machine's
+        from gymbench.errors import GymbenchError
+
+        raise GymbenchError(
+            f"cannot listen on {settings.host}:{settings.port} ({exc.strerror or exc}); choose another +host or +port"
+        ) from None
+    return 0
+
+
+def _describe(config: SimConfig, settings: SimServeSettings) -> int:
+    import json
+
+    from gymbench.sim.capacity import describe, describe_text
+
+    capacity = describe(config, prompt_tokens=settings.prompt_tokens, max_tokens=settings.max_tokens)
+    if settings.json:
+        data: dict[str, Any] = {"config": config.to_dict(), "capacity": dataclasses.asdict(capacity)}
+        print(json.dumps(data, indent=2))
+    else:
+        print(describe_text(config, capacity))
+    return 0
