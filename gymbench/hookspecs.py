@@ -126,10 +126,16 @@ def gymbench_run_start(run: RunInfo) -> None:
 
 
 @hookspec
-def gymbench_run_finish(run: RunInfo, record: ResultsRecord) -> None:
-    """A run ended and produced a results record (already saved when saving was asked for).
+def gymbench_run_finish(run: RunInfo, record: ResultsRecord, error: BaseException | None) -> None:
+    """A run ended: with its results record (already saved when saving was asked for), or with an error.
+
+    Fired once for every run that started, however it ends.
 
     :param run: the same :class:`gymbench.types.RunInfo` given to ``gymbench_run_start``.
-    :param record: the run's :class:`gymbench.record.ResultsRecord`.
+    :param record: the run's :class:`gymbench.record.ResultsRecord`; when ``error`` is set, a record
+        with no benchmarks, not saved.
+    :param error: the exception that ended the run (a ``KeyboardInterrupt`` too), or ``None`` when it
+        ended normally. An implementation may leave this argument out, as those written before it
+        existed do.
     :return: nothing; this is an event.
     """

@@ -50,6 +50,6 @@ def _ask_agents(
     if not routes:
         return {}
     from gymbench.builtin.nemo_gym_backend import agents_aggregate_metrics
-    from gymbench.collect.command import run_loop
+    from gymbench.collect.driver import run_loop
 
     return dict(run_loop(agents_aggregate_metrics(backend_config, routes, entries)))

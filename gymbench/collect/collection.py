@@ -1,18 +1,14 @@
-"""One collection, prepared and run the same way by ``gymbench collect`` and by the pytest API.
+"""What a collection is made of: its backend and settings, its run's identity, its standard metrics.
 
-:meth:`Collection.prepare` does every check that needs no server (settings, plugins and their
-options, input and output paths, the run's identity for resume); :meth:`Collection.run` collects on
-the caller's event loop and measures the client's CPU. The command line adds a progress bar, a
-summary and a results record; the pytest fixture records the same metrics into the benchmark.
+:class:`gymbench.collect.driver.Collection` drives one from these, the same way for
+``gymbench collect``, a shard of a sharded collect and the pytest API.
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,12 +18,11 @@ from gymbench.errors import GymbenchError
 from gymbench.jsonio import check_writable_file
 from gymbench.plugins import Plugins
 from gymbench.record import BenchmarkResult, Metric
-from gymbench.rollout.dataset import TaskSlice, TaskStream, input_identity
-from gymbench.rollout.engine import Collector, CollectSettings, preflight
+from gymbench.rollout.dataset import TaskSlice, input_identity
+from gymbench.rollout.engine import CollectSettings
 from gymbench.rollout.identity import check_run_fingerprint, write_run_fingerprint
-from gymbench.rollout.output import ResumeState, load_resume_state
 from gymbench.rollout.stats import CollectStats
-from gymbench.types import Backend, ConcurrencyStrategy, Verifier
+from gymbench.types import ConcurrencyStrategy
 
 if TYPE_CHECKING:
     from gymbench.sim.config import SimConfig
@@ -176,73 +171,6 @@ def check_run_identity(config: CollectConfig, settings: CollectSettings, regular
             warn(message)
     else:
         write_run_fingerprint(settings.output_path, identity)
-
-
-@dataclass
-class Collection:
-    """A collection checked and ready: everything but the backend, which may need a server started."""
-
-    config: CollectConfig
-    settings: CollectSettings
-    verifier: Verifier
-    strategy: ConcurrencyStrategy
-    tasks: TaskStream
-    resume_state: ResumeState | None = None
-    """The earlier rows when resuming, read (and tidied) before any server starts."""
-    collector: Collector | None = None
-    client_cpu_s: float = 0.0
-    backend_name: str = ""
-    server_metrics: dict[str, Any] | None = None
-    """The server's /metrics around the run (:class:`~gymbench.collect.server_watch.ServerWatch`)."""
-    on_failure: Callable[[Any], None] | None = field(default=None, repr=False)
-
-    @classmethod
-    def prepare(cls, config: CollectConfig, plugins: Plugins) -> Collection:
-        """Every check that needs no server; the input is opened (once) here."""
-        settings = collect_settings(config)
-        verifier = plugins.verifier(config.verifier, config.verifier_options)
-        strategy = make_strategy(plugins, config.strategy, config.strategy_options, config.num_samples_in_parallel)
-        checked_backend(config, plugins)
-        tasks = preflight(settings)
-        try:
-            check_metrics_path(metrics_path(settings.output_path))
-            check_run_identity(config, settings, tasks.is_regular)
-            resume = load_resume_state(settings.output_path, settings.max_attempts) if settings.resume else None
-        except BaseException:
-            tasks.close()
-            raise
-        return cls(config, settings, verifier, strategy, tasks, resume)
-
-    def attach(self, backend_name: str, backend: Backend) -> Collector:
-        self.backend_name = backend_name
-        self.collector = Collector(self.settings, backend, self.verifier, self.strategy, tasks=self.tasks)
-        self.collector.resume_state = self.resume_state
-        self.collector.slo = self.config.slo()
-        return self.collector
-
-    async def run(self) -> CollectStats:
-        """Collect on the running loop; the client's CPU time is measured around it."""
-        assert self.collector is not None, "attach a backend first"
-        started = time.process_time()
-        try:
-            return await self.collector.run()
-        finally:
-            self.client_cpu_s = time.process_time() - started
-
-    def close(self) -> None:
-        self.tasks.close()
-
-    def summary(self) -> dict[str, Any]:
-        """The collection's statistics, with the server's /metrics when they were scraped."""
-        assert self.collector is not None
-        summary = self.collector.stats.summary()
-        if self.server_metrics is not None:
-            summary["server_metrics"] = self.server_metrics
-        return summary
-
-    def result(self) -> BenchmarkResult:
-        assert self.collector is not None
-        return collect_result(self.config, self.backend_name, self.collector.stats, self.client_cpu_s, self.summary())
 
 
 def collect_result(

@@ -4,17 +4,16 @@ a progress bar, a summary, the metrics files (gymbench's and NeMo Gym's) and the
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from gymbench.collect.aggregate import write_aggregate_metrics
-from gymbench.collect.collection import UNBOUNDED_WARNING, Collection, backend_settings, metrics_path
+from gymbench.collect.collection import UNBOUNDED_WARNING, metrics_path
 from gymbench.collect.config import CollectConfig
-from gymbench.collect.progress import collect_progress, warn
-from gymbench.collect.server_watch import ServerWatch
+from gymbench.collect.driver import Collection, run_loop
+from gymbench.collect.progress import CollectProgressBar, warn
 from gymbench.collect.summary import format_summary
 from gymbench.jsonio import write_json_atomic
 from gymbench.plugins import Plugins
@@ -32,30 +31,29 @@ def run_collect(config: CollectConfig, plugins: Plugins) -> int:
         return run_sharded_collect(config, plugins)
     run = Run(plugins, "collect", config.run_name, settings_dict(config), results_dir=config.results_dir,
               save=config.save_results)  # fmt: skip
-    collection = Collection.prepare(config, plugins)
-    with contextlib.closing(collection):
-        run.start()
+    collection = Collection.prepare(config, plugins, progress=CollectProgressBar(config.progress),
+                                    on_failure=_warn_once_per_kind(), server_metrics=True)  # fmt: skip
+    with contextlib.closing(collection), run:
         if config.num_samples_in_parallel is None and config.strategy == "semaphore":
             warn(UNBOUNDED_WARNING)
-        with backend_settings(config, plugins) as (backend_name, backend_config):
-            backend = plugins.backend(backend_name, backend_config)
-            collector = collection.attach(backend_name, backend)
-            with ServerWatch(backend_config.get("base_url"), config.scrape_metrics) as watch:
-                stats, interrupted = _collect(collection, config.progress)
-            collection.server_metrics = watch.record()
-            output = collection.settings.output_path
-            aggregated = None
-            if not (interrupted or config.disable_aggregation or collector.problems.errors):
-                aggregated = write_aggregate_metrics(output, backend, backend_config)
+        interrupted = _collect(collection)
+        return _report(config, collection, run, interrupted)
+
+
+def _report(config: CollectConfig, collection: Collection, run: Run, interrupted: bool) -> int:
+    """The summary, NeMo Gym's aggregate metrics, the record and the metrics file; then the exit status."""
+    collector, output = collection.collector, collection.settings.output_path
+    assert collector is not None and collection.backend is not None
+    aggregated = None
+    if not (interrupted or config.disable_aggregation or collector.problems.errors):
+        aggregated = write_aggregate_metrics(output, collection.backend, collection.backend_config)
     summary = collection.summary()
     print(format_summary(summary, output), file=sys.stderr)
     if aggregated is not None:
         print(f"aggregate metrics (NeMo Gym's): {aggregated}", file=sys.stderr)
     run.finish([collection.result()], save=config.save_results and not interrupted)
     write_json_atomic(metrics_path(output), {"summary": summary, "settings": settings_dict(config)})
-    if run.saved_path is not None:
-        print(f"results record: {run.saved_path}", file=sys.stderr)
-    return _exit_status(collector, stats, output, interrupted)
+    return _exit_status(collector, collector.stats, output, interrupted)
 
 
 def _begun_in_shards(config: CollectConfig) -> bool:
@@ -101,10 +99,24 @@ def _exit_status(collector: Collector, stats: CollectStats, output: Path, interr
     return 0 if stats.failed == 0 else 1
 
 
-def _collect(collection: Collection, show_progress: bool) -> tuple[CollectStats, bool]:
-    """Run the collection on a fresh event loop (uvloop when installed) with a progress bar."""
-    collector = collection.collector
-    assert collector is not None
+def _collect(collection: Collection) -> bool:
+    """Run the collection on a fresh event loop (uvloop when installed); True when interrupted."""
+
+    async def main() -> None:
+        async with collection:
+            await collection.run()
+
+    try:
+        run_loop(main())
+    except KeyboardInterrupt:
+        if collection.collector is None:  # before the collection began: nothing to report on
+            raise
+        return True
+    return False
+
+
+def _warn_once_per_kind() -> Callable[[GenerationFailed], None]:
+    """A warning on the first failed rollout of each kind; the rest are counted in the summary."""
     seen: set[tuple[str, int | None]] = set()
 
     def on_failure(failure: GenerationFailed) -> None:
@@ -112,21 +124,4 @@ def _collect(collection: Collection, show_progress: bool) -> tuple[CollectStats,
             seen.add((failure.kind, failure.status))
             warn(f"a rollout failed ({failure.kind}): {failure.reason}; further failures of this kind are counted")
 
-    async def main() -> CollectStats:
-        collector.on_failure = on_failure
-        with collect_progress(collector, enabled=show_progress) as on_progress:
-            collector.on_progress = on_progress
-            return await collection.run()
-
-    try:
-        return run_loop(main()), False
-    except KeyboardInterrupt:
-        return collector.stats, True
-
-
-def run_loop(coroutine: Any) -> Any:
-    with contextlib.suppress(ImportError):
-        import uvloop
-
-        return uvloop.run(coroutine)
-    return asyncio.run(coroutine)
+    return on_failure

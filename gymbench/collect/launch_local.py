@@ -34,7 +34,7 @@ class _Worker:
 def _worker_main(connection: Connection) -> None:
     """A worker's life: shards in, progress and outcomes out, until told to stop or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it stops workers
-    import gymbench.collect.command  # noqa: F401 - imported before "ready": start-up is not collection time
+    import gymbench.collect.driver  # noqa: F401 - imported before "ready": start-up is not collection time
 
     connection.send(("ready", None, None))
     while True:

@@ -5,10 +5,9 @@ Warnings go through tqdm's ``write`` so that they do not tear a progress bar in 
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from gymbench.rollout.engine import Collector
@@ -29,27 +28,36 @@ def _postfix(stats: CollectStats) -> str:
     return f"reward={reward} failed={stats.failed}"
 
 
-@contextlib.contextmanager
-def collect_progress(collector: Collector, enabled: bool) -> Iterator[Callable[[int, CollectStats], None]]:
-    """tqdm with rollouts/s (its rate) and the running mean reward; it closes on the final figures."""
-    from tqdm import tqdm
+class CollectProgressBar:
+    """tqdm with rollouts/s (its rate) and the running mean reward; it closes on the final figures.
 
-    total = collector.planned() if enabled else None
-    bar = tqdm(total=total, unit="rollout", desc="Collecting rollouts", disable=not enabled, mininterval=REFRESH_S)
-    last = [0.0]
+    A :class:`~gymbench.collect.driver.CollectionProgress`: the collection opens it when it starts.
+    """
 
-    def on_progress(done: int, stats: CollectStats) -> None:
-        bar.update(done)
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar: Any = None
+        self._shown_at = 0.0
+
+    def start(self, collector: Collector) -> None:
+        from tqdm import tqdm
+
+        total = collector.planned() if self.enabled else None
+        self.bar = tqdm(total=total, unit="rollout", desc="Collecting rollouts", disable=not self.enabled,
+                        mininterval=REFRESH_S)  # fmt: skip
+
+    def update(self, done: int, stats: CollectStats) -> None:
+        self.bar.update(done)
         now = time.monotonic()
-        if now - last[0] > REFRESH_S:
-            last[0] = now
-            bar.set_postfix_str(_postfix(stats), refresh=False)
+        if now - self._shown_at > REFRESH_S:
+            self._shown_at = now
+            self.bar.set_postfix_str(_postfix(stats), refresh=False)
 
-    try:
-        yield on_progress
-    finally:
-        bar.set_postfix_str(_postfix(collector.stats), refresh=True)
-        bar.close()
+    def close(self, stats: CollectStats) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(_postfix(stats), refresh=True)
+            self.bar.close()
+            self.bar = None
 
 
 class ProbeProgress:

@@ -79,32 +79,46 @@ def _where(exc: BaseException) -> str:
     return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "unknown place"
 
 
+class _ShardProgress:
+    """The shard's rollouts done so far, reported to the driver at most every ``REPORT_EVERY_S``,
+    and once more at the end."""
+
+    def __init__(self, report: Callable[[int], None]) -> None:
+        self.report = report
+        self.last = 0.0
+
+    def start(self, collector: object) -> None:
+        pass
+
+    def update(self, done: int, stats: CollectStats) -> None:
+        now = time.monotonic()
+        if now - self.last >= REPORT_EVERY_S:
+            self.last = now
+            self.report(stats.skipped + stats.completed + stats.failed)
+
+    def close(self, stats: CollectStats) -> None:
+        self.report(stats.skipped + stats.completed + stats.failed)
+
+
 def _collect(job: ShardJob, report: Callable[[int], None], outcome: ShardOutcome) -> None:
-    from gymbench.collect.collection import Collection, backend_settings
-    from gymbench.collect.command import run_loop
     from gymbench.collect.config import CollectConfig
+    from gymbench.collect.driver import Collection, run_loop
     from gymbench.plugins import Plugins
     from gymbench.settings import build_settings
 
     settings = {**job.settings, **(_own_simulator(job) if job.own_simulator else {})}
     config = build_settings(CollectConfig, [], settings, where=f"shard {job.index}")
-    plugins = Plugins()
-    collection = Collection.prepare(config, plugins)
-    with contextlib.closing(collection), backend_settings(config, plugins) as (name, backend_config):
-        collector = collection.attach(name, plugins.backend(name, backend_config))
-        last = [0.0]
+    collection = Collection.prepare(config, Plugins(), progress=_ShardProgress(report))
 
-        def on_progress(done: int, stats: CollectStats) -> None:
-            now = time.monotonic()
-            if now - last[0] >= REPORT_EVERY_S:
-                last[0] = now
-                report(stats.skipped + stats.completed + stats.failed)
+    async def collect() -> CollectStats:
+        async with collection:
+            return await collection.run()
 
-        collector.on_progress = on_progress
-        stats = run_loop(collection.run())
-    report(stats.skipped + stats.completed + stats.failed)
-    outcome.stats, outcome.client_cpu_s, outcome.backend = stats, collection.client_cpu_s, name
-    problems = collector.problems
+    with contextlib.closing(collection):
+        stats = run_loop(collect())
+    outcome.stats, outcome.client_cpu_s, outcome.backend = stats, collection.client_cpu_s, collection.backend_name
+    assert collection.collector is not None
+    problems = collection.collector.problems
     if problems.errors:
         outcome.error = f"internal error: {problems.errors[0]}"
     elif problems.stop_reason is not None:

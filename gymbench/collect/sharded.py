@@ -52,7 +52,11 @@ def run_sharded_collect(config: CollectConfig, plugins: Plugins) -> int:
     output = _checked_output(config)
     checked_backend(config, plugins)
     shards = plan_shards(config)
-    run.start()
+    with run:
+        return _collect_in_shards(config, plugins, run, output, shards)
+
+
+def _collect_in_shards(config: CollectConfig, plugins: Plugins, run: Run, output: Path, shards: list[Shard]) -> int:
     with _shared_server(config) as server:
         jobs = [ShardJob(s.index, 0, shard_settings(config, s, server), _own_simulator(config)) for s in shards]
         launcher = make_launcher(config)
@@ -63,6 +67,7 @@ def run_sharded_collect(config: CollectConfig, plugins: Plugins) -> int:
     result.extra["distribution"]["rows_travel_by"] = launcher.rows_travel_by
     result.extra["summary"]["server_metrics"] = watch.record()
     if driver.interrupted or driver.unfinished:
+        run.finish([result], save=False)
         return _stopped(config, output, driver.unfinished, driver.interrupted)
     report = merge_rollouts([Path(s.path) for s in shards], output, _expected(config, shards))
     summary = result.extra["summary"]
@@ -72,8 +77,6 @@ def run_sharded_collect(config: CollectConfig, plugins: Plugins) -> int:
     run.finish([result])
     metrics = {"summary": summary, "settings": settings_dict(config), **_shard_extra(result)}
     write_json_atomic(metrics_path(output), metrics)
-    if run.saved_path is not None:
-        print(f"results record: {run.saved_path}", file=sys.stderr)
     return 0 if report.failed_rows == 0 else 1
 
 

@@ -1,7 +1,7 @@
 """The ``gymbench`` fixture's object: measure any code, or run gymbench's own jobs inside a benchmark.
 
 ``gymbench.collect(...)`` takes exactly the settings ``gymbench collect`` takes and runs the same
-:class:`~gymbench.collect.collection.Collection`; the standard metrics land in the benchmark, and
+:class:`~gymbench.collect.driver.Collection`; the standard metrics land in the benchmark, and
 the result comes back for assertions. Settings are layered: ``[tool.gymbench.collect]`` in
 pyproject.toml, then the pytest options (``--gymbench-backend`` ...), then the call's own. With no
 server named, the session's simulator (the ``gymbench_sim`` fixture) answers, started once.
@@ -13,43 +13,23 @@ each method imports what it runs.
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+import contextlib
+from collections.abc import Awaitable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from gymbench.errors import GymbenchError
 from gymbench.measure import MeasureSettings, Recorder, RoundPacer
+from gymbench.pytest.jobs import BenchContext, ConfigSource, fail_test, job_layers
 from gymbench.types import JSONObject
 
 if TYPE_CHECKING:
     from gymbench.callgrind import InstructionCounter
-    from gymbench.collect.collection import Collection
     from gymbench.collect.config import CollectConfig
-    from gymbench.plugins import Plugins
+    from gymbench.collect.driver import Collection
     from gymbench.pytest.api_train import TrainResult
     from gymbench.pytest.api_tune import TuneOutcome
-    from gymbench.sim.launcher import SimServerHandle
-
-ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | None
-T = TypeVar("T")
-
-
-@dataclass
-class BenchContext:
-    """What the pytest session provides to every benchmark (built by the pytest plugin)."""
-
-    plugins: Callable[[], Plugins]
-    """The session's plugin registry, built on first use."""
-    defaults: Callable[[str], Mapping[str, Any]]
-    """Default settings for a job (``"collect"``): pyproject's table, then the pytest options."""
-    sim: Callable[[], SimServerHandle]
-    """The session's simulated server (a :class:`~gymbench.sim.SimServerHandle`), started on first use."""
-    workdir: Callable[[], Path]
-    """A fresh directory for a job's files."""
-    fail: Callable[[str], object]
-    """Fails the current test with a one-line message (no traceback)."""
 
 
 @dataclass
@@ -82,50 +62,6 @@ class CollectResult:
         from gymbench.rollouts_file import RolloutsFile
 
         return RolloutsFile(self.output_path).rows()
-
-
-def job_layers(context: BenchContext, job: str, config: ConfigSource, settings: Mapping[str, Any]) -> list[JSONObject]:
-    """A job's settings as the command line layers them: ``[tool.gymbench.<job>]`` and the pytest
-    options, then ``config`` (a mapping or a YAML/JSON file), then keyword arguments."""
-    from gymbench.settings import load_settings_file
-
-    given = load_settings_file(Path(config)) if isinstance(config, (str, os.PathLike)) else dict(config or {})
-    return [dict(context.defaults(job)), given, dict(settings)]
-
-
-def job_settings(
-    context: BenchContext,
-    schema: type[T],
-    job: str,
-    config: ConfigSource,
-    settings: Mapping[str, Any],
-    fixed: Mapping[str, Any],
-    where: str | None = None,
-) -> T:
-    """The layers, then what running inside pytest fixes, checked by the command's own schema;
-    a bad one is reported as coming from ``where`` (the method the test called)."""
-    from gymbench.settings import build_settings
-
-    layers = job_layers(context, job, config, settings)
-    return build_settings(schema, (), *layers, fixed, where=where or f"gymbench.{job}")
-
-
-def fail_test(context: BenchContext, problem: str) -> NoReturn:
-    """The command line's one-line message as the test's failure."""
-    context.fail(f"gymbench: error: {problem}")
-    raise AssertionError(problem)  # not reached: fail() raises
-
-
-def or_fail(context: BenchContext, work: Callable[[], T]) -> T:
-    """``work()``, or its setting's error as the test's one-line failure.
-
-    The failure is raised outside the ``except`` block, so pytest shows no chained traceback.
-    """
-    try:
-        return work()
-    except GymbenchError as exc:
-        problem = str(exc)
-    fail_test(context, problem)
 
 
 class Benchmark(Recorder):
@@ -162,7 +98,7 @@ class Benchmark(Recorder):
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            from gymbench.collect.command import run_loop
+            from gymbench.collect.driver import run_loop
 
             result: CollectResult = run_loop(coroutine)
             return result
@@ -211,18 +147,13 @@ class Benchmark(Recorder):
         fail_test(self.context, problem)  # outside the handler: no chained traceback
 
     async def _run_collection(self, config: ConfigSource, settings: Mapping[str, Any]) -> Collection:
-        from gymbench.collect.collection import Collection, backend_settings, chosen_backend
+        from gymbench.collect.driver import Collection
 
         collect_config = self._collect_config(config, settings)
-        plugins = self.context.plugins()
-        collection = Collection.prepare(collect_config, plugins)
-        try:
-            sim = self.context.sim() if chosen_backend(collect_config)[1] else None
-            with backend_settings(collect_config, plugins, running_sim=sim) as (name, backend_config):
-                collection.attach(name, plugins.backend(name, backend_config))
+        collection = Collection.prepare(collect_config, self.context.plugins(), shared_sim=self.context.sim)
+        with contextlib.closing(collection):
+            async with collection:
                 await collection.run()
-        finally:
-            collection.close()
         return collection
 
     def _collect_config(self, config: ConfigSource, settings: Mapping[str, Any]) -> CollectConfig:
@@ -236,7 +167,7 @@ class Benchmark(Recorder):
         return build_settings(CollectConfig, (), *layers, where="gymbench.collect")
 
     def _collect_outcome(self, collection: Collection, prefix: str) -> CollectResult:
-        assert collection.collector is not None  # attached by _run_collection
+        assert collection.collector is not None
         problems = collection.collector.problems
         if problems.errors or problems.stop_reason:
             reason = problems.stop_reason or "; ".join(problems.errors)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gymbench.measure import Recorder
-from gymbench.pytest.api import ConfigSource, job_settings, or_fail
+from gymbench.pytest.jobs import ConfigSource, job_settings, or_fail
 from gymbench.record import Metric
 
 if TYPE_CHECKING:

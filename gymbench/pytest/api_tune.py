@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gymbench.pytest.api import ConfigSource, fail_test, job_settings, or_fail
+from gymbench.pytest.jobs import ConfigSource, fail_test, job_settings, or_fail
 from gymbench.record import Metric
 
 if TYPE_CHECKING:

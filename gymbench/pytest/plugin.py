@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from gymbench.measure import MeasureSettings
-from gymbench.pytest.api import BenchContext, Benchmark
+from gymbench.pytest.api import Benchmark
+from gymbench.pytest.jobs import BenchContext
 from gymbench.pytest.options import add_options
 from gymbench.record import BenchmarkResult, ResultsRecord
 from gymbench.units import duration_scale
@@ -247,14 +248,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     _gate_exit_status(session, bench)
     if bench.run is None:
         return
-    if bench.instructions or bench.to_count:
-        from gymbench.pytest.children import count_instructions
+    with bench.run:  # started by the first benchmark; finish fires even when counting or comparing fails
+        if bench.instructions or bench.to_count:
+            from gymbench.pytest.children import count_instructions
 
-        bench.results = count_instructions(session.config, bench)
-    record = bench.run.make_record(bench.results)
-    if bench.compare:
-        _compare(session, bench, record)
-    bench.run.finish(record)
+            bench.results = count_instructions(session.config, bench)
+        record = bench.run.make_record(bench.results)
+        if bench.compare:
+            _compare(session, bench, record)
+        bench.run.finish(record, say=False)  # said in the terminal summary
     bench.saved_path = bench.run.saved_path
 
 
@@ -311,7 +313,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if bench.settings.quick:
         terminalreporter.write_line("quick mode: figures prove the benchmarks run; do not compare them")
     if bench.saved_path is not None:
-        terminalreporter.write_line(f"results saved to {bench.saved_path}")
+        from gymbench.run import saved_message
+
+        terminalreporter.write_line(saved_message(bench.saved_path))
     _comparison_summary(terminalreporter, bench)
 
 

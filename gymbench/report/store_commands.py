@@ -22,11 +22,12 @@ from gymbench.gate.pytest_benchmark import left_out, load_any, load_pytest_bench
 from gymbench.gate.settings import CompareSettings, build_settings
 from gymbench.gate.store import AB_CALIBRATION_DIR, BaselineStore, StoredRun, save_calibration
 from gymbench.jsonio import AtomicFile, check_writable_file
-from gymbench.record import ResultsRecord, save_record, store_path, utc_now, validate_record_dict
+from gymbench.record import ResultsRecord, utc_now, validate_record_dict
 from gymbench.report.html import render_report, write_report
 from gymbench.report.markdown import comparison_markdown, write_step_summary
 from gymbench.report.run_report import RUN_KINDS, render_run_report
 from gymbench.report.terminal import comparison_lines, table
+from gymbench.run import Run
 
 if TYPE_CHECKING:
     from gymbench.plugins import Plugins
@@ -201,11 +202,11 @@ def _commit(run: StoredRun) -> str:
 def _run_import(args: argparse.Namespace, plugins: Plugins) -> int:
     record = load_pytest_benchmark(args.path)
     name = args.name or record.name
-    target = store_path(record, args.results_dir, name)
     imported = ResultsRecord(name, record.benchmarks, record.fingerprint, record.created_at, record.kind)
     validate_record_dict(imported.to_dict(), str(args.path))  # a problem names the file it came from
-    saved = save_record(imported, target)
-    print(f"imported {len(record.benchmarks)} benchmarks to {saved}")
+    with Run(plugins, "import", name, {"path": str(args.path)}, results_dir=args.results_dir) as run:
+        run.finish(imported)
+    print(f"imported {len(record.benchmarks)} benchmarks from {args.path}")
     return 0
 
 

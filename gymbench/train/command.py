@@ -41,11 +41,9 @@ def run_train(settings: TrainSettings, plugins: Plugins) -> int:
     for warning in prepared.warnings:
         print(f"gymbench: warning: {warning}", file=sys.stderr)
     name = settings.save or "train"
-    run = Run(plugins, "train", name, prepared.config.to_dict(), results_dir=settings.results_dir,
-              save=settings.save is not None).start()  # fmt: skip
-    outcome = execute(prepared)
-    print("\n".join(outcome.lines))
-    run.finish([outcome.result])
-    if run.saved_path is not None:
-        print(f"results saved to {run.saved_path}")
+    with Run(plugins, "train", name, prepared.config.to_dict(), results_dir=settings.results_dir,
+             save=settings.save is not None) as run:  # fmt: skip
+        outcome = execute(prepared)
+        print("\n".join(outcome.lines))
+        run.finish([outcome.result])
     return 0

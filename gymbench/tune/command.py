@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 from gymbench.collect.collection import backend_settings, checked_backend, chosen_backend, make_strategy
-from gymbench.collect.command import run_loop
+from gymbench.collect.driver import run_loop
 from gymbench.collect.progress import ProbeProgress
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import check_writable_file
@@ -67,7 +66,7 @@ def strategies_for(config: ProbeConfig, plugins: Plugins) -> Strategies:
 
 
 def with_prober(
-    config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], Awaitable[T]], running_sim: Any = None
+    config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], Coroutine[Any, Any, T]], running_sim: Any = None
 ) -> T:
     """Start the backend (or the simulator, unless one is running), build a prober on the task
     sample, run ``work``."""
@@ -131,17 +130,15 @@ def tune_run(config: TuneConfig, plugins: Plugins, running_sim: Any = None) -> T
 def run_tune(config: TuneConfig, plugins: Plugins) -> int:
     if config.plot:
         check_writable_file(config.plot, "plot", "+plot (or +plot= for none)")
-    run = Run(plugins, "tune", config.run_name, settings_dict(config), results_dir=config.results_dir,
-              save=config.save_results).start()  # fmt: skip
-    result = tune_run(config, plugins)
-    print(markdown_table(result))
-    print()
-    print(summary_text(result))
-    if config.plot:
-        print(f"plot: {plot(result, Path(config.plot))}")
-    run.finish([tune_result(result, {"input": Path(config.input_jsonl_fpath or "").name})])
-    if run.saved_path is not None:
-        print(f"results record: {run.saved_path}")
+    with Run(plugins, "tune", config.run_name, settings_dict(config), results_dir=config.results_dir,
+             save=config.save_results) as run:  # fmt: skip
+        result = tune_run(config, plugins)
+        print(markdown_table(result))
+        print()
+        print(summary_text(result))
+        if config.plot:
+            print(f"plot: {plot(result, Path(config.plot))}")
+        run.finish([tune_result(result, {"input": Path(config.input_jsonl_fpath or "").name})])
     write_step_summary(markdown_table(result) + "\n\n" + summary_text(result).replace("\n", "  \n"))
     if result.stability is not None and not result.stability.passed:
         return 1
@@ -162,12 +159,10 @@ def diagnose_run(config: DiagnoseConfig, plugins: Plugins) -> Diagnosis:
 
 
 def run_diagnose(config: DiagnoseConfig, plugins: Plugins) -> int:
-    run = Run(plugins, "diagnose", config.run_name, settings_dict(config), results_dir=config.results_dir,
-              save=config.save_results).start()  # fmt: skip
-    result = diagnose_run(config, plugins)
-    print(diagnosis_text(result))
-    run.finish([diagnose_result(result, {"input": Path(config.input_jsonl_fpath or "").name})])
-    if run.saved_path is not None:
-        print(f"results record: {run.saved_path}", file=sys.stderr)
+    with Run(plugins, "diagnose", config.run_name, settings_dict(config), results_dir=config.results_dir,
+             save=config.save_results) as run:  # fmt: skip
+        result = diagnose_run(config, plugins)
+        print(diagnosis_text(result))
+        run.finish([diagnose_result(result, {"input": Path(config.input_jsonl_fpath or "").name})])
     write_step_summary(diagnosis_markdown(result))
     return 0

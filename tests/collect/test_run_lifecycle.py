@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import subprocess
 import sys
@@ -14,10 +16,12 @@ from gymbench import GymbenchError, ResultsRecord, RunInfo, hookimpl, load_recor
 from gymbench.cli import main
 from gymbench.collect.command import run_collect
 from gymbench.collect.config import CollectConfig
+from gymbench.run import Run
 from gymbench.settings import build_settings
 from gymbench.testing import make_plugins
 from gymbench.tune.command import run_diagnose, run_tune
 from gymbench.tune.config import DiagnoseConfig, TuneConfig
+from gymbench.types import Component
 
 from .test_collect_cli import EXAMPLES, FAST_SIM
 
@@ -30,6 +34,7 @@ class Watcher:
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str]] = []
+        self.errors: list[BaseException | None] = []
 
     @hookimpl
     def gymbench_run_start(self, run: RunInfo) -> None:
@@ -44,8 +49,25 @@ class Watcher:
         fingerprint["machine"]["cluster"] = "test-cluster"
 
 
+class ErrorWatcher:
+    """A plugin that takes the finish hook's ``error`` too."""
+
+    def __init__(self) -> None:
+        self.finished: list[tuple[int, BaseException | None]] = []
+
+    @hookimpl
+    def gymbench_run_finish(self, record: ResultsRecord, error: BaseException | None) -> None:
+        self.finished.append((len(record.benchmarks), error))
+
+
+def saved_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("results record: ")]
+
+
 @pytest.mark.parametrize("kind", ["collect", "tune", "diagnose"])
-def test_collect_tune_and_diagnose_fire_the_events_and_carry_the_plugin_fingerprint(tmp_path: Path, kind: str) -> None:
+def test_collect_tune_and_diagnose_fire_the_events_and_carry_the_plugin_fingerprint(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     watcher = Watcher()
     common = [f"input_jsonl_fpath={EXAMPLES}", f"results_dir={tmp_path}"]
     if kind == "collect":
@@ -63,9 +85,12 @@ def test_collect_tune_and_diagnose_fire_the_events_and_carry_the_plugin_fingerpr
     [saved] = tmp_path.glob(f"*/*_{kind}.json")
     record = load_record(saved)
     assert record.kind == kind and record.fingerprint["machine"]["cluster"] == "test-cluster"
+    assert saved_lines(capsys.readouterr().err) == [f"results record: {saved}"]
 
 
-def test_train_fires_the_events_and_carries_the_plugin_fingerprint(tmp_path: Path) -> None:
+def test_train_fires_the_events_and_carries_the_plugin_fingerprint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from gymbench.train.command import run_train
     from gymbench.train.settings import TrainSettings
 
@@ -74,7 +99,63 @@ def test_train_fires_the_events_and_carries_the_plugin_fingerprint(tmp_path: Pat
     settings = build_settings(TrainSettings, [*words, f"results_dir={tmp_path}"])
     assert run_train(settings, make_plugins(watcher)) == 0
     assert watcher.events == [("start", "train"), ("finish", "train")]
-    assert load_record(next(tmp_path.glob("*/*_t.json"))).fingerprint["machine"]["cluster"] == "test-cluster"
+    [saved] = tmp_path.glob("*/*_t.json")
+    assert load_record(saved).fingerprint["machine"]["cluster"] == "test-cluster"
+    assert saved_lines(capsys.readouterr().err) == [f"results record: {saved}"]
+
+
+def test_import_goes_through_the_run_and_says_where_it_saved_the_same_way(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gymbench.gate.pytest_benchmark import to_pytest_benchmark
+    from gymbench.record import BenchmarkResult, Metric
+    from gymbench.report.store_commands import _run_import
+
+    record = ResultsRecord("pb", [BenchmarkResult("case", {}, {"time": Metric.from_samples([1.0, 1.1], "s", "lower")})],
+                           {}, kind="pytest")  # fmt: skip
+    source = tmp_path / "pb.json"
+    source.write_text(json.dumps(to_pytest_benchmark(record)))
+    watcher, results = Watcher(), tmp_path / "results"
+    args = argparse.Namespace(path=source, name="pb", results_dir=results)
+    assert _run_import(args, make_plugins(watcher)) == 0
+    [saved] = results.glob("*/*_pb.json")
+    assert watcher.events == [("start", "import"), ("finish", "pytest-benchmark")]
+    assert saved_lines(capsys.readouterr().err) == [f"results record: {saved}"]
+
+
+def test_an_error_after_the_run_started_still_fires_finish_with_the_error() -> None:
+    watcher, errors = Watcher(), ErrorWatcher()
+    problem = RuntimeError("the server went away")
+    with pytest.raises(RuntimeError, match="went away"), Run(make_plugins(watcher, errors), "collect", "c") as run:
+        raise problem
+    assert watcher.events == [("start", "collect"), ("finish", "collect")]  # a hook without `error` still runs
+    assert errors.finished == [(0, problem)] and run.saved_path is None
+
+
+def test_a_finished_run_fires_finish_once_without_an_error(tmp_path: Path) -> None:
+    errors = ErrorWatcher()
+    with Run(make_plugins(errors), "collect", "c", results_dir=tmp_path) as run:
+        run.finish([])
+    assert errors.finished == [(0, None)] and run.saved_path is not None
+
+
+def test_a_collection_whose_backend_fails_after_the_start_fires_finish_with_the_error(tmp_path: Path) -> None:
+    def broken(options: Any) -> Any:
+        raise GymbenchError("backend 'broken' cannot reach its server")
+
+    class Broken:
+        @hookimpl
+        def gymbench_register_backends(self) -> list[Component]:
+            return [Component("broken", broken)]
+
+    errors = ErrorWatcher()
+    words = [f"input_jsonl_fpath={EXAMPLES}", f"output_jsonl_fpath={tmp_path / 'o.jsonl'}", "backend=broken",
+             "base_url=http://127.0.0.1:9", "progress=false", f"results_dir={tmp_path}"]  # fmt: skip
+    config = build_settings(CollectConfig, words)
+    with pytest.raises(GymbenchError, match="cannot reach"):
+        run_collect(config, make_plugins(Broken(), errors))
+    [(benchmarks, error)] = errors.finished
+    assert benchmarks == 0 and isinstance(error, GymbenchError) and not list(tmp_path.glob("*/*_collect.json"))
 
 
 def test_tune_sweeps_through_the_registry_so_a_blocked_strategy_is_honoured(tmp_path: Path) -> None:

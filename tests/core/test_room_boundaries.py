@@ -63,3 +63,24 @@ def test_the_core_imports_no_room() -> None:
         for name in imported_modules(path):
             if name.startswith("gymbench"):
                 assert name in CORE, f"{path.name} (core) imports {name}"
+
+
+def _cycles_under(*rooms: str) -> list[list[str]]:
+    from gymbench.devtools.structure import cycles, load_modules
+
+    found = cycles(load_modules(), deferred=True)
+    prefixes = tuple(f"gymbench.{room}." for room in rooms)
+    return [group for group in found if not rooms or any(name.startswith(prefixes) for name in group)]
+
+
+def test_collect_and_pytest_have_no_import_cycles_deferred_imports_counted() -> None:
+    assert _cycles_under("collect", "pytest") == []
+
+
+@pytest.mark.xfail(
+    strict=False, reason="the builtin/ backends and train/ rl-session-steps cycles are removed in other branches"
+)
+def test_no_two_files_import_each_other_deferred_imports_counted() -> None:
+    """Zero import cycles between files: a cycle, even through an import inside a function, means
+    two modules that cannot be understood (or moved) one without the other."""
+    assert _cycles_under() == []

@@ -56,7 +56,7 @@ def test_benchmarks_run_are_saved_and_summarised(pytester: pytest.Pytester) -> N
             "test_bench.py::test_sum[[]n=10[]]*time*s*",
             "test_bench.py::test_sleep*time*",
             "quick mode*",
-            "results saved to*first.json",
+            "results record: *first.json",
         ]
     )
     files = _saved(pytester.path / "results")
