@@ -4,7 +4,8 @@ Every duration here is simulated, so a starved CPU cannot move a rate, and every
 exactly. Two kinds of server: the simulator's engine, whose long-run rate is read here from its
 own token counter over a long closed loop; and :class:`HoldingBackend`, a server with no
 engine at all that holds each request for a time proportional to its drawn output length, whose
-rate is known in closed form (``p ÷ E[hold]``).
+rate is known in closed form (``p ÷ E[hold]``). And a verifier pool on the same clock
+(:func:`simulated_verification`), whose workers each hold a verdict a fixed simulated time.
 """
 
 from __future__ import annotations
@@ -13,23 +14,23 @@ import asyncio
 import dataclasses
 import itertools
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from gymbench.jsonio import loads
 from gymbench.rates import Precision
 from gymbench.rollout.engine import CollectSettings
-from gymbench.rollout.verification import VerifySettings
+from gymbench.rollout.verification import VerificationRunner, VerifySettings
 from gymbench.sim import InProcessBackend, SimConfig, run_in_simulated_time
 from gymbench.sim.capacity import mean_output_tokens
 from gymbench.testing import make_plugins
 from gymbench.tune.probe import Prober
 from gymbench.tune.server_metrics import Counters
-from gymbench.types import Generation, GenerationRequest, TokenUsage
+from gymbench.types import Generation, GenerationRequest, TokenUsage, Verdict
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,20 +78,44 @@ class HoldingBackend:
         return Generation("59", {}, usage, {"generation": (length + 1) * self.token_s})
 
 
+def simulated_verification(seconds: float) -> type[VerificationRunner]:
+    """The verification runner with its pool on the simulated clock: ``verifier_workers`` workers,
+    each holding a verdict ``seconds``; a rollout waits for a free one, as for a real pool's thread.
+
+    A real pool runs in real time while the simulated clock stands still (see
+    :mod:`gymbench.sim.virtual`), so its verdicts would take no simulated time at all. The verdict
+    itself is still the real verifier's. Install it where the collector builds its runner:
+    ``monkeypatch.setattr(gymbench.rollout.engine, "VerificationRunner", simulated_verification(s))``.
+    """
+
+    class SimulatedVerification(VerificationRunner):
+        def start(self) -> None:
+            self.workers = asyncio.Semaphore(self.settings.workers)
+
+        async def _run(self, row: Mapping[str, Any], text: str) -> Verdict:
+            async with self.workers:
+                await asyncio.sleep(seconds)
+                return self.verifier.verify(row, text)
+
+    return SimulatedVerification
+
+
 def with_prober(
     backend: object,
     work: Callable[[Prober], Awaitable[T]],
     precision: Precision | None = None,
     counters: Callable[[], str | None] | None = None,
+    verify: VerifySettings | None = None,
 ) -> T:
     """``work(prober)`` in simulated time against ``backend``."""
     plugins = make_plugins()
+    verify = verify or VerifySettings("exact-match")
 
     async def main() -> T:
         loop = asyncio.get_running_loop()
         with tempfile.TemporaryDirectory() as scratch:
-            settings = CollectSettings(TASKS, Path(scratch) / "unused.jsonl", verify=VerifySettings("exact-match"))
-            prober = Prober(TASKS, backend, lambda: plugins.verifier("exact-match", {}), settings, 200,  # type: ignore[arg-type]
+            settings = CollectSettings(TASKS, Path(scratch) / "unused.jsonl", verify=verify)
+            prober = Prober(TASKS, backend, lambda: plugins.verifier(verify.name, dict(verify.config)), settings, 200,  # type: ignore[arg-type]
                             precision, Counters(counters) if counters else None, clock=loop.time)  # fmt: skip
             with prober:
                 return await work(prober)

@@ -1,4 +1,9 @@
-"""Tuning and diagnosis against simulator settings whose limits are known exactly."""
+"""Tuning and diagnosis against simulator settings whose limits are known exactly.
+
+Verification's verdicts run on simulated time (:func:`tests.tune.simulated.simulated_verification`):
+with real HTTP and real subprocesses, a loaded machine moved the low probe's rate enough to read a
+saturated verifier pool as "parallelism".
+"""
 
 from __future__ import annotations
 
@@ -9,14 +14,20 @@ from typing import Any
 
 import pytest
 
+from gymbench.builtin.semaphore import SemaphoreStrategy
+from gymbench.rollout import engine
+from gymbench.rollout.verification import VerifySettings
 from gymbench.settings import build_settings
+from gymbench.sim import InProcessBackend, SimConfig
 from gymbench.testing import make_plugins
 from gymbench.tune.command import diagnose_run, tune_run
 from gymbench.tune.config import DiagnoseConfig, TuneConfig
+from gymbench.tune.diagnose import Diagnosis, diagnose
+from gymbench.tune.probe import Prober
+from tests.tune.simulated import sim_counters, simulated_verification, with_prober
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "gymbench" / "data" / "example_tasks.jsonl"
-CODE_TASKS = ROOT / "gymbench" / "data" / "example_code_tasks.jsonl"
 # A small engine that saturates at 16 sequences, with 0.1-0.2 s requests: probes take seconds.
 KNEE16 = {"max_num_seqs": 16, "step_base_s": 0.01, "step_per_seq_s": 0.0005, "output_tokens_mean": 8}
 
@@ -39,11 +50,36 @@ def test_a_tiny_connection_pool_is_the_connection_pool() -> None:
     assert verdict(*settings, sim={**KNEE16, "max_num_seqs": 256}) == "connection pool"
 
 
+def simulated_diagnosis(verify_s: float, workers: int, low: int, high: int) -> Diagnosis:
+    """A fast, large simulated server and a verifier pool of ``workers``, each holding a verdict
+    ``verify_s``: every duration simulated, so no machine load can move the rates or the shares."""
+    server = InProcessBackend(SimConfig(max_num_seqs=256, step_base_s=0.002, step_per_seq_s=0.0, output_tokens_mean=8))
+
+    async def work(prober: Prober) -> Diagnosis:
+        low_probe = await prober.probe(low, SemaphoreStrategy(low))
+        return diagnose(low_probe, await prober.probe(high, SemaphoreStrategy(high)))
+
+    verify = VerifySettings("exact-match", workers=workers)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine, "VerificationRunner", simulated_verification(verify_s))
+        return with_prober(server, work, counters=sim_counters(server), verify=verify)
+
+
 def test_slow_verification_is_verification() -> None:
-    settings = ("low=16", "high=64", "verifier=code", "verifier_workers=1")
-    fast = {**KNEE16, "max_num_seqs": 256, "step_base_s": 0.002, "seed": 4}
-    diagnosis = diagnose_run(config(*settings, sim=fast, tasks=CODE_TASKS, schema=DiagnoseConfig), make_plugins())
-    assert diagnosis.verdict == "verification", diagnosis.evidence  # the evidence says why, if it ever is not
+    """One verifier worker at 50 ms a verdict caps throughput at 20/s: a rollout spends almost all
+    its time waiting for the worker, and raising parallelism 16 → 64 adds nothing."""
+    found = simulated_diagnosis(verify_s=0.05, workers=1, low=16, high=64)
+    assert found.verdict == "verification", found.evidence  # the evidence says why, if it ever is not
+    assert found.gain == pytest.approx(1.0, abs=0.1)
+    assert found.high.rollouts_per_s == pytest.approx(20.0, rel=0.05)
+
+
+def test_slow_verification_with_enough_workers_is_parallelism() -> None:
+    """The same 50 ms verdicts in 64 workers: verification is still most of a rollout's time, but
+    the pool is not the limit, so raising parallelism 4 → 16 scales throughput and says so."""
+    found = simulated_diagnosis(verify_s=0.05, workers=64, low=4, high=16)
+    assert found.verdict == "parallelism", found.evidence
+    assert found.gain == pytest.approx(4.0, rel=0.1)
 
 
 @pytest.mark.slow
