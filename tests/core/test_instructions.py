@@ -75,7 +75,7 @@ def test_counts_are_proportional_to_the_work(pytester: pytest.Pytester) -> None:
     """Through pytest: one session, whose callgrind child (the slow part) counts both sizes."""
     found = counts(pytester, [20_000, 40_000], "first")
     small, large = found["test_loop.py::test_loop[n=20000]"], found["test_loop.py::test_loop[n=40000]"]
-    assert 1.98 < min(large) / max(small) and max(large) / min(small) < 2.02
+    assert 1.98 < min(large) / max(small) and max(large) / min(small) < 2.02, (small, large)
 
 
 COUNT_IN_A_PROCESS = """

@@ -1,9 +1,11 @@
 """The interleaved A/B gate against two real commits of a throwaway git repository.
 
-The repository holds a tiny package and a benchmark of it; one commit makes the package do twice
-the work. The commands run for real (git worktrees, worker processes pinned to one CPU, the
-CLI's and pytest's exit codes). The slowdown is 100 % and the minimum effect 30 %, so the
-verdicts hold on a machine loaded well past its core count.
+The repository holds a tiny package and a benchmark of it; one commit makes the package do eight
+times the work. The commands run for real (git worktrees, worker processes pinned to one CPU, the
+CLI's and pytest's exit codes). The minimum effect is 30 %, but a metric whose A/A calibration is
+noisier than that is judged against its minimum detectable effect instead, and on a 2-core machine
+at load 8-30 that was 136 %: a 100 % slowdown then passed. The slowdown is 700 %, five times that
+noise, so the verdicts hold on a machine loaded well past its core count.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def commit(repo: Path, message: str, files: dict[str, str]) -> None:
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Tags ``base``, ``slow`` (twice the work, one more benchmark) and ``broken`` (off ``base``)."""
+    """Tags ``base``, ``slow`` (eight times the work, one more benchmark) and ``broken`` (off ``base``)."""
     root = tmp_path_factory.mktemp("abrepo")
     git(root, "init", "-q")
     git(root, "config", "user.email", "ab@example.com")
@@ -72,7 +74,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     commit(root, "broken", {"benches/test_work.py": BENCH + "\ndef broken(:\n"})
     git(root, "checkout", "-q", "-")
     extra = "\n\ndef test_new(gymbench):\n    gymbench.measure(slowpkg.work, 10)\n"
-    commit(root, "slow", {"slowpkg/__init__.py": PACKAGE.format(passes=2), "benches/test_work.py": BENCH + extra})
+    commit(root, "slow", {"slowpkg/__init__.py": PACKAGE.format(passes=8), "benches/test_work.py": BENCH + extra})
     return root
 
 
@@ -103,6 +105,7 @@ def test_an_injected_slowdown_is_found(repo: Path, results: Path, tmp_path: Path
         repo, "compare", "--ab", "base", "slow", *AB_ARGS, "--results-dir", str(results), "--markdown", str(markdown)
     )
     assert done.returncode == 1, done.stdout + done.stderr  # 1: regression
+    print(done.stdout)  # the ratio and the calibration's minimum detectable effect, for a run under load
     text = markdown.read_text()
     work_row = next(line for line in text.splitlines() if "test_work.py::test_work |" in line)
     assert "REGRESSED" in work_row
