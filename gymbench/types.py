@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, Union, runtime_checkable
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -21,10 +21,10 @@ Direction = Literal["higher", "lower"]
 
 # --------------------------------------------------------------------------- JSON data
 
-JSONValue: TypeAlias = Any
+JSONValue: TypeAlias = Union[None, bool, int, float, str, list["JSONValue"], dict[str, "JSONValue"]]
 """A value as JSON holds it: ``str``, ``int``, ``float``, ``bool``, ``None``, or a list or object of
-them. To the type checker it is ``Any``: readers index into what they read (a row, a summary, an
-API answer) without checking each level, and the name says what the data is instead."""
+them. Readers that index into nested data narrow it with ``isinstance`` first; where the data has a
+known shape (a rollouts row, a summary) a ``TypedDict`` names its fields instead."""
 
 JSONObject: TypeAlias = dict[str, JSONValue]
 """A JSON object: a results record's, a rollouts row's, a request's or a summary's fields."""

@@ -10,10 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gymbench.sim.tools import NO_TOOLS, ToolError, ToolUse, read_tool_use
-from gymbench.types import JSONValue
 
 
 class BadRequest(Exception):
@@ -129,7 +128,10 @@ def check_fields(body: Mapping[str, Any], checks: Mapping[str, Check]) -> None:
             raise BadRequest(f"'{name}' must be {what}, got {_shown(value)}", name)
 
 
-def require(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> JSONValue:
+T = TypeVar("T")
+
+
+def require(body: Mapping[str, Any], name: str, kind: type[T] | tuple[type[T], ...], what: str) -> T:
     if name not in body:
         raise BadRequest(f"missing required field '{name}' ({what})", name)
     value = body[name]
@@ -138,8 +140,9 @@ def require(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...], w
     return value
 
 
-def first_set(body: Mapping[str, Any], *names: str) -> JSONValue:
-    """The value of the first of ``names`` that is set (aliases such as max_completion_tokens/max_tokens)."""
+def first_set(body: Mapping[str, Any], *names: str) -> int | None:
+    """The value of the first of ``names`` that is set (aliases such as max_completion_tokens/max_tokens,
+    integers :func:`check_fields` has checked)."""
     for name in names:
         if body.get(name) is not None:
             return body[name]
