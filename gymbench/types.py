@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, Union, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -21,7 +21,7 @@ Direction = Literal["higher", "lower"]
 
 # --------------------------------------------------------------------------- JSON data
 
-JSONValue: TypeAlias = Union[None, bool, int, float, str, list["JSONValue"], dict[str, "JSONValue"]]
+JSONValue: TypeAlias = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
 """A value as JSON holds it: ``str``, ``int``, ``float``, ``bool``, ``None``, or a list or object of
 them. Readers that index into nested data narrow it with ``isinstance`` first; where the data has a
 known shape (a rollouts row, a summary) a ``TypedDict`` names its fields instead."""

@@ -26,7 +26,7 @@ from gymbench.rollout.dataset import TaskSlice, TaskStream, input_identity
 from gymbench.rollout.engine import Collector, CollectSettings, preflight
 from gymbench.rollout.identity import check_run_fingerprint, write_run_fingerprint
 from gymbench.rollout.output import ResumeState, load_resume_state
-from gymbench.rollout.stats import CollectStats
+from gymbench.rollout.stats import CollectStats, CollectSummary
 from gymbench.types import Backend, ConcurrencyStrategy, Verifier
 
 if TYPE_CHECKING:
@@ -232,7 +232,7 @@ class Collection:
     def close(self) -> None:
         self.tasks.close()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> CollectSummary:
         """The collection's statistics, with the server's /metrics when they were scraped."""
         assert self.collector is not None
         summary = self.collector.stats.summary()
@@ -250,7 +250,7 @@ def collect_result(
     backend_name: str,
     stats: CollectStats,
     client_cpu_s: float | None = None,
-    summary: dict[str, Any] | None = None,
+    summary: CollectSummary | None = None,
 ) -> BenchmarkResult:
     """The standard collection metrics, named, with units and directions (the CLI's record and the
     pytest fixture record the same ones)."""
@@ -268,7 +268,8 @@ def collect_result(
     if latencies:
         metrics["latency"] = Metric.from_samples(latencies, "s", "lower")
         for name, value in summary["latency_s"].items():
-            metrics[f"latency_{name}"] = Metric(value, "s", "lower")
+            if value is not None:  # always, with latencies
+                metrics[f"latency_{name}"] = Metric(value, "s", "lower")
     if client_cpu_s is not None and attempted:
         metrics["client_cpu_per_rollout"] = Metric(client_cpu_s / attempted, "s", "lower")
     for stage, value in summary["stage_mean_s"].items():

@@ -114,7 +114,7 @@ def _timed(session: DataParallelSession, step: Callable[[], Any], together: bool
     return time.perf_counter() - started
 
 
-def _measure(session: DataParallelSession, steps: int, warmup: int, rank: int) -> JSONObject:
+def _measure(session: DataParallelSession, steps: int, warmup: int, rank: int) -> dict[str, object]:
     for _ in range(warmup):
         _timed(session, session.step)
     synced = [_timed(session, session.step) for _ in range(steps)]
