@@ -167,7 +167,7 @@ class ConcurrencyStrategy(Protocol):
 
 # --------------------------------------------------------------------------- registrations
 
-ComponentFactory: TypeAlias = Callable[[Any], object]
+ComponentFactory: TypeAlias = Callable[..., object]
 """Builds a component from its options: an instance of the component's ``settings`` dataclass, or
 the raw mapping when it declares none (so each factory names its own parameter type)."""
 
@@ -187,7 +187,7 @@ class Component:
     """
 
     name: str
-    factory: Callable[[Any], Any]
+    factory: ComponentFactory
     description: str = ""
     settings: type | None = None
 

@@ -46,18 +46,19 @@ class ParsedRequest:
         return self.seed is not None or self.temperature == 0
 
 
-Check = tuple[Callable[[Any], bool], str]
+Check = tuple[Callable[[object], bool], str]
+"""A test of a field's value and what it must be, for the 400's message."""
 
 
 def _number(low: float, high: float) -> Check:
-    def ok(value: Any) -> bool:
+    def ok(value: object) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
 
     return ok, f"a number from {low:g} to {high:g}"
 
 
 def _integer(low: int, high: float = math.inf) -> Check:
-    def ok(value: Any) -> bool:
+    def ok(value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
     what = f"an integer from {low} to {high}" if high != math.inf else f"an integer of at least {low}"
@@ -68,7 +69,7 @@ def _kind(kind: type | tuple[type, ...], what: str) -> Check:
     return (lambda value: isinstance(value, kind) and (kind is bool or not isinstance(value, bool))), what
 
 
-def _string_or_strings(value: Any) -> bool:
+def _string_or_strings(value: object) -> bool:
     return isinstance(value, str) or isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
