@@ -17,11 +17,14 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
 from gymbench.errors import GymbenchError
+
+if TYPE_CHECKING:
+    from gymbench.types import JSONObject, JSONValue
 
 
 class JSONReadError(GymbenchError):
@@ -227,3 +230,14 @@ def check_writable_file(path: str | os.PathLike[str], what: str, setting: str) -
         reason = getattr(exc, "strerror", None) or exc
         raise GymbenchError(f"{target}: cannot write the {what} there ({reason}); choose another {setting}") from None
     return target
+
+
+def object_list(value: JSONValue, what: str) -> list[JSONObject]:
+    """``value`` as the list of JSON objects it must be (a worker's answer, a stored list of records):
+    the type checker learns the shape, and anything else is an error that names ``what``."""
+    if not isinstance(value, list):
+        raise GymbenchError(f"{what}: expected a list of objects, got {type(value).__name__}")
+    objects = [item for item in value if isinstance(item, dict)]
+    if len(objects) != len(value):
+        raise GymbenchError(f"{what}: expected a list of objects, found a non-object item")
+    return objects

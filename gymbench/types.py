@@ -21,10 +21,10 @@ Direction = Literal["higher", "lower"]
 
 # --------------------------------------------------------------------------- JSON data
 
-JSONValue: TypeAlias = Any
+JSONValue: TypeAlias = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
 """A value as JSON holds it: ``str``, ``int``, ``float``, ``bool``, ``None``, or a list or object of
-them. To the type checker it is ``Any``: readers index into what they read (a row, a summary, an
-API answer) without checking each level, and the name says what the data is instead."""
+them. Readers that index into nested data narrow it with ``isinstance`` first; where the data has a
+known shape (a rollouts row, a summary) a ``TypedDict`` names its fields instead."""
 
 JSONObject: TypeAlias = dict[str, JSONValue]
 """A JSON object: a results record's, a rollouts row's, a request's or a summary's fields."""
@@ -167,7 +167,7 @@ class ConcurrencyStrategy(Protocol):
 
 # --------------------------------------------------------------------------- registrations
 
-ComponentFactory: TypeAlias = Callable[[Any], object]
+ComponentFactory: TypeAlias = Callable[..., object]
 """Builds a component from its options: an instance of the component's ``settings`` dataclass, or
 the raw mapping when it declares none (so each factory names its own parameter type)."""
 
@@ -187,7 +187,7 @@ class Component:
     """
 
     name: str
-    factory: Callable[[Any], Any]
+    factory: ComponentFactory
     description: str = ""
     settings: type | None = None
 

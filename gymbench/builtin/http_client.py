@@ -25,7 +25,7 @@ from gymbench.builtin.backends import HttpSettings
 from gymbench.builtin.http_retry import RETRYABLE_STATUS, RetryPolicy, failure_kind_for_status, retry_after_seconds
 from gymbench.errors import GymbenchError
 from gymbench.secrets import redact, register_secret
-from gymbench.types import GenerationFailed, JSONObject
+from gymbench.types import GenerationFailed
 
 T = TypeVar("T")
 HTTP_DEFAULTS: dict[str, Any] = dataclasses.asdict(HttpSettings())
@@ -66,7 +66,7 @@ class Posted:
     connection_wait: float
 
 
-def http_settings(settings: Mapping[str, Any]) -> JSONObject:
+def http_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The HTTP settings with defaults filled in, checked: aiohttp reads a 0 timeout as no timeout
     at all, so a bad value would not fail, it would quietly change what a run measures."""
     cfg = {**HTTP_DEFAULTS, **{k: v for k, v in settings.items() if k in HTTP_DEFAULTS and v is not None}}

@@ -10,7 +10,7 @@ missing is assembled from its item and delta events.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import aiohttp
 import orjson
@@ -275,8 +275,13 @@ class ResponsesStream:
         default = {"type": "message", "id": event.get("item_id"), "status": "in_progress", "role": "assistant"}
         return self._items.setdefault(int(event.get("output_index", 0)), {**default, "content": []})
 
+    def _parts(self, event: Mapping[str, Any], field: str) -> list[dict[str, object]]:
+        """The item's list of parts. A server's own item may hold anything under ``field``; what is not
+        a list fails where it is used, as it always has (the cast only tells the checker)."""
+        return cast("list[dict[str, object]]", self._item(event).setdefault(field, []))
+
     def _set_part(self, event: Mapping[str, Any], field: str, index_field: str, part: dict[str, Any]) -> None:
-        parts = self._item(event).setdefault(field, [])
+        parts = self._parts(event, field)
         index = int(event.get(index_field, 0))
         parts.extend({} for _ in range(index + 1 - len(parts)))
         parts[index] = part
@@ -284,7 +289,7 @@ class ResponsesStream:
     def _add_text(self, kind: str, event: Mapping[str, Any]) -> None:
         prefix, _, step = kind.rpartition(".")
         field, index_field, part_type, text_field = TEXT_DELTAS[prefix]
-        parts = self._item(event).setdefault(field, [])
+        parts = self._parts(event, field)
         index = int(event.get(index_field, 0))
         if index >= len(parts) or not parts[index]:
             self._set_part(event, field, index_field, {"type": part_type, text_field: ""})

@@ -21,7 +21,7 @@ from gymbench.record import BenchmarkResult, Metric
 from gymbench.rollout.dataset import TaskSlice, input_identity
 from gymbench.rollout.engine import CollectSettings
 from gymbench.rollout.identity import check_run_fingerprint, write_run_fingerprint
-from gymbench.rollout.stats import CollectStats
+from gymbench.rollout.stats import CollectStats, CollectSummary
 from gymbench.types import ConcurrencyStrategy
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ def collect_result(
     backend_name: str,
     stats: CollectStats,
     client_cpu_s: float | None = None,
-    summary: dict[str, Any] | None = None,
+    summary: CollectSummary | None = None,
 ) -> BenchmarkResult:
     """The standard collection metrics, named, with units and directions (the CLI's record and the
     pytest fixture record the same ones)."""
@@ -196,7 +196,8 @@ def collect_result(
     if latencies:
         metrics["latency"] = Metric.from_samples(latencies, "s", "lower")
         for name, value in summary["latency_s"].items():
-            metrics[f"latency_{name}"] = Metric(value, "s", "lower")
+            if value is not None:  # always, with latencies
+                metrics[f"latency_{name}"] = Metric(value, "s", "lower")
     if client_cpu_s is not None and attempted:
         metrics["client_cpu_per_rollout"] = Metric(client_cpu_s / attempted, "s", "lower")
     for stage, value in summary["stage_mean_s"].items():

@@ -43,7 +43,7 @@ from gymbench.record import BenchmarkResult
 from gymbench.rollout.dataset import TaskStream
 from gymbench.rollout.engine import Collector, CollectSettings, preflight
 from gymbench.rollout.output import ResumeState, load_resume_state
-from gymbench.rollout.stats import CollectStats
+from gymbench.rollout.stats import CollectStats, CollectSummary
 from gymbench.types import Backend, ConcurrencyStrategy, GenerationFailed, Verifier
 
 T = TypeVar("T")
@@ -199,7 +199,7 @@ class Collection:
         assert self.collector is not None
         return self.collector.stats
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> CollectSummary:
         """The collection's statistics, with the server's /metrics when they were watched."""
         summary = self.stats.summary()
         if self.server_metrics is not None:

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from types import TracebackType
 
 from gymbench.tune.server_metrics import metrics_url
-from gymbench.types import JSONObject
 
 HIGHLIGHTS = {
     "running": ("requests running", ("vllm:num_requests_running", "sglang:num_running_reqs"), "gauge"),
@@ -124,7 +123,7 @@ class ServerWatch:
         point = {key: highlight(values, key) for key in OVER_TIME}
         self.samples.append({"t_s": time.monotonic() - self._started, **point})
 
-    def record(self) -> JSONObject:
+    def record(self) -> dict[str, object]:
         """What goes into the summary and the results record (``summary.server_metrics``)."""
         if self.before is None:
             return {"url": self.url, "note": self.note}
@@ -138,7 +137,7 @@ class ServerWatch:
             "over_time": self.samples,
         }
 
-    def _highlights(self, after: Mapping[str, float]) -> list[JSONObject]:
+    def _highlights(self, after: Mapping[str, float]) -> list[dict[str, object]]:
         shown = []
         for key, (label, _, kind) in HIGHLIGHTS.items():
             end = highlight(after, key)

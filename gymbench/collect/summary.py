@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gymbench.rollout.stats import CollectSummary, Goodput
 from gymbench.units import duration, interval
 
 LATENCY_NAMES = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "e2e"}
 SMALL_SAMPLE_NOTE = "* too few rollouts for a 95% interval on that percentile"
 
 
-def format_summary(summary: dict[str, Any], output: Path) -> str:
+def format_summary(summary: CollectSummary, output: Path) -> str:
     reward = summary["mean_reward"]
     kinds = ", ".join(f"{k}: {v}" for k, v in summary["failure_kinds"].items())
     cache = summary["verification_cache"]
@@ -63,7 +64,7 @@ def percentile_cell(found: dict[str, Any] | None) -> str:
     return interval(found["value"], found["low"], found["high"])
 
 
-def goodput_lines(goodput: dict[str, Any] | None) -> list[str]:
+def goodput_lines(goodput: Goodput | None) -> list[str]:
     if goodput is None:
         return []
     slo = goodput["slo"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from gymbench.errors import ResultsFileError
 from gymbench.fingerprint import machine_info, machine_key
@@ -156,7 +156,17 @@ def _this_machine_if_same(machine: Mapping[str, Any]) -> JSONObject:
     }
 
 
-def to_pytest_benchmark(record: ResultsRecord, metric: str = "time") -> JSONObject:
+class PytestBenchmarkFile(TypedDict):
+    """pytest-benchmark's ``--benchmark-json`` file, as :func:`to_pytest_benchmark` writes it."""
+
+    machine_info: JSONObject
+    commit_info: JSONObject
+    benchmarks: list[JSONObject]
+    datetime: str
+    version: str
+
+
+def to_pytest_benchmark(record: ResultsRecord, metric: str = "time") -> PytestBenchmarkFile:
     """pytest-benchmark's JSON for ``record``: each benchmark's ``metric`` becomes its timing."""
     from pytest_benchmark import __version__
 

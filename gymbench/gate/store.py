@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -153,7 +153,7 @@ def machine_warnings(records: Sequence[ResultsRecord], machine_key: str, label: 
     return warnings
 
 
-def save_json(data: dict[str, object], path: Path) -> Path:
+def save_json(data: Mapping[str, object], path: Path) -> Path:
     with AtomicFile(path, text=True) as target:
         target.write(json.dumps(data, indent=1) + "\n")
     return path

@@ -18,7 +18,7 @@ from typing import Any
 from gymbench.errors import GymbenchError
 from gymbench.fingerprint import package_version
 from gymbench.jsonio import dumps, loads, read_json_file, write_json_atomic
-from gymbench.types import JSONValue
+from gymbench.types import JSONObject, JSONValue
 
 FORMAT = "gymbench-run/1"
 _SHOWN_CHARS = 80
@@ -95,7 +95,7 @@ def _shown(text: str) -> str:
     return f"{text[:half]}...{text[-half:]}"
 
 
-def _as_json(value: Mapping[str, Any]) -> JSONValue:
+def _as_json(value: Mapping[str, Any]) -> JSONObject:
     """What the sidecar will hold (paths as strings, tuples as lists), so both sides compare alike."""
     return loads(dumps(value))
 

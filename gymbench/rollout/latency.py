@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     import numpy as np
@@ -50,18 +50,27 @@ def rollout_latencies(timings: Mapping[str, float], completion_tokens: int) -> d
     return found
 
 
-def percentile_table(values: Sequence[float], confidence: float = CONFIDENCE) -> dict[str, Any]:
+class PercentileEstimate(TypedDict):
+    """A percentile and its distribution-free interval (``None`` on a side the sample is too small for)."""
+
+    value: float
+    low: float | None
+    high: float | None
+    small_sample: bool
+
+
+def percentile_table(values: Sequence[float], confidence: float = CONFIDENCE) -> dict[str, object]:
     """``{"count": n, "p50": {"value", "low", "high", "small_sample"}, ...}`` for ``PERCENTILES``."""
     import numpy as np
 
     ordered = np.sort(np.asarray(values, dtype=float))
-    table: dict[str, Any] = {"count": int(ordered.size)}
+    table: dict[str, object] = {"count": int(ordered.size)}
     for q in PERCENTILES:
         table[f"p{q}"] = _percentile(ordered, q / 100, confidence)
     return table
 
 
-def _percentile(ordered: np.ndarray, q: float, confidence: float) -> dict[str, Any] | None:
+def _percentile(ordered: np.ndarray, q: float, confidence: float) -> PercentileEstimate | None:
     import numpy as np
 
     if not ordered.size:

@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -24,6 +25,47 @@ COUNTS = (
     "completed", "failed", "skipped", "retries", "reward_sum", "rewarded", "verify_failures", "verify_skipped",
     "cache_hits", "cache_misses", "prompt_tokens", "completion_tokens",
 )  # fmt: skip
+
+
+class Goodput(TypedDict):
+    """The share of attempted rollouts within the SLO (``None`` before any was attempted), and their rate."""
+
+    slo: dict[str, float | None]
+    within_slo: int
+    attempted: int
+    share: float | None
+    rollouts_per_s: float
+
+
+class _SummaryFields(TypedDict):
+    completed: int
+    failed: int
+    skipped_from_resume: int
+    failure_kinds: dict[str, int]
+    retries: int
+    elapsed_s: float
+    rollouts_per_s: float
+    output_tokens_per_s: float
+    prompt_tokens: int
+    completion_tokens: int
+    mean_reward: float | None
+    verification_failures: int
+    verification_skipped: int
+    verification_cache: dict[str, int]
+    latency_s: dict[str, float | None]
+    """p50, p90 and p99 (``None`` before any rollout landed)."""
+    request_latency_s: dict[str, float | None]
+    latency_percentiles_s: dict[str, dict[str, object]]
+    goodput: Goodput | None
+    timeline: JSONObject
+    stage_mean_s: dict[str, float | None]
+
+
+class CollectSummary(_SummaryFields, total=False):
+    """A collection's statistics as the summary file, the results record and the terminal show them."""
+
+    server_metrics: dict[str, object]
+    """The server's /metrics before, after and over the run, when they were scraped."""
 
 
 @dataclass
@@ -129,7 +171,7 @@ class CollectStats:
     def mean_reward(self) -> float | None:
         return self.reward_sum / self.rewarded if self.rewarded else None
 
-    def goodput(self, elapsed: float) -> JSONObject | None:
+    def goodput(self, elapsed: float) -> Goodput | None:
         """The share of attempted rollouts (failures count as missed) within the SLO, and their rate."""
         if not self.slo.active:
             return None
@@ -142,10 +184,10 @@ class CollectStats:
             "rollouts_per_s": self.slo_met / elapsed,
         }
 
-    def percentile_tables(self) -> JSONObject:
+    def percentile_tables(self) -> dict[str, dict[str, object]]:
         return {name: percentile_table(found.values) for name, found in self.latencies.items() if found.values}
 
-    def summary(self) -> JSONObject:
+    def summary(self) -> CollectSummary:
         elapsed = max(self.elapsed_s, 1e-9)
         p50, p90, p99 = self.latency.percentiles((50, 90, 99))
         r50, r90, r99 = self.request_latency.percentiles((50, 90, 99))

@@ -19,7 +19,6 @@ from gymbench.sim.request import (
     tool_use,
 )
 from gymbench.sim.text import last_user_text, message_text
-from gymbench.types import JSONObject
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
@@ -51,7 +50,7 @@ class ChatCompletions:
             n=body.get("n") or 1,
         )
 
-    def full(self, reply: Reply) -> JSONObject:
+    def full(self, reply: Reply) -> dict[str, object]:
         choices = []
         for index, output in enumerate(reply.choices):
             logprobs = chat_logprobs(reply.logprobs(index)) if reply.request.logprobs else None
@@ -102,7 +101,7 @@ class ChatStreamer:
         )
 
 
-def _message(output: PlannedOutput) -> JSONObject:
+def _message(output: PlannedOutput) -> dict[str, object]:
     call = output.tool_call
     if call is None:
         return {"role": "assistant", "content": output.text, "refusal": None}
@@ -115,11 +114,11 @@ def _message(output: PlannedOutput) -> JSONObject:
     }
 
 
-def _opening(output: PlannedOutput) -> JSONObject:
+def _opening(output: PlannedOutput) -> dict[str, object]:
     return {"role": "assistant", "content": None if output.tool_call else "", "refusal": None}
 
 
-def _delta(output: PlannedOutput, index: int) -> JSONObject:
+def _delta(output: PlannedOutput, index: int) -> dict[str, object]:
     call = output.tool_call
     if call is None:
         return {"content": output.tokens[index]}

@@ -9,7 +9,6 @@ from typing import Any
 from gymbench.sim.logprobs import completion_logprobs
 from gymbench.sim.openai_format import Reply, chat_usage, chunked_stream_end, sse
 from gymbench.sim.request import COMPLETIONS_FIELDS, BadRequest, ParsedRequest, build_request, check_fields, require
-from gymbench.types import JSONObject
 
 DEFAULT_MAX_TOKENS = 16
 """OpenAI's default ``max_tokens`` for this endpoint."""
@@ -22,7 +21,7 @@ class Completions:
     def parse(self, body: Mapping[str, Any]) -> ParsedRequest:
         require(body, "model", str, "a model name")
         prompt = require(body, "prompt", (str, list), "a string or a list of one string")
-        if isinstance(prompt, list):
+        if not isinstance(prompt, str):  # a list: require() lets nothing else through
             if len(prompt) != 1 or not isinstance(prompt[0], str):
                 raise BadRequest("'prompt' as a list must hold exactly one string", "prompt")
             prompt = prompt[0]
@@ -38,7 +37,7 @@ class Completions:
             n=body.get("n") or 1,
         )
 
-    def full(self, reply: Reply) -> JSONObject:
+    def full(self, reply: Reply) -> dict[str, object]:
         choices = [
             {
                 "index": index,

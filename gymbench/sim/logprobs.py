@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from gymbench.sim.planner import PlannedOutput
 from gymbench.sim.text import FILLER
-from gymbench.types import JSONObject
 
 ALTERNATIVES = tuple(word.strip() for word in FILLER) + tuple(FILLER)
 """Tokens offered as alternatives: more than the 20 ``top_logprobs`` can ask for."""
@@ -61,7 +60,7 @@ def utf8(token: str) -> tuple[int, ...]:
     return tuple(token.encode("utf-8"))
 
 
-def chat_logprobs(entries: list[TokenLogprob]) -> JSONObject:
+def chat_logprobs(entries: list[TokenLogprob]) -> dict[str, object]:
     """Chat completions' ``logprobs`` of a choice (or of one chunk's tokens)."""
     content = [
         {
@@ -75,7 +74,7 @@ def chat_logprobs(entries: list[TokenLogprob]) -> JSONObject:
     return {"content": content, "refusal": None}
 
 
-def completion_logprobs(entries: list[TokenLogprob], offset: int = 0) -> JSONObject:
+def completion_logprobs(entries: list[TokenLogprob], offset: int = 0) -> dict[str, object]:
     """The completions API's column-wise ``logprobs``; ``offset`` is where the first token starts."""
     offsets = []
     for entry in entries:
@@ -89,10 +88,10 @@ def completion_logprobs(entries: list[TokenLogprob], offset: int = 0) -> JSONObj
     }
 
 
-def responses_logprobs(entries: list[TokenLogprob], with_bytes: bool) -> list[JSONObject]:
+def responses_logprobs(entries: list[TokenLogprob], with_bytes: bool) -> list[dict[str, object]]:
     """The Responses API's logprobs: with ``bytes`` in output items, without in stream events."""
 
-    def entry_of(token: str, logprob: float) -> JSONObject:
+    def entry_of(token: str, logprob: float) -> dict[str, object]:
         return (
             {"token": token, "bytes": utf8(token), "logprob": logprob}
             if with_bytes

@@ -20,7 +20,6 @@ import orjson
 from gymbench.sim.logprobs import TokenLogprob, token_logprobs
 from gymbench.sim.planner import PlannedOutput
 from gymbench.sim.request import ParsedRequest
-from gymbench.types import JSONObject
 
 
 @dataclass(eq=False)
@@ -72,7 +71,7 @@ class Endpoint(Protocol):
 
     def parse(self, body: Mapping[str, Any]) -> ParsedRequest: ...
 
-    def full(self, reply: Reply) -> JSONObject: ...
+    def full(self, reply: Reply) -> dict[str, object]: ...
 
     def streamer(self, reply: Reply) -> Streamer: ...
 
@@ -87,7 +86,7 @@ def dumps(data: Mapping[str, Any]) -> bytes:
     return orjson.dumps(data)
 
 
-def chat_usage(reply: Reply) -> JSONObject:
+def chat_usage(reply: Reply) -> dict[str, object]:
     """Chat and completions usage: the prompt once, every choice's tokens."""
     return {
         "prompt_tokens": reply.prompt_tokens,

@@ -10,10 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gymbench.sim.tools import NO_TOOLS, ToolError, ToolUse, read_tool_use
-from gymbench.types import JSONValue
 
 
 class BadRequest(Exception):
@@ -47,18 +46,19 @@ class ParsedRequest:
         return self.seed is not None or self.temperature == 0
 
 
-Check = tuple[Callable[[Any], bool], str]
+Check = tuple[Callable[[object], bool], str]
+"""A test of a field's value and what it must be, for the 400's message."""
 
 
 def _number(low: float, high: float) -> Check:
-    def ok(value: Any) -> bool:
+    def ok(value: object) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
 
     return ok, f"a number from {low:g} to {high:g}"
 
 
 def _integer(low: int, high: float = math.inf) -> Check:
-    def ok(value: Any) -> bool:
+    def ok(value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
     what = f"an integer from {low} to {high}" if high != math.inf else f"an integer of at least {low}"
@@ -69,7 +69,7 @@ def _kind(kind: type | tuple[type, ...], what: str) -> Check:
     return (lambda value: isinstance(value, kind) and (kind is bool or not isinstance(value, bool))), what
 
 
-def _string_or_strings(value: Any) -> bool:
+def _string_or_strings(value: object) -> bool:
     return isinstance(value, str) or isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
@@ -129,7 +129,10 @@ def check_fields(body: Mapping[str, Any], checks: Mapping[str, Check]) -> None:
             raise BadRequest(f"'{name}' must be {what}, got {_shown(value)}", name)
 
 
-def require(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> JSONValue:
+T = TypeVar("T")
+
+
+def require(body: Mapping[str, Any], name: str, kind: type[T] | tuple[type[T], ...], what: str) -> T:
     if name not in body:
         raise BadRequest(f"missing required field '{name}' ({what})", name)
     value = body[name]
@@ -138,8 +141,9 @@ def require(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...], w
     return value
 
 
-def first_set(body: Mapping[str, Any], *names: str) -> JSONValue:
-    """The value of the first of ``names`` that is set (aliases such as max_completion_tokens/max_tokens)."""
+def first_set(body: Mapping[str, Any], *names: str) -> int | None:
+    """The value of the first of ``names`` that is set (aliases such as max_completion_tokens/max_tokens,
+    integers :func:`check_fields` has checked)."""
     for name in names:
         if body.get(name) is not None:
             return body[name]

@@ -9,7 +9,7 @@ the ``done`` events, and ``response.completed`` or, for a reply cut by ``max_out
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gymbench.sim.logprobs import responses_logprobs
@@ -24,7 +24,6 @@ from gymbench.sim.request import (
     tool_use,
 )
 from gymbench.sim.text import last_user_text, message_text
-from gymbench.types import JSONObject
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
@@ -59,7 +58,7 @@ class Responses:
             tools=tools,
         )
 
-    def full(self, reply: Reply) -> JSONObject:
+    def full(self, reply: Reply) -> dict[str, object]:
         output = reply.output
         final = self.envelope(reply, "incomplete" if output.cut else "completed")
         final["output"] = [self.item(reply, "incomplete" if output.cut else "completed")]
@@ -68,7 +67,7 @@ class Responses:
             final["incomplete_details"] = {"reason": "max_output_tokens"}
         return final
 
-    def envelope(self, reply: Reply, status: str) -> JSONObject:
+    def envelope(self, reply: Reply, status: str) -> dict[str, object]:
         """The response object as it stands before its output: what ``response.created`` shows."""
         request = reply.request
         body = request.body
@@ -92,7 +91,7 @@ class Responses:
             "usage": None,
         }
 
-    def item(self, reply: Reply, status: str, tokens: int | None = None) -> JSONObject:
+    def item(self, reply: Reply, status: str, tokens: int | None = None) -> dict[str, object]:
         """The output item with its first ``tokens`` tokens (all by default)."""
         output = reply.output
         call = output.tool_call
@@ -109,7 +108,7 @@ class Responses:
         content = [self.text_part(reply, len(output.tokens))] if tokens is None or tokens else []
         return {"type": "message", "id": f"msg_{reply.key}", "status": status, "role": "assistant", "content": content}
 
-    def text_part(self, reply: Reply, tokens: int) -> JSONObject:
+    def text_part(self, reply: Reply, tokens: int) -> dict[str, object]:
         text = "".join(reply.output.tokens[:tokens])
         logprobs = responses_logprobs(reply.logprobs(0)[:tokens], True) if reply.request.logprobs else []
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
@@ -145,12 +144,16 @@ class ResponsesStreamer:
 
     def end(self) -> bytes:
         final = self.api.full(self.reply)
-        item = final["output"][0]
+        output = final["output"]
+        assert isinstance(output, list) and isinstance(output[0], dict)
+        item = output[0]
         where = {"item_id": self.item_id, "output_index": 0}
         if self.reply.output.tool_call is not None:
             closing = self._event("response.function_call_arguments.done", **where, arguments=item["arguments"])
         else:
-            part = item["content"][0]
+            content = item["content"]
+            assert isinstance(content, list)
+            part = content[0]
             logprobs = responses_logprobs(self.reply.logprobs(0), False) if self._logprobs else []
             closing = self._event(
                 "response.output_text.done", **where, content_index=0, text=part["text"], logprobs=logprobs
@@ -179,7 +182,7 @@ class ResponsesStreamer:
         return sse(event, kind)
 
 
-def _usage(reply: Reply) -> JSONObject:
+def _usage(reply: Reply) -> dict[str, object]:
     return {
         "input_tokens": reply.prompt_tokens,
         "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
@@ -189,7 +192,7 @@ def _usage(reply: Reply) -> JSONObject:
     }
 
 
-def _read_items(items: list[Any]) -> tuple[str, str]:
+def _read_items(items: Sequence[object]) -> tuple[str, str]:
     """The prompt text of an input list (messages, earlier tool calls, their results) and its question."""
     texts = []
     messages = []

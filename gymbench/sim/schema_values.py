@@ -47,25 +47,25 @@ def _value(schema: Any, rng: random.Random, root: Mapping[str, Any], depth: int)
         return None
     if schema is True or not isinstance(schema, Mapping):
         return rng.choice(WORDS)
-    schema = _resolved(schema, root)
+    schema = _schema(_resolved(schema, root))
     if "const" in schema:
         return schema["const"]
     if schema.get("enum"):
         return rng.choice(list(schema["enum"]))
     for combinator in ("anyOf", "oneOf"):
         if schema.get(combinator):
-            branch = _resolved(rng.choice(list(schema[combinator])), root)
+            branch = _schema(_resolved(rng.choice(list(schema[combinator])), root))
             merged = {key: value for key, value in schema.items() if key != combinator}
             return _value({**merged, **branch}, rng, root, depth)
     if schema.get("allOf"):
         merged = {key: value for key, value in schema.items() if key != "allOf"}
         for part in schema["allOf"]:
-            merged = _merge(merged, _resolved(part, root))
+            merged = _merge(merged, _schema(_resolved(part, root)))
         return _value(merged, rng, root, depth)
     return GENERATORS[_type_of(schema, rng)](schema, rng, root, depth)
 
 
-def _resolved(schema: Any, root: Mapping[str, Any]) -> JSONValue:
+def _resolved(schema: object, root: Mapping[str, Any]) -> object:
     """Follow local ``$ref`` pointers (``#/$defs/Name``, ``#/definitions/Name``, ``#``)."""
     seen = 0
     while isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str) and seen < 32:
@@ -79,6 +79,14 @@ def _resolved(schema: Any, root: Mapping[str, Any]) -> JSONValue:
         schema = {**target, **rest} if isinstance(target, Mapping) else rest
         seen += 1
     return schema
+
+
+def _schema(value: object) -> Mapping[str, Any]:
+    """A schema part where an object must be: anything else is malformed, a TypeError as unpacking
+    it would raise (:func:`schema_value` answers the empty object)."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"a schema object was expected, got {value!r}")
+    return value
 
 
 def _merge(left: Mapping[str, Any], right: Mapping[str, Any]) -> JSONObject:

@@ -13,8 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gymbench.types import JSONObject
-
 CHOICES = ("none", "auto", "required")
 
 
@@ -33,7 +31,7 @@ class ToolSpec:
     description: str | None = None
     strict: bool | None = None
 
-    def as_responses_tool(self) -> JSONObject:
+    def as_responses_tool(self) -> dict[str, object]:
         """The tool as a Response object echoes it."""
         return {
             "type": "function",
@@ -76,7 +74,7 @@ class ToolUse:
             return ""
         return json.dumps([tool.as_responses_tool() for tool in self.tools], separators=(",", ":"))
 
-    def echoed_choice(self) -> str | JSONObject:
+    def echoed_choice(self) -> str | dict[str, object]:
         return {"type": "function", "name": self.forced} if self.forced is not None else self.choice
 
 

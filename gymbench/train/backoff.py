@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import torch
 
+from gymbench.jsonio import object_list
 from gymbench.train.config import TrainConfig, trial_config, worst_case
 from gymbench.train.oom import SearchPlan, SearchResult, Trial, TryBatch, attempt, halving_sizes
 from gymbench.train.oom import largest_batch_that_fits as search
@@ -103,7 +104,7 @@ def halve_until_it_fits(
     if device.type != "cuda":
         start = trial_config(worst_case(config), config.batch)
         job = WorkerJob("halve", factory, start, budget_bytes, steps, "halve", allocator)
-        return [trial_from_dict(trial) for trial in run_job(job)["trials"]]
+        return [trial_from_dict(trial) for trial in object_list(run_job(job)["trials"], "the halve job's trials")]
     torch.cuda.set_per_process_memory_fraction(memory_fraction, device)
     try:
         try_batch = cuda_trials(factory, config, steps)

@@ -113,7 +113,7 @@ def run_benchmark(factory: ModelFactory, config: TrainConfig, options: BenchOpti
 def _memory_pass(session: TrainSession, factory: ModelFactory, config: TrainConfig) -> MemoryReport:
     if session.device.type == "cuda":
         return measure_step_memory(session)
-    return MemoryReport(**run_job(WorkerJob("memory", factory, config)))
+    return MemoryReport.from_dict(run_job(WorkerJob("memory", factory, config)))
 
 
 class MetricSink(Protocol):

@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -105,7 +106,7 @@ def _launch_ray(job: dict[str, Any], dp: int, factory: ModelFactory, address: st
             ray.shutdown()
 
 
-def summarise(ranks: list[dict[str, Any]]) -> JSONObject:
+def summarise(ranks: Sequence[Mapping[str, Any]]) -> JSONObject:
     """The job's figures from every rank's: per step, the slowest rank sets the time."""
     step_s = np.max([rank["step_s"] for rank in ranks], axis=0)
     tokens = sum(rank["tokens_per_step"] for rank in ranks)
@@ -128,7 +129,9 @@ def summarise(ranks: list[dict[str, Any]]) -> JSONObject:
     }
 
 
-def record(recorder: Recorder, figures: dict[str, Any], ranks: list[dict[str, Any]], setup: dict[str, Any]) -> None:
+def record(
+    recorder: Recorder, figures: Mapping[str, Any], ranks: Sequence[Mapping[str, Any]], setup: Mapping[str, Any]
+) -> None:
     recorder.record("step_time", figures["step_s"], "s", "lower")
     recorder.record("tokens_per_s", figures["tokens_per_s"], "tokens/s", "higher")
     recorder.record("tokens_per_s_per_rank", figures["tokens_per_s_per_rank"], "tokens/s", "higher")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from gymbench.errors import GymbenchError
+from gymbench.jsonio import object_list
 from gymbench.measure import Recorder
 from gymbench.record import BenchmarkResult
 from gymbench.train.config import TrainConfig, length_source
@@ -252,7 +253,8 @@ def _data_parallel(prepared: PreparedTrain, recorder: Recorder) -> tuple[JSONObj
     threads = dp.threads_per_rank(settings.dp, settings.threads)
     config = dp.rank_config(prepared.config, settings.dp, threads, settings.dist_backend)
     job = {"config": config.to_dict(), "backend": settings.dist_backend, "steps": config.steps, "warmup": config.warmup}
-    ranks = dp.launch(job, settings.dp, settings.launcher, prepared.factory, settings.ray_address)["ranks"]
+    answer = dp.launch(job, settings.dp, settings.launcher, prepared.factory, settings.ray_address)
+    ranks = object_list(answer["ranks"], "the data-parallel job's ranks")
     figures = dp.summarise(ranks)
     setup = {"dp": settings.dp, "launcher": settings.launcher, "dist_backend": settings.dist_backend,
              "threads_per_rank": threads, "batch_per_rank": config.batch}  # fmt: skip

@@ -12,6 +12,7 @@ them at start-up the CPU pass runs in a fresh subprocess (see :mod:`gymbench.tra
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,11 @@ class MemoryReport:
 
     def to_dict(self) -> JSONObject:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemoryReport:
+        """The report as :meth:`to_dict` wrote it (the memory job's answer from its subprocess)."""
+        return cls(**data)
 
 
 class MemoryProbe:

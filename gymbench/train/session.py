@@ -24,7 +24,7 @@ from gymbench.train.packing import StepCount
 from gymbench.train.phases import NoObserver, PhaseObserver, StepKind
 from gymbench.train.precision import Precision
 
-ModelFactory = Callable[[Mapping[str, Any]], nn.Module]
+ModelFactory = Callable[[Mapping[str, object]], nn.Module]
 
 
 def resolve_device(name: str) -> torch.device:

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -188,7 +188,7 @@ def _failed_child(job: WorkerJob, done: subprocess.CompletedProcess[bytes]) -> J
     )
 
 
-def trial_from_dict(data: dict[str, Any]) -> Trial:
+def trial_from_dict(data: Mapping[str, Any]) -> Trial:
     return Trial(**data)
 
 

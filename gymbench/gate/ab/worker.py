@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from gymbench.record import benchmark_id
-from gymbench.types import JSONObject
 
 FD_ENV = "GYMBENCH_AB_FD"
 CPU_ENV = "GYMBENCH_AB_CPU"
@@ -97,7 +96,7 @@ def write_listing(items: Sequence[pytest.Item], path: Path) -> None:
     path.write_text(json.dumps(listing))
 
 
-def _listed(item: pytest.Item) -> JSONObject:
+def _listed(item: pytest.Item) -> dict[str, object]:
     marker = item.get_closest_marker("gymbench")
     options = {k: v for k, v in (marker.kwargs if marker else {}).items() if isinstance(v, (bool, int, float, str))}
     callspec = getattr(item, "callspec", None)
