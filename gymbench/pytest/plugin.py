@@ -7,7 +7,6 @@ no aiohttp. The plugin manager and fingerprint are only built when a benchmark a
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
@@ -22,7 +21,6 @@ from gymbench.pytest.options import add_options
 from gymbench.record import BenchmarkResult, ResultsRecord
 from gymbench.units import duration_scale
 
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 pytest_plugins = ["gymbench.pytest.servers"]
 
 
@@ -90,12 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "e.g. min_effect=0.1 (the smallest change that matters), instructions=True/False (always/never "
         "count it under callgrind), ab=False (leave it out of interleaved A/B runs)",
     )
-    save_name = config.getoption("--gymbench-save")
-    if save_name is not None and not SAFE_NAME.match(save_name):
-        raise pytest.UsageError(
-            f"--gymbench-save {save_name!r}: use letters, digits, '.', '_' or '-' "
-            "(the name becomes part of a file name)"
-        )
+    save_name = _save_name(config)
     results_dir = config.getoption("--gymbench-results-dir")
     bench = BenchSession(
         settings=_measure_settings(config),
@@ -135,6 +128,23 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     except GymbenchError as exc:
         bench.gate_error = str(exc)
     return True
+
+
+def _save_name(config: pytest.Config) -> str | None:
+    """``--gymbench-save NAME``, checked now by the rule every record name follows (``+run_name``)."""
+    from gymbench.errors import GymbenchError
+    from gymbench.settings import safe_name
+
+    save_name: str | None = config.getoption("--gymbench-save")
+    if save_name is not None:
+        try:
+            safe_name("run_name", save_name)
+        except GymbenchError:
+            raise pytest.UsageError(
+                f"--gymbench-save {save_name!r}: use up to 101 letters, digits, '.', '_' or '-', starting "
+                "with a letter or digit (the name becomes part of a file name)"
+            ) from None
+    return save_name
 
 
 def _measure_settings(config: pytest.Config) -> MeasureSettings:
