@@ -34,6 +34,21 @@ OVERRIDE = re.compile(r"^\+{0,2}[A-Za-z_][\w.\-]*=")
 TRUE_WORDS = ("true", "yes", "on", "1")
 
 
+# --------------------------------------------------------------------------- declaring
+
+
+def doc(text: str, *, path: bool = False) -> dict[str, Any]:
+    """A setting's field metadata: its help (``--help`` shows it) and, with ``path``, that its value is a
+    file or folder path (made absolute where the working directory changes: shard workers, pyproject)."""
+    return {"help": text, "path": True} if path else {"help": text}
+
+
+def path_settings(*schemas: type[Any]) -> tuple[str, ...]:
+    """The settings of ``schemas`` declared with ``doc(..., path=True)``, in declaration order."""
+    names = [field.name for schema in schemas for field in dataclasses.fields(schema) if field.metadata.get("path")]
+    return tuple(dict.fromkeys(names))
+
+
 # --------------------------------------------------------------------------- command line
 
 

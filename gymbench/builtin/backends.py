@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymbench.hookspecs import hookimpl
-from gymbench.settings import at_least, one_of, positive_finite, require
+from gymbench.settings import at_least, doc, one_of, positive_finite, require
 from gymbench.types import Backend, Component
 
 APIS = ("responses", "chat")
@@ -20,25 +20,21 @@ DEFAULT_HEAD_SERVER = {"host": "127.0.0.1", "port": 11000}
 """Where NeMo Gym's head server listens unless its config says otherwise (``head_server.host/.port``)."""
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
 @dataclass
 class HttpSettings:
     """What every HTTP backend shares: timeouts, retries, the pool (NeMo Gym's names), the key."""
 
-    request_timeout_s: float = field(default=300.0, metadata=_help("per-request timeout in seconds (> 0)"))
-    connect_timeout_s: float = field(default=10.0, metadata=_help("connection timeout in seconds (> 0)"))
-    max_retries: int = field(default=5, metadata=_help("retries on 429, 5xx and connection errors"))
-    backoff_base_s: float = field(default=0.5, metadata=_help("first retry's backoff window"))
-    backoff_cap_s: float = field(default=30.0, metadata=_help("largest backoff window"))
-    global_aiohttp_connector_limit: int = field(default=65536, metadata=_help("connection pool size (0: no limit)"))
+    request_timeout_s: float = field(default=300.0, metadata=doc("per-request timeout in seconds (> 0)"))
+    connect_timeout_s: float = field(default=10.0, metadata=doc("connection timeout in seconds (> 0)"))
+    max_retries: int = field(default=5, metadata=doc("retries on 429, 5xx and connection errors"))
+    backoff_base_s: float = field(default=0.5, metadata=doc("first retry's backoff window"))
+    backoff_cap_s: float = field(default=30.0, metadata=doc("largest backoff window"))
+    global_aiohttp_connector_limit: int = field(default=65536, metadata=doc("connection pool size (0: no limit)"))
     global_aiohttp_connector_limit_per_host: int = field(
-        default=16384, metadata=_help("pool size per host (0: no limit)")
+        default=16384, metadata=doc("pool size per host (0: no limit)")
     )
-    preflight: bool = field(default=True, metadata=_help("check the server answers before the run starts"))
-    api_key_env: str | None = field(default=None, metadata=_help("environment variable holding the API key"))
+    preflight: bool = field(default=True, metadata=doc("check the server answers before the run starts"))
+    api_key_env: str | None = field(default=None, metadata=doc("environment variable holding the API key"))
 
     def __post_init__(self) -> None:
         positive_finite("request_timeout_s", self.request_timeout_s)
@@ -52,11 +48,11 @@ class HttpSettings:
 
 @dataclass
 class OpenAISettings(HttpSettings):
-    base_url: str | None = field(default=None, metadata=_help("OpenAI-compatible base URL, http://HOST:PORT/v1"))
-    model: str | None = field(default=None, metadata=_help("model name sent with each request"))
-    api: str = field(default="responses", metadata=_help("responses or chat"))
-    stream: bool = field(default=False, metadata=_help("stream responses (measures time to first token)"))
-    extra_body: dict[str, Any] = field(default_factory=dict, metadata=_help("fields added to every request body"))
+    base_url: str | None = field(default=None, metadata=doc("OpenAI-compatible base URL, http://HOST:PORT/v1"))
+    model: str | None = field(default=None, metadata=doc("model name sent with each request"))
+    api: str = field(default="responses", metadata=doc("responses or chat"))
+    stream: bool = field(default=False, metadata=doc("stream responses (measures time to first token)"))
+    extra_body: dict[str, Any] = field(default_factory=dict, metadata=doc("fields added to every request body"))
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -66,17 +62,17 @@ class OpenAISettings(HttpSettings):
 @dataclass
 class NemoGymSettings(HttpSettings):
     agent_url: str | None = field(
-        default=None, metadata=_help("the agent server, http://HOST:PORT (skips the head server: every row goes there)")
+        default=None, metadata=doc("the agent server, http://HOST:PORT (skips the head server: every row goes there)")
     )
     agent_name: str | None = field(
         default=None,
-        metadata=_help("the agent for rows without an agent_ref, found through the NeMo Gym head server"),
+        metadata=doc("the agent for rows without an agent_ref, found through the NeMo Gym head server"),
     )
     head_server: dict[str, Any] = field(
         default_factory=dict,
-        metadata=_help("NeMo Gym's head server, +head_server.host=H +head_server.port=P (default 127.0.0.1:11000)"),
+        metadata=doc("NeMo Gym's head server, +head_server.host=H +head_server.port=P (default 127.0.0.1:11000)"),
     )
-    base_url: str | None = field(default=None, metadata=_help("the agent server, when agent_url is not set"))
+    base_url: str | None = field(default=None, metadata=doc("the agent server, when agent_url is not set"))
 
     def __post_init__(self) -> None:
         super().__post_init__()

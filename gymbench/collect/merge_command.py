@@ -13,25 +13,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gymbench.errors import GymbenchError
-from gymbench.settings import at_least
-
-
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
+from gymbench.settings import at_least, doc
 
 
 @dataclass
 class MergeSettings:
-    files: list[str] = field(default_factory=list, metadata=_help("the rollouts files, in order (positional)"))
-    output: str | None = field(default=None, metadata=_help("the merged file (required; also -o)"))
+    files: list[str] = field(default_factory=list, metadata=doc("the rollouts files, in order (positional)"))
+    output: str | None = field(default=None, metadata=doc("the merged file (required; also -o)"))
     input: str | None = field(
-        default=None, metadata=_help("the tasks file the splits came from: check that no pair is missing")
+        default=None, metadata=doc("the tasks file the splits came from: check that no pair is missing")
     )
-    num_repeats: int = field(default=1, metadata=_help("rollouts per task in the splits (with --input)"))
-    start_idx: int = field(default=0, metadata=_help("first task index of the whole selection (with --input)"))
-    end_idx: int | None = field(default=None, metadata=_help("task index the whole selection stops before"))
-    limit: int | None = field(default=None, metadata=_help("at most this many tasks (with --input)"))
-    overwrite: bool = field(default=False, metadata=_help("replace an existing output file"))
+    num_repeats: int = field(default=1, metadata=doc("rollouts per task in the splits (with --input)"))
+    start_idx: int = field(default=0, metadata=doc("first task index of the whole selection (with --input)"))
+    end_idx: int | None = field(default=None, metadata=doc("task index the whole selection stops before"))
+    limit: int | None = field(default=None, metadata=doc("at most this many tasks (with --input)"))
+    overwrite: bool = field(default=False, metadata=doc("replace an existing output file"))
 
     def __post_init__(self) -> None:
         at_least("num_repeats", self.num_repeats, 1)

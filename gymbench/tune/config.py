@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gymbench.collect.config import ServerConfig, _help
-from gymbench.settings import at_least, one_of, require
+from gymbench.collect.config import ServerConfig
+from gymbench.settings import at_least, doc, one_of, require
 
 METHODS = ("sweep", "adaptive")
 
@@ -17,19 +17,19 @@ class ProbeConfig(ServerConfig):
 
     strategy: str = field(
         default="semaphore",
-        metadata=_help("concurrency strategy probed at each parallelism (it must take num_samples_in_parallel)"),
+        metadata=doc("concurrency strategy probed at each parallelism (it must take num_samples_in_parallel)"),
     )
-    strategy_options: dict[str, Any] = field(default_factory=dict, metadata=_help("the strategy's own settings"))
-    sample_size: int = field(default=200, metadata=_help("tasks in the sample every probe cycles through"))
+    strategy_options: dict[str, Any] = field(default_factory=dict, metadata=doc("the strategy's own settings"))
+    sample_size: int = field(default=200, metadata=doc("tasks in the sample every probe cycles through"))
     precision: float = field(
-        default=0.02, metadata=_help("measure each level until its rate's 95% interval is within this share of it")
+        default=0.02, metadata=doc("measure each level until its rate's 95% interval is within this share of it")
     )
-    min_batches: int = field(default=6, metadata=_help("turnovers (p rollouts each) a probe measures at least"))
+    min_batches: int = field(default=6, metadata=doc("turnovers (p rollouts each) a probe measures at least"))
     max_batches: int = field(
-        default=40, metadata=_help("turnovers a probe measures at most (then it is marked under-measured)")
+        default=40, metadata=doc("turnovers a probe measures at most (then it is marked under-measured)")
     )
     server_counters: bool = field(
-        default=True, metadata=_help("read throughput from the server's /metrics token counter when it serves one")
+        default=True, metadata=doc("read throughput from the server's /metrics token counter when it serves one")
     )
 
     def __post_init__(self) -> None:
@@ -42,28 +42,26 @@ class ProbeConfig(ServerConfig):
 
 @dataclass
 class TuneConfig(ProbeConfig):
-    method: str = field(default="sweep", metadata=_help("sweep (NeMo Gym's doubling sweep) or adaptive"))
-    start: int = field(default=5, metadata=_help("first parallelism of the sweep"))
-    factor: float = field(default=2.0, metadata=_help("sweep multiplier"))
-    max_parallelism: int = field(default=1024, metadata=_help("stop the sweep here"))
+    method: str = field(default="sweep", metadata=doc("sweep (NeMo Gym's doubling sweep) or adaptive"))
+    start: int = field(default=5, metadata=doc("first parallelism of the sweep"))
+    factor: float = field(default=2.0, metadata=doc("sweep multiplier"))
+    max_parallelism: int = field(default=1024, metadata=doc("stop the sweep here"))
     plateau_gain: float = field(
-        default=0.10, metadata=_help("a gain below this (beyond the noise) is a plateau: stop growing")
+        default=0.10, metadata=doc("a gain below this (beyond the noise) is a plateau: stop growing")
     )
     degrade: float = field(
-        default=0.05, metadata=_help("a drop below the best by more than this (beyond the noise) is degradation")
+        default=0.05, metadata=doc("a drop below the best by more than this (beyond the noise) is degradation")
     )
-    error_rate: float = field(default=0.01, metadata=_help("an error rate above this stops the sweep"))
-    resolution: float = field(default=1.1, metadata=_help("bisect until the knee's bracket high/low is within this"))
-    reprobes: int = field(default=2, metadata=_help("re-measurements of a level when a decision is in doubt"))
+    error_rate: float = field(default=0.01, metadata=doc("an error rate above this stops the sweep"))
+    resolution: float = field(default=1.1, metadata=doc("bisect until the knee's bracket high/low is within this"))
+    reprobes: int = field(default=2, metadata=doc("re-measurements of a level when a decision is in doubt"))
     share: float = field(
         default=0.97,
-        metadata=_help(
-            "recommend the smallest parallelism expected to give this share of the plateau (0.97: the knee)"
-        ),
+        metadata=doc("recommend the smallest parallelism expected to give this share of the plateau (0.97: the knee)"),
     )
-    stability_rollouts: int = field(default=0, metadata=_help("after tuning, a run this long at the recommendation"))
-    plot: str | None = field(default="tune.png", metadata=_help("PNG plot path (empty: no plot)"))
-    run_name: str = field(default="tune", metadata=_help("name of the results record"))
+    stability_rollouts: int = field(default=0, metadata=doc("after tuning, a run this long at the recommendation"))
+    plot: str | None = field(default="tune.png", metadata=doc("PNG plot path (empty: no plot)"))
+    run_name: str = field(default="tune", metadata=doc("name of the results record"))
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -82,9 +80,9 @@ class TuneConfig(ProbeConfig):
 
 @dataclass
 class DiagnoseConfig(ProbeConfig):
-    low: int = field(default=5, metadata=_help("the low parallelism"))
-    high: int = field(default=20, metadata=_help("the high parallelism"))
-    run_name: str = field(default="diagnose", metadata=_help("name of the results record"))
+    low: int = field(default=5, metadata=doc("the low parallelism"))
+    high: int = field(default=20, metadata=doc("the high parallelism"))
+    run_name: str = field(default="diagnose", metadata=doc("name of the results record"))
 
     def __post_init__(self) -> None:
         super().__post_init__()
