@@ -157,11 +157,20 @@ class Plugins:
         component: Component = registered.item
         return component
 
+    def schema(self, kind: str, name: str) -> type | None:
+        """The dataclass a component's options are checked against (imported now when registered by
+        name), or ``None`` when it takes any mapping."""
+        schema = self.component(kind, name).settings
+        if isinstance(schema, str):
+            module_name, _, attribute = schema.partition(":")
+            schema = getattr(importlib.import_module(module_name), attribute)
+        return schema
+
     def options(self, kind: str, name: str) -> set[str] | None:
         """The option names a component declares, or ``None`` when it takes any mapping."""
         from gymbench.settings import known_fields
 
-        schema = self.component(kind, name).settings
+        schema = self.schema(kind, name)
         return known_fields(schema) if schema is not None else None
 
     def check(self, kind: str, name: str, config: Mapping[str, Any] | None = None) -> Any:
@@ -170,12 +179,12 @@ class Plugins:
         Commands call this before a run starts, so a misspelt option fails at once rather than
         after a server was started.
         """
-        component = self.component(kind, name)
+        schema = self.schema(kind, name)
         options: Any = dict(config or {})
-        if component.settings is not None:
+        if schema is not None:
             from gymbench.settings import build_settings
 
-            options = build_settings(component.settings, (), options, where=f"{kind} {name!r}")
+            options = build_settings(schema, (), options, where=f"{kind} {name!r}")
         return options
 
     def create(self, kind: str, name: str, config: Mapping[str, Any] | None = None) -> Any:

@@ -49,6 +49,44 @@ def path_settings(*schemas: type[Any]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+class Checked:
+    """The root of settings groups that schemas combine (a schema inherits the groups it offers).
+
+    Each group's ``__post_init__`` calls ``super().__post_init__()`` and then checks its own fields,
+    so a schema made of several groups runs each group's checks exactly once; this class ends the
+    chain.
+    """
+
+    def __post_init__(self) -> None:
+        return None
+
+
+def with_defaults(schema: type[T], **defaults: Any) -> type[T]:
+    """``schema`` with other defaults for some of its settings: where a command's default differs from
+    another's, the setting is still declared once (type, help, checks) and only the default is given
+    again. The result is a subclass with the same name, so it reads (and pickles) as ``schema`` would.
+    """
+    unknown = set(defaults) - known_fields(schema)
+    if unknown:
+        raise TypeError(f"{schema.__name__} has no settings {sorted(unknown)}")
+    hints = typing.get_type_hints(schema)
+    fields = [
+        (field.name, hints[field.name], _redeclared(field, defaults[field.name]))
+        for field in dataclasses.fields(schema)
+        if field.name in defaults
+    ]
+    namespace = {"__module__": schema.__module__, "__qualname__": schema.__qualname__, "__doc__": schema.__doc__}
+    params = schema.__dataclass_params__  # type: ignore[attr-defined]
+    derived = dataclasses.make_dataclass(
+        schema.__name__, fields, bases=(schema,), namespace=namespace, frozen=params.frozen
+    )
+    return derived
+
+
+def _redeclared(field: dataclasses.Field[Any], default: Any) -> Any:
+    return dataclasses.field(default=default, metadata=field.metadata, kw_only=field.kw_only)  # type: ignore[arg-type]
+
+
 # --------------------------------------------------------------------------- command line
 
 

@@ -2,8 +2,10 @@
 
 :class:`ServerConfig` holds what the three commands share (where requests go, how they are
 verified, where the record goes); each command's class adds its own, so ``--help`` lists only
-settings that apply. Range checks run when the settings are built (``__post_init__``), before
-any server is started or file touched.
+settings that apply. Settings that other schemas take too are declared once, in groups these
+classes inherit (the backends' :mod:`~gymbench.builtin.backend_settings`, the task range and run
+policy of :mod:`~gymbench.rollout.run_settings`), so the command line stays flat. Range checks
+run when the settings are built (``__post_init__``), before any server is started or file touched.
 """
 
 from __future__ import annotations
@@ -12,19 +14,21 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gymbench.builtin.backends import check_head_server
+from gymbench.builtin.backend_settings import ConnectionSettings, NemoGymAgent, OpenAIServer
+from gymbench.builtin.strategy_settings import Parallelism
 from gymbench.rollout.latency import Slo
+from gymbench.rollout.run_settings import RunPolicy, TaskRange
 from gymbench.rollout.verification import VerifySettings
-from gymbench.settings import at_least, doc, one_of, positive_finite, require, safe_name
+from gymbench.settings import at_least, doc, one_of, require, safe_name
 
 LAUNCHERS = ("local", "ray")
 SHARD_TRANSFERS = ("auto", "files", "object_store")
-MAX_REPEATS = (1 << 24) - 1
-"""Rollout indices are packed into 24 bits by the resume bookkeeping."""
+SERVER_GROUPS = (ConnectionSettings, OpenAIServer, NemoGymAgent)
+"""The backends' settings groups every server command offers flat (``+base_url``, ``+max_retries``)."""
 
 
 @dataclass
-class ServerConfig:
+class ServerConfig(ConnectionSettings, OpenAIServer, NemoGymAgent):
     input_jsonl_fpath: str | None = field(default=None, metadata=doc("JSONL file of tasks (required)", path=True))
     backend: str | None = field(
         default=None,
@@ -33,33 +37,7 @@ class ServerConfig:
             "with no server named at all, the simulated server)"
         ),
     )
-    agent_url: str | None = field(
-        default=None, metadata=doc("NeMo Gym agent server, http://HOST:PORT (every row goes there)")
-    )
-    agent_name: str | None = field(
-        default=None,
-        metadata=doc(
-            "NeMo Gym agent for rows without an agent_ref, found through the head server "
-            "(+head_server.host=H +head_server.port=P, default 127.0.0.1:11000)"
-        ),
-    )
-    head_server: dict[str, Any] = field(
-        default_factory=dict,
-        metadata=doc("NeMo Gym's head server, +head_server.host=H +head_server.port=P (default 127.0.0.1:11000)"),
-    )
-    base_url: str | None = field(default=None, metadata=doc("OpenAI-compatible base URL, e.g. http://HOST:PORT/v1"))
-    model: str | None = field(default=None, metadata=doc("model name sent with each request"))
-    api: str = field(default="responses", metadata=doc("responses or chat"))
-    stream: bool = field(default=False, metadata=doc("stream responses (measures time to first token)"))
-    api_key_env: str | None = field(default=None, metadata=doc("environment variable holding the API key"))
-    extra_body: dict[str, Any] = field(default_factory=dict, metadata=doc("fields added to every request body"))
     backend_options: dict[str, Any] = field(default_factory=dict, metadata=doc("extra backend settings"))
-    request_timeout_s: float = field(default=300.0, metadata=doc("per-request timeout in seconds (> 0)"))
-    max_retries: int = field(default=5, metadata=doc("retries on 429, 5xx and connection errors"))
-    global_aiohttp_connector_limit: int = field(default=65536, metadata=doc("connection pool size (0: no limit)"))
-    global_aiohttp_connector_limit_per_host: int = field(
-        default=16384, metadata=doc("pool size per host (0: no limit)")
-    )
     sim_preset: str = field(default="vllm-like", metadata=doc("simulator preset when no backend is set"))
     sim: dict[str, Any] = field(default_factory=dict, metadata=doc("simulator settings, e.g. +sim.max_num_seqs=8"))
     verifier: str = field(default="exact-match", metadata=doc("verifier plugin"))
@@ -88,12 +66,8 @@ class ServerConfig:
     progress: bool = field(default=True, metadata=doc("show progress"))
 
     def __post_init__(self) -> None:
-        positive_finite("request_timeout_s", self.request_timeout_s)
-        at_least("max_retries", self.max_retries, 0, 100)
-        at_least("global_aiohttp_connector_limit", self.global_aiohttp_connector_limit, 0)
-        at_least("global_aiohttp_connector_limit_per_host", self.global_aiohttp_connector_limit_per_host, 0)
+        super().__post_init__()  # the groups' checks: connection, agent
         safe_name("run_name", self.run_name)
-        check_head_server(self.head_server)
         at_least("verify_cache_size", self.verify_cache_size, 0)
         self.verify_settings()  # its own checks: pool, workers, fraction, first_n
 
@@ -111,34 +85,18 @@ class ServerConfig:
         )
 
     def backend_values(self) -> dict[str, Any]:
-        """Every server setting by name; the harness passes a backend those its schema declares."""
-        keys = (
-            "base_url", "model", "api", "stream", "api_key_env", "extra_body", "agent_url", "agent_name",
-            "head_server", "request_timeout_s", "max_retries", "global_aiohttp_connector_limit",
-            "global_aiohttp_connector_limit_per_host",
-        )  # fmt: skip
-        return {key: getattr(self, key) for key in keys}
+        """Every server setting by name (the groups a backend's schema is made of); the harness passes a
+        backend those its schema declares."""
+        return {name: getattr(self, name) for group in SERVER_GROUPS for name in group.__dataclass_fields__}
 
 
 @dataclass
-class CollectConfig(ServerConfig):
+class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy):
     output_jsonl_fpath: str | None = field(default=None, metadata=doc("where rollouts go (required)", path=True))
-    limit: int | None = field(default=None, metadata=doc("take at most this many rows (after start_idx)"))
-    start_idx: int = field(default=0, metadata=doc("first row index taken (0-based)"))
-    end_idx: int | None = field(default=None, metadata=doc("row index to stop before: the range is [start, end)"))
-    num_repeats: int = field(default=1, metadata=doc("rollouts per task"))
-    num_samples_in_parallel: int | None = field(default=None, metadata=doc("rollouts at once (unset: unbounded)"))
     strategy: str = field(default="semaphore", metadata=doc("concurrency strategy plugin"))
     strategy_options: dict[str, Any] = field(default_factory=dict, metadata=doc("the strategy's own settings"))
-    resume: bool = field(default=False, metadata=doc("skip rollouts already in the output file"))
     resume_force: bool = field(
         default=False, metadata=doc("resume even when the settings or input differ from the first run's")
-    )
-    overwrite: bool = field(default=False, metadata=doc("replace an existing output file"))
-    max_attempts: int = field(default=3, metadata=doc("attempts per failed rollout across resumes"))
-    stop_after_failures: int = field(
-        default=20,
-        metadata=doc("stop early after this many rollouts in a row fail to reach the server (0: never)"),
     )
     disable_aggregation: bool = field(
         default=False, metadata=doc("write no <stem>_aggregate_metrics.json (NeMo Gym's setting)")
@@ -179,14 +137,6 @@ class CollectConfig(ServerConfig):
             value = getattr(self, name)
             if value is not None:
                 require(math.isfinite(value) and value > 0, name, value, "a finite number of milliseconds above 0")
-        at_least("limit", self.limit, 0)
-        at_least("start_idx", self.start_idx, 0)
-        if self.end_idx is not None:
-            require(self.end_idx >= self.start_idx, "end_idx", self.end_idx, f"at least start_idx ({self.start_idx})")
-        at_least("num_repeats", self.num_repeats, 1, MAX_REPEATS)
-        at_least("num_samples_in_parallel", self.num_samples_in_parallel, 1)
-        at_least("max_attempts", self.max_attempts, 1)
-        at_least("stop_after_failures", self.stop_after_failures, 0)
         at_least("num_workers", self.num_workers, 1, 4096)
         one_of("launcher", self.launcher, LAUNCHERS)
         at_least("num_shards", self.num_shards, 1, 1 << 20)

@@ -13,26 +13,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gymbench.errors import GymbenchError
-from gymbench.settings import at_least, doc
+from gymbench.rollout.run_settings import TaskRange
+from gymbench.settings import doc
 
 
 @dataclass
-class MergeSettings:
+class MergeSettings(TaskRange):
+    """The task range (``--input`` given) is the whole selection the splits were collected from."""
+
     files: list[str] = field(default_factory=list, metadata=doc("the rollouts files, in order (positional)"))
     output: str | None = field(default=None, metadata=doc("the merged file (required; also -o)"))
     input: str | None = field(
         default=None, metadata=doc("the tasks file the splits came from: check that no pair is missing")
     )
-    num_repeats: int = field(default=1, metadata=doc("rollouts per task in the splits (with --input)"))
-    start_idx: int = field(default=0, metadata=doc("first task index of the whole selection (with --input)"))
-    end_idx: int | None = field(default=None, metadata=doc("task index the whole selection stops before"))
-    limit: int | None = field(default=None, metadata=doc("at most this many tasks (with --input)"))
     overwrite: bool = field(default=False, metadata=doc("replace an existing output file"))
-
-    def __post_init__(self) -> None:
-        at_least("num_repeats", self.num_repeats, 1)
-        at_least("start_idx", self.start_idx, 0)
-        at_least("limit", self.limit, 0)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -55,7 +49,6 @@ def run(args: argparse.Namespace, plugins: object) -> int:
 
 def merge_command(settings: MergeSettings) -> int:
     from gymbench.collect.merge import Expected, merge_rollouts
-    from gymbench.rollout.dataset import TaskSlice
 
     if settings.output is None:
         raise GymbenchError("merge-rollouts needs -o MERGED.jsonl")
@@ -64,8 +57,7 @@ def merge_command(settings: MergeSettings) -> int:
         raise GymbenchError(f"{output}: already exists; add --overwrite to replace it, or choose another -o")
     expected = None
     if settings.input is not None:
-        selection = TaskSlice(settings.start_idx, settings.end_idx, settings.limit, settings.num_repeats)
-        expected = Expected.from_input(settings.input, selection)
+        expected = Expected.from_input(settings.input, settings.task_slice())
     report = merge_rollouts([Path(name) for name in settings.files], output, expected)
     checked = "checked against the tasks: none missing, " if expected is not None else ""
     print(

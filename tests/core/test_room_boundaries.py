@@ -31,6 +31,7 @@ CORE = {
     "gymbench.instructions",
     "gymbench.rates",
     "gymbench.knee_search",
+    "gymbench.search_settings",
     "gymbench.lazy",
     "gymbench.units",
 }
