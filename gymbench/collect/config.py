@@ -40,6 +40,14 @@ class ServerConfig(ConnectionSettings, OpenAIServer, NemoGymAgent):
     backend_options: dict[str, Any] = field(default_factory=dict, metadata=doc("extra backend settings"))
     sim_preset: str = field(default="vllm-like", metadata=doc("simulator preset when no backend is set"))
     sim: dict[str, Any] = field(default_factory=dict, metadata=doc("simulator settings, e.g. +sim.max_num_seqs=8"))
+    strategy: str = field(
+        default="semaphore",
+        metadata=doc(
+            "concurrency strategy plugin (tune and diagnose probe it at each parallelism: it must take "
+            "num_samples_in_parallel)"
+        ),
+    )
+    strategy_options: dict[str, Any] = field(default_factory=dict, metadata=doc("the strategy's own settings"))
     verifier: str = field(default="exact-match", metadata=doc("verifier plugin"))
     verifier_options: dict[str, Any] = field(default_factory=dict, metadata=doc("the verifier's own settings"))
     verifier_pool: str = field(
@@ -93,8 +101,6 @@ class ServerConfig(ConnectionSettings, OpenAIServer, NemoGymAgent):
 @dataclass
 class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy):
     output_jsonl_fpath: str | None = field(default=None, metadata=doc("where rollouts go (required)", path=True))
-    strategy: str = field(default="semaphore", metadata=doc("concurrency strategy plugin"))
-    strategy_options: dict[str, Any] = field(default_factory=dict, metadata=doc("the strategy's own settings"))
     resume_force: bool = field(
         default=False, metadata=doc("resume even when the settings or input differ from the first run's")
     )

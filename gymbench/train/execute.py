@@ -14,7 +14,7 @@ from typing import Any
 from gymbench.errors import GymbenchError
 from gymbench.measure import Recorder
 from gymbench.record import BenchmarkResult
-from gymbench.train.config import TrainConfig, length_source
+from gymbench.train.config import StepSettings, TrainConfig, length_source
 from gymbench.train.settings import TrainSettings
 
 MiB = 1 << 20
@@ -90,12 +90,7 @@ def model_factory(plugins: Any, name: str) -> Any:
 
 
 def build_config(settings: TrainSettings) -> TrainConfig:
-    names = (
-        "model batch seq_len precision checkpointing checkpoint_ratio accumulation steps warmup device lr "
-        "base_batch seed threads step lengths min_len prompt_share rollouts packing group_size kl_penalty "
-        "ratio_clip max_grad_norm"
-    ).split()
-    values = {name: getattr(settings, name) for name in names}
+    values = {name: getattr(settings, name) for name in StepSettings.__dataclass_fields__}
     return TrainConfig(model_config={"size": settings.size, **settings.model_options}, **values)
 
 

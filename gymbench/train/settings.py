@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymbench.settings import at_least, doc, one_of, require, safe_name
-from gymbench.train.config import STEPS, TRIAL_ALLOCATORS
+from gymbench.train.config import STEPS, TRIAL_ALLOCATORS, StepSettings
 from gymbench.train.lengths import LENGTH_DISTRIBUTIONS
 
 FIND_BATCH = ("search", "halve")
@@ -27,53 +27,16 @@ class ClusterSettings:
     gpus_per_node: int | None = None
 
 
-@dataclass
-class TrainSettings:
+@dataclass(frozen=True)
+class TrainSettings(StepSettings):
+    """The step's settings (:class:`~gymbench.train.config.StepSettings`), and how the run measures it,
+    searches the largest batch, spreads over ranks and saves its record."""
+
     # --- model
-    model: str = field(default="transformer", metadata=doc("a registered model (`gymbench plugins` lists them)"))
     size: str = field(default="small", metadata=doc("size preset: tiny, small or base"))
     model_options: dict[str, Any] = field(
         default_factory=dict, metadata=doc("model options over the preset, e.g. +model_options.layers=8")
     )
-    # --- training step
-    step: str = field(
-        default="lm",
-        metadata=doc("lm: next-token loss; rl: NeMo RL's GRPO policy step (logprobs, clipped PG + KL, update)"),
-    )
-    batch: int = field(default=8, metadata=doc("global batch: samples per optimizer step"))
-    seq_len: int = field(
-        default=128, metadata=doc("tokens per sample (transformer); with variable lengths the longest")
-    )
-    lengths: str = field(
-        default="fixed",
-        metadata=doc("fixed (all seq_len), uniform or skewed (log-normal, median seq_len/4) lengths"),
-    )
-    min_len: int = field(default=8, metadata=doc("shortest drawn sequence (uniform, skewed)"))
-    prompt_share: float = field(default=0.25, metadata=doc("share of a drawn sequence that is prompt (no RL loss)"))
-    rollouts: str | None = field(
-        default=None,
-        metadata=doc("a rollouts JSONL (gymbench collect or NeMo Gym) whose token counts are the lengths", path=True),
-    )
-    packing: bool = field(
-        default=False, metadata=doc("pack sequences into rows (block-diagonal attention) instead of padding")
-    )
-    group_size: int = field(default=4, metadata=doc("RL: generations per prompt (one GRPO group)"))
-    kl_penalty: float = field(default=0.01, metadata=doc("RL: NeMo RL's reference_policy_kl_penalty"))
-    ratio_clip: float = field(default=0.2, metadata=doc("RL: NeMo RL's ratio_clip_min/max"))
-    max_grad_norm: float = field(default=1.0, metadata=doc("RL: gradient-norm clip"))
-    precision: str = field(default="fp32", metadata=doc("fp32, bf16 or fp16"))
-    checkpointing: str = field(default="off", metadata=doc("off, on, or every-K (checkpoint every K-th block)"))
-    checkpoint_ratio: float | None = field(
-        default=None, metadata=doc("NeMo RL's checkpoint_ratio (0.5 = every other block)")
-    )
-    accumulation: int = field(default=1, metadata=doc("micro-batches per step; the global batch stays"))
-    steps: int = field(default=10, metadata=doc("measured steps"))
-    warmup: int = field(default=2, metadata=doc("unmeasured steps first"))
-    device: str = field(default="auto", metadata=doc("auto, cpu, cuda or cuda:N"))
-    threads: int | None = field(default=None, metadata=doc("torch CPU threads (default: torch's choice)"))
-    lr: float = field(default=1e-4, metadata=doc("AdamW learning rate at base_batch"))
-    base_batch: int | None = field(default=None, metadata=doc("the batch lr was tuned for; the √ rule rescales it"))
-    seed: int = field(default=0, metadata=doc("random seed"))
     allow_slow_fp16: bool = field(default=False, metadata=doc("keep the given shapes for fp16 on a CPU"))
     # --- measurements
     memory: bool = field(default=True, metadata=doc("run the memory pass (--no-memory skips it)"))
@@ -153,7 +116,7 @@ class TrainSettings:
             ranks = self.cluster.num_nodes * self.cluster.gpus_per_node
             expected = f"{ranks} (cluster.num_nodes x cluster.gpus_per_node) or unset"
             require(self.dp in (1, ranks), "dp", self.dp, expected)
-            self.dp = ranks
+            object.__setattr__(self, "dp", ranks)  # frozen: the ranks the cluster names
         if self.dp == 1:
             return
         nodes = self.cluster.num_nodes

@@ -16,11 +16,6 @@ METHODS = ("sweep", "adaptive")
 class ProbeConfig(ServerConfig, PrecisionSettings):
     """What every probe of the task sample needs."""
 
-    strategy: str = field(
-        default="semaphore",
-        metadata=doc("concurrency strategy probed at each parallelism (it must take num_samples_in_parallel)"),
-    )
-    strategy_options: dict[str, Any] = field(default_factory=dict, metadata=doc("the strategy's own settings"))
     sample_size: int = field(default=200, metadata=doc("tasks in the sample every probe cycles through"))
     server_counters: bool = field(
         default=True, metadata=doc("read throughput from the server's /metrics token counter when it serves one")
