@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from gymbench.collect.config import ServerConfig
 from gymbench.search_settings import PrecisionSettings, SearchSettings, SweepSettings
