@@ -173,13 +173,19 @@ class Plugins:
         schema = self.schema(kind, name)
         return known_fields(schema) if schema is not None else None
 
-    def check(self, kind: str, name: str, config: Mapping[str, Any] | None = None) -> Any:
+    def check(self, kind: str, name: str, config: Mapping[str, Any] | object | None = None) -> Any:
         """The component's options, checked against its settings schema (the raw mapping without one).
+        An instance of the schema (or :class:`~gymbench.settings.CheckedOptions` holding one) is taken
+        as it is: it was checked when it was built.
 
         Commands call this before a run starts, so a misspelt option fails at once rather than
         after a server was started.
         """
         schema = self.schema(kind, name)
+        if schema is not None and isinstance(config, schema):  # built and checked already
+            return config
+        if schema is not None and isinstance(getattr(config, "settings", None), schema):  # CheckedOptions
+            return config.settings  # type: ignore[union-attr]
         options: Any = dict(config or {})
         if schema is not None:
             from gymbench.settings import build_settings
@@ -187,7 +193,7 @@ class Plugins:
             options = build_settings(schema, (), options, where=f"{kind} {name!r}")
         return options
 
-    def create(self, kind: str, name: str, config: Mapping[str, Any] | None = None) -> Any:
+    def create(self, kind: str, name: str, config: Mapping[str, Any] | object | None = None) -> Any:
         """Build the named component, its options checked against its settings schema."""
         component = self.component(kind, name)
         made = component.factory(self.check(kind, name, config))
@@ -200,7 +206,7 @@ class Plugins:
             )
         return made
 
-    def backend(self, name: str, config: Mapping[str, Any] | None = None) -> Backend:
+    def backend(self, name: str, config: Mapping[str, Any] | object | None = None) -> Backend:
         backend: Backend = self.create("backend", name, config)
         return backend
 
@@ -208,7 +214,7 @@ class Plugins:
         verifier: Verifier = self.create("verifier", name, config)
         return verifier
 
-    def strategy(self, name: str, config: Mapping[str, Any] | None = None) -> ConcurrencyStrategy:
+    def strategy(self, name: str, config: Mapping[str, Any] | object | None = None) -> ConcurrencyStrategy:
         strategy: ConcurrencyStrategy = self.create("strategy", name, config)
         return strategy
 
