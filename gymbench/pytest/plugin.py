@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from gymbench.measure import MeasureSettings
+from gymbench.errors import GymbenchError
+from gymbench.measure import MeasureSettings, measure_settings
 from gymbench.pytest.api import BenchContext, Benchmark
 from gymbench.pytest.options import add_options
 from gymbench.record import BenchmarkResult, ResultsRecord
@@ -153,13 +154,13 @@ def _measure_settings(config: pytest.Config) -> MeasureSettings:
         value = config.getoption(option)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise pytest.UsageError(f"{option} {value}: expected a finite number above 0")
-    settings = MeasureSettings.quick_mode() if config.getoption("--gymbench-quick") else MeasureSettings()
     try:
-        return settings.with_overrides(
+        return measure_settings(
+            config.getoption("--gymbench-quick"),
             min_rounds=config.getoption("--gymbench-min-rounds"),
             max_time_s=config.getoption("--gymbench-max-time"),
         )
-    except ValueError as exc:
+    except GymbenchError as exc:
         raise pytest.UsageError(f"--gymbench-min-rounds: {exc}") from None
 
 
@@ -266,13 +267,13 @@ def _compare(session: pytest.Session, bench: BenchSession, record: ResultsRecord
     from gymbench.errors import GymbenchError
     from gymbench.gate.gate import in_memory, noise_for, run_gate
     from gymbench.gate.guarded import gate_or_explain
-    from gymbench.gate.settings import build_settings
+    from gymbench.gate.settings import compare_settings
     from gymbench.gate.store import BaselineStore
 
     config = session.config
     key = record.fingerprint["machine"]["key"]
     try:
-        settings = build_settings(
+        settings = compare_settings(
             config.rootpath / "pyproject.toml", min_effect=config.getoption("--gymbench-min-effect")
         )
         baseline = BaselineStore(bench.results_dir).select(bench.compare or "latest", key, config.rootpath)
