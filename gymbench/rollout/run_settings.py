@@ -43,9 +43,7 @@ class RunPolicy(Checked):
 
     resume: bool = field(default=False, kw_only=True, metadata=doc("skip rollouts already in the output file"))
     overwrite: bool = field(default=False, kw_only=True, metadata=doc("replace an existing output file"))
-    max_attempts: int = field(
-        default=3, kw_only=True, metadata=doc("attempts per failed rollout across resumes")
-    )
+    max_attempts: int = field(default=3, kw_only=True, metadata=doc("attempts per failed rollout across resumes"))
     stop_after_failures: int = field(
         default=20,
         kw_only=True,
