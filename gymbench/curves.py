@@ -25,8 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gymbench.rates import Rate, pooled, ratio
-
-KNEE_FRACTION = 0.97
+from gymbench.search_settings import KNEE_FRACTION
 
 
 @dataclass(frozen=True)

@@ -26,28 +26,10 @@ from dataclasses import dataclass
 
 from gymbench.curves import KNEE_FRACTION, Knee, Recommendation, find_knee, plateau_members, plateau_of, recommend
 from gymbench.rates import Rate, pooled, ratio
+from gymbench.search_settings import SearchSettings
 
 HUMP_GAP = 1.5
 """Plateau points this far apart (or more) get a look between them."""
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    start: int = 5
-    factor: float = 2.0
-    max_parallelism: int = 1024
-    plateau_gain: float = 0.10
-    degrade: float = 0.05
-    error_rate: float = 0.01
-    resolution: float = 1.1
-    reprobes: int = 2
-    share: float = KNEE_FRACTION
-    """The recommendation: the smallest parallelism expected to give this share of the plateau."""
-    knee_precision: float = 0.05
-    """Re-measure the levels the knee is read from until its 95% interval is within ± this share."""
-    fine_growth: bool = False
-    """Once a step gains less than half, grow by √factor: less overshoot past the plateau (the
-    adaptive search, where a level far past the knee is the costliest to measure)."""
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from gymbench.errors import GymbenchError
 from gymbench.record import BenchmarkResult, Metric
 from gymbench.types import Direction
 
@@ -35,6 +36,10 @@ class RoundPacer(Protocol):
         """The round just timed: wall and CPU seconds per call."""
 
 
+class MeasureSettingsError(GymbenchError, ValueError):
+    """A measurement setting out of range (a ``ValueError`` too, as it always was)."""
+
+
 @dataclass(frozen=True)
 class MeasureSettings:
     warmup_rounds: int = 1
@@ -46,15 +51,14 @@ class MeasureSettings:
 
     def __post_init__(self) -> None:
         if self.min_rounds < 1 or self.max_rounds < self.min_rounds:
-            raise ValueError(f"need 1 <= min_rounds <= max_rounds, got {self.min_rounds} and {self.max_rounds}")
+            raise MeasureSettingsError(
+                f"need 1 <= min_rounds <= max_rounds, got {self.min_rounds} and {self.max_rounds}"
+            )
 
     @classmethod
     def quick_mode(cls) -> MeasureSettings:
         """Enough to prove a benchmark still runs, not enough to compare figures."""
         return cls(warmup_rounds=0, min_rounds=2, max_rounds=3, min_time_s=0.0, max_time_s=0.5, quick=True)
-
-    def with_overrides(self, **changes: Any) -> MeasureSettings:
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def keep_going(self, rounds_done: int, elapsed_s: float) -> bool:
         if rounds_done >= self.max_rounds:
@@ -62,6 +66,15 @@ class MeasureSettings:
         if rounds_done < self.min_rounds:
             return True
         return elapsed_s < self.min_time_s and elapsed_s < self.max_time_s
+
+
+def measure_settings(quick: bool = False, **given: Any) -> MeasureSettings:
+    """The defaults (or quick mode's) ← the values ``given`` (``None``: not given), built and checked
+    as every settings object is (:func:`gymbench.settings.build_settings`)."""
+    from gymbench.settings import build_settings, settings_dict
+
+    base = MeasureSettings.quick_mode() if quick else MeasureSettings()
+    return build_settings(MeasureSettings, (), settings_dict(base), {k: v for k, v in given.items() if v is not None})
 
 
 class Recorder:

@@ -181,28 +181,43 @@ class Plugins:
             )
         return registered.item
 
+    def schema(self, kind: str, name: str) -> type | None:
+        """The dataclass a component's options are checked against (imported now when registered by
+        name), or ``None`` when it takes any mapping."""
+        schema = self.component(kind, name).settings
+        if isinstance(schema, str):
+            module_name, _, attribute = schema.partition(":")
+            schema = getattr(importlib.import_module(module_name), attribute)
+        return schema
+
     def options(self, kind: str, name: str) -> set[str] | None:
         """The option names a component declares, or ``None`` when it takes any mapping."""
         from gymbench.settings import known_fields
 
-        schema = self.component(kind, name).settings
+        schema = self.schema(kind, name)
         return known_fields(schema) if schema is not None else None
 
-    def check(self, kind: str, name: str, config: Mapping[str, Any] | None = None) -> object:
+    def check(self, kind: str, name: str, config: Mapping[str, Any] | object | None = None) -> object:
         """The component's options, checked against its settings schema (the raw mapping without one).
+        An instance of the schema (or :class:`~gymbench.settings.CheckedOptions` holding one) is taken
+        as it is: it was checked when it was built.
 
         Commands call this before a run starts, so a misspelt option fails at once rather than
         after a server was started.
         """
-        component = self.component(kind, name)
-        options: object = dict(config or {})
-        if component.settings is not None:
+        schema = self.schema(kind, name)
+        if schema is not None and isinstance(config, schema):  # built and checked already
+            return config
+        if schema is not None and isinstance(getattr(config, "settings", None), schema):  # CheckedOptions
+            return config.settings  # type: ignore[union-attr]
+        options: Any = dict(cast(Mapping[str, Any], config or {}))
+        if schema is not None:
             from gymbench.settings import build_settings
 
-            options = build_settings(component.settings, (), dict(config or {}), where=f"{kind} {name!r}")
+            options = build_settings(schema, (), options, where=f"{kind} {name!r}")
         return options
 
-    def create(self, kind: str, name: str, config: Mapping[str, Any] | None = None) -> object:
+    def create(self, kind: str, name: str, config: Mapping[str, Any] | object | None = None) -> object:
         """Build the named component, its options checked against its settings schema."""
         component = self.component(kind, name)
         made = component.factory(self.check(kind, name, config))
@@ -215,13 +230,13 @@ class Plugins:
             )
         return made
 
-    def backend(self, name: str, config: Mapping[str, Any] | None = None) -> Backend:
+    def backend(self, name: str, config: Mapping[str, Any] | object | None = None) -> Backend:
         return cast(Backend, self.create("backend", name, config))  # create checked the protocol
 
     def verifier(self, name: str, config: Mapping[str, Any] | None = None) -> Verifier:
         return cast(Verifier, self.create("verifier", name, config))
 
-    def strategy(self, name: str, config: Mapping[str, Any] | None = None) -> ConcurrencyStrategy:
+    def strategy(self, name: str, config: Mapping[str, Any] | object | None = None) -> ConcurrencyStrategy:
         return cast(ConcurrencyStrategy, self.create("strategy", name, config))
 
 

@@ -34,6 +34,59 @@ OVERRIDE = re.compile(r"^\+{0,2}[A-Za-z_][\w.\-]*=")
 TRUE_WORDS = ("true", "yes", "on", "1")
 
 
+# --------------------------------------------------------------------------- declaring
+
+
+def doc(text: str, *, path: bool = False) -> dict[str, Any]:
+    """A setting's field metadata: its help (``--help`` shows it) and, with ``path``, that its value is a
+    file or folder path (made absolute where the working directory changes: shard workers, pyproject)."""
+    return {"help": text, "path": True} if path else {"help": text}
+
+
+def path_settings(*schemas: type[Any]) -> tuple[str, ...]:
+    """The settings of ``schemas`` declared with ``doc(..., path=True)``, in declaration order."""
+    names = [field.name for schema in schemas for field in dataclasses.fields(schema) if field.metadata.get("path")]
+    return tuple(dict.fromkeys(names))
+
+
+class Checked:
+    """The root of settings groups that schemas combine (a schema inherits the groups it offers).
+
+    Each group's ``__post_init__`` calls ``super().__post_init__()`` and then checks its own fields,
+    so a schema made of several groups runs each group's checks exactly once; this class ends the
+    chain.
+    """
+
+    def __post_init__(self) -> None:
+        return None
+
+
+def with_defaults(schema: type[T], **defaults: Any) -> type[T]:
+    """``schema`` with other defaults for some of its settings: where a command's default differs from
+    another's, the setting is still declared once (type, help, checks) and only the default is given
+    again. The result is a subclass with the same name, so it reads (and pickles) as ``schema`` would.
+    """
+    unknown = set(defaults) - known_fields(schema)
+    if unknown:
+        raise TypeError(f"{schema.__name__} has no settings {sorted(unknown)}")
+    hints = typing.get_type_hints(schema)
+    fields = [
+        (field.name, hints[field.name], _redeclared(field, defaults[field.name]))
+        for field in dataclasses.fields(schema)  # type: ignore[arg-type]
+        if field.name in defaults
+    ]
+    namespace = {"__module__": schema.__module__, "__qualname__": schema.__qualname__, "__doc__": schema.__doc__}
+    params = schema.__dataclass_params__  # type: ignore[attr-defined]
+    derived = dataclasses.make_dataclass(
+        schema.__name__, fields, bases=(schema,), namespace=namespace, frozen=params.frozen
+    )
+    return derived
+
+
+def _redeclared(field: dataclasses.Field[Any], default: Any) -> Any:
+    return dataclasses.field(default=default, metadata=field.metadata, kw_only=field.kw_only)
+
+
 # --------------------------------------------------------------------------- command line
 
 
@@ -230,6 +283,16 @@ def _refuse_non_finite(value: Any, key: str = "") -> None:
 def settings_dict(settings: Any) -> dict[str, Any]:
     """A settings object as plain JSON-able data (for records and fingerprints)."""
     return dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)  # type: ignore[arg-type]
+
+
+class CheckedOptions(dict[str, Any]):
+    """A component's options already checked: read as data (``options["base_url"]``), while
+    :meth:`gymbench.plugins.Plugins.create` takes :attr:`settings`, the checked object, as it is
+    instead of building it again."""
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings_dict(settings))
+        self.settings = settings
 
 
 def known_fields(schema: type[Any]) -> set[str]:

@@ -177,7 +177,8 @@ class Component:
     """A named factory a plugin registers: a backend, verifier, concurrency strategy or model.
 
     ``factory`` returns the object (a :class:`Backend`, :class:`Verifier` or
-    :class:`ConcurrencyStrategy`). When ``settings`` names a dataclass of the component's options,
+    :class:`ConcurrencyStrategy`). When ``settings`` names a dataclass of the component's options
+    (the class, or ``"package.module:Class"`` to import it only when the options are checked),
     gymbench checks the options a user gave against it (unknown keys, wrong types and the
     dataclass's own ``__post_init__`` checks are errors that name the component) and calls
     ``factory`` with the dataclass instance; without ``settings`` the factory gets the raw mapping.
@@ -189,7 +190,7 @@ class Component:
     name: str
     factory: ComponentFactory
     description: str = ""
-    settings: type | None = None
+    settings: type | str | None = None
 
 
 @dataclass(frozen=True)

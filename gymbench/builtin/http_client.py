@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from gymbench.builtin.backends import HttpSettings
+from gymbench.builtin.backend_settings import HttpSettings
 from gymbench.builtin.http_retry import RETRYABLE_STATUS, RetryPolicy, failure_kind_for_status, retry_after_seconds
 from gymbench.errors import GymbenchError
 from gymbench.secrets import redact, register_secret
@@ -29,7 +29,7 @@ from gymbench.types import GenerationFailed
 
 T = TypeVar("T")
 HTTP_DEFAULTS: dict[str, Any] = dataclasses.asdict(HttpSettings())
-"""The defaults of :class:`~gymbench.builtin.backends.HttpSettings`, for backends built directly."""
+"""The defaults of :class:`~gymbench.builtin.backend_settings.HttpSettings`, for backends built directly."""
 PREFLIGHT_TRIES = 3
 CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 _CONNECTION_WAIT: ContextVar[list[float] | None] = ContextVar("gymbench_connection_wait", default=None)

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from gymbench.builtin.backends import DEFAULT_HEAD_SERVER
+from gymbench.builtin.backend_settings import DEFAULT_HEAD_SERVER
 from gymbench.builtin.http_client import RetryingClient
 from gymbench.errors import GymbenchError
 from gymbench.types import JSONValue

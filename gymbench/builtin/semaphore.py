@@ -10,7 +10,6 @@ import asyncio
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from gymbench.errors import GymbenchError
 from gymbench.types import RequestOutcome
 
 UNBOUNDED_WARNING = (
@@ -32,10 +31,7 @@ _NO_LIMIT = _NoLimit()
 
 class SemaphoreStrategy:
     def __init__(self, limit: int | None) -> None:
-        if limit is not None and limit < 1:
-            raise GymbenchError(
-                f"num_samples_in_parallel must be a positive whole number, got {limit}; leave it unset for no limit"
-            )
+        """``limit``: at least 1, or ``None``; the strategy's settings checked it (``Parallelism``)."""
         self._limit = limit
         self._semaphore = asyncio.Semaphore(limit) if limit is not None else None
 

@@ -16,37 +16,29 @@ from typing import Any
 
 from gymbench.errors import GymbenchError
 from gymbench.hookspecs import hookimpl
-from gymbench.settings import at_least, one_of, require
+from gymbench.settings import at_least, doc, one_of, require
 from gymbench.types import Component, Verifier
 
 REGEX_FLAG_LETTERS = "imsxa"
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
 @dataclass
 class ExactMatchSettings:
-    field: str = dataclasses.field(
-        default="expected_answer", metadata=_help("the row field holding the expected answer")
-    )
+    field: str = dataclasses.field(default="expected_answer", metadata=doc("the row field holding the expected answer"))
 
 
 @dataclass
 class RegexSettings:
     pattern: str | None = dataclasses.field(
-        default=None, metadata=_help("one pattern for every row (default: the row's)")
+        default=None, metadata=doc("one pattern for every row (default: the row's)")
     )
     pattern_field: str = dataclasses.field(
-        default="expected_pattern", metadata=_help("the row field holding the pattern")
+        default="expected_pattern", metadata=doc("the row field holding the pattern")
     )
-    mode: str = dataclasses.field(
-        default="search", metadata=_help("search (anywhere) or fullmatch (the whole response)")
-    )
-    flags: str = dataclasses.field(default="", metadata=_help(f"flag letters, any of {REGEX_FLAG_LETTERS!r}"))
-    group: Any = dataclasses.field(default=None, metadata=_help("a group number or name whose match is graded"))
-    answer_field: str = dataclasses.field(default="expected_answer", metadata=_help("what the graded group must equal"))
+    mode: str = dataclasses.field(default="search", metadata=doc("search (anywhere) or fullmatch (the whole response)"))
+    flags: str = dataclasses.field(default="", metadata=doc(f"flag letters, any of {REGEX_FLAG_LETTERS!r}"))
+    group: Any = dataclasses.field(default=None, metadata=doc("a group number or name whose match is graded"))
+    answer_field: str = dataclasses.field(default="expected_answer", metadata=doc("what the graded group must equal"))
 
     def __post_init__(self) -> None:
         one_of("mode", self.mode, ("search", "fullmatch"))
@@ -67,13 +59,11 @@ class RegexSettings:
 
 @dataclass
 class MathSettings:
-    field: str = dataclasses.field(
-        default="expected_answer", metadata=_help("the row field holding the expected answer")
-    )
-    timeout_s: int = dataclasses.field(default=5, metadata=_help("seconds math-verify may spend on one response"))
-    float_rounding: int = dataclasses.field(default=6, metadata=_help("decimal places floats are rounded to"))
-    numeric_precision: int = dataclasses.field(default=15, metadata=_help("significant digits compared"))
-    strict: bool = dataclasses.field(default=True, metadata=_help("math-verify's strict mode"))
+    field: str = dataclasses.field(default="expected_answer", metadata=doc("the row field holding the expected answer"))
+    timeout_s: int = dataclasses.field(default=5, metadata=doc("seconds math-verify may spend on one response"))
+    float_rounding: int = dataclasses.field(default=6, metadata=doc("decimal places floats are rounded to"))
+    numeric_precision: int = dataclasses.field(default=15, metadata=doc("significant digits compared"))
+    strict: bool = dataclasses.field(default=True, metadata=doc("math-verify's strict mode"))
 
     def __post_init__(self) -> None:
         at_least("timeout_s", self.timeout_s, 1)
@@ -83,22 +73,22 @@ class MathSettings:
 
 @dataclass
 class CodeSettings:
-    tests_field: str = dataclasses.field(default="tests", metadata=_help("the row field holding the tests"))
-    timeout_s: float = dataclasses.field(default=10.0, metadata=_help("wall-clock seconds per program run"))
+    tests_field: str = dataclasses.field(default="tests", metadata=doc("the row field holding the tests"))
+    timeout_s: float = dataclasses.field(default=10.0, metadata=doc("wall-clock seconds per program run"))
     cpu_s: int | None = dataclasses.field(
-        default=None, metadata=_help("CPU seconds per run (default: timeout_s rounded up)")
+        default=None, metadata=doc("CPU seconds per run (default: timeout_s rounded up)")
     )
-    memory_mb: int = dataclasses.field(default=1024, metadata=_help("address-space limit per run"))
-    file_mb: int = dataclasses.field(default=16, metadata=_help("largest file a run may write"))
-    scoring: str = dataclasses.field(default="fraction", metadata=_help("fraction (of tests passed) or all_or_nothing"))
-    compare: str = dataclasses.field(default="lines", metadata=_help("lines, tokens or exact output comparison"))
+    memory_mb: int = dataclasses.field(default=1024, metadata=doc("address-space limit per run"))
+    file_mb: int = dataclasses.field(default=16, metadata=doc("largest file a run may write"))
+    scoring: str = dataclasses.field(default="fraction", metadata=doc("fraction (of tests passed) or all_or_nothing"))
+    compare: str = dataclasses.field(default="lines", metadata=doc("lines, tokens or exact output comparison"))
     stop_after_timeout: bool = dataclasses.field(
-        default=True, metadata=_help("skip a task's later tests after a timeout")
+        default=True, metadata=doc("skip a task's later tests after a timeout")
     )
     python: str | None = dataclasses.field(
-        default=None, metadata=_help("interpreter that runs programs (default: this one)")
+        default=None, metadata=doc("interpreter that runs programs (default: this one)")
     )
-    tmp_dir: str | None = dataclasses.field(default=None, metadata=_help("where sandboxes are created"))
+    tmp_dir: str | None = dataclasses.field(default=None, metadata=doc("where sandboxes are created"))
 
     def __post_init__(self) -> None:
         at_least("timeout_s", self.timeout_s, 0.1)
@@ -111,7 +101,7 @@ class CodeSettings:
 
 @dataclass
 class NoneSettings:
-    reward: float = dataclasses.field(default=0.0, metadata=_help("the constant reward every row gets"))
+    reward: float = dataclasses.field(default=0.0, metadata=doc("the constant reward every row gets"))
 
 
 def make_exact_match(settings: ExactMatchSettings) -> Verifier:

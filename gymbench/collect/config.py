@@ -2,8 +2,10 @@
 
 :class:`ServerConfig` holds what the three commands share (where requests go, how they are
 verified, where the record goes); each command's class adds its own, so ``--help`` lists only
-settings that apply. Range checks run when the settings are built (``__post_init__``), before
-any server is started or file touched.
+settings that apply. Settings that other schemas take too are declared once, in groups these
+classes inherit (the backends' :mod:`~gymbench.builtin.backend_settings`, the task range and run
+policy of :mod:`~gymbench.rollout.run_settings`), so the command line stays flat. Range checks
+run when the settings are built (``__post_init__``), before any server is started or file touched.
 """
 
 from __future__ import annotations
@@ -12,92 +14,68 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gymbench.builtin.backends import check_head_server
+from gymbench.builtin.backend_settings import ConnectionSettings, NemoGymAgent, OpenAIServer
+from gymbench.builtin.strategy_settings import Parallelism
 from gymbench.rollout.latency import Slo
+from gymbench.rollout.run_settings import RunPolicy, TaskRange
 from gymbench.rollout.verification import VerifySettings
-from gymbench.settings import at_least, one_of, positive_finite, require, safe_name
+from gymbench.settings import at_least, doc, one_of, require, safe_name
 
 LAUNCHERS = ("local", "ray")
 SHARD_TRANSFERS = ("auto", "files", "object_store")
-MAX_REPEATS = (1 << 24) - 1
-"""Rollout indices are packed into 24 bits by the resume bookkeeping."""
-
-
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
+SERVER_GROUPS = (ConnectionSettings, OpenAIServer, NemoGymAgent)
+"""The backends' settings groups every server command offers flat (``+base_url``, ``+max_retries``)."""
 
 
 @dataclass
-class ServerConfig:
-    input_jsonl_fpath: str | None = field(default=None, metadata=_help("JSONL file of tasks (required)"))
+class ServerConfig(ConnectionSettings, OpenAIServer, NemoGymAgent):
+    input_jsonl_fpath: str | None = field(default=None, metadata=doc("JSONL file of tasks (required)", path=True))
     backend: str | None = field(
         default=None,
-        metadata=_help(
+        metadata=doc(
             "backend plugin (unset: nemo-gym when an agent is named, openai when base_url is; "
             "with no server named at all, the simulated server)"
         ),
     )
-    agent_url: str | None = field(
-        default=None, metadata=_help("NeMo Gym agent server, http://HOST:PORT (every row goes there)")
-    )
-    agent_name: str | None = field(
-        default=None,
-        metadata=_help(
-            "NeMo Gym agent for rows without an agent_ref, found through the head server "
-            "(+head_server.host=H +head_server.port=P, default 127.0.0.1:11000)"
+    backend_options: dict[str, Any] = field(default_factory=dict, metadata=doc("extra backend settings"))
+    sim_preset: str = field(default="vllm-like", metadata=doc("simulator preset when no backend is set"))
+    sim: dict[str, Any] = field(default_factory=dict, metadata=doc("simulator settings, e.g. +sim.max_num_seqs=8"))
+    strategy: str = field(
+        default="semaphore",
+        metadata=doc(
+            "concurrency strategy plugin (tune and diagnose probe it at each parallelism: it must take "
+            "num_samples_in_parallel)"
         ),
     )
-    head_server: dict[str, Any] = field(
-        default_factory=dict,
-        metadata=_help("NeMo Gym's head server, +head_server.host=H +head_server.port=P (default 127.0.0.1:11000)"),
-    )
-    base_url: str | None = field(default=None, metadata=_help("OpenAI-compatible base URL, e.g. http://HOST:PORT/v1"))
-    model: str | None = field(default=None, metadata=_help("model name sent with each request"))
-    api: str = field(default="responses", metadata=_help("responses or chat"))
-    stream: bool = field(default=False, metadata=_help("stream responses (measures time to first token)"))
-    api_key_env: str | None = field(default=None, metadata=_help("environment variable holding the API key"))
-    extra_body: dict[str, Any] = field(default_factory=dict, metadata=_help("fields added to every request body"))
-    backend_options: dict[str, Any] = field(default_factory=dict, metadata=_help("extra backend settings"))
-    request_timeout_s: float = field(default=300.0, metadata=_help("per-request timeout in seconds (> 0)"))
-    max_retries: int = field(default=5, metadata=_help("retries on 429, 5xx and connection errors"))
-    global_aiohttp_connector_limit: int = field(default=65536, metadata=_help("connection pool size (0: no limit)"))
-    global_aiohttp_connector_limit_per_host: int = field(
-        default=16384, metadata=_help("pool size per host (0: no limit)")
-    )
-    sim_preset: str = field(default="vllm-like", metadata=_help("simulator preset when no backend is set"))
-    sim: dict[str, Any] = field(default_factory=dict, metadata=_help("simulator settings, e.g. +sim.max_num_seqs=8"))
-    verifier: str = field(default="exact-match", metadata=_help("verifier plugin"))
-    verifier_options: dict[str, Any] = field(default_factory=dict, metadata=_help("the verifier's own settings"))
+    strategy_options: dict[str, Any] = field(default_factory=dict, metadata=doc("the strategy's own settings"))
+    verifier: str = field(default="exact-match", metadata=doc("verifier plugin"))
+    verifier_options: dict[str, Any] = field(default_factory=dict, metadata=doc("the verifier's own settings"))
     verifier_pool: str = field(
         default="auto",
-        metadata=_help("auto, inline, thread or process (auto: cheap verifiers inline, others in threads)"),
+        metadata=doc("auto, inline, thread or process (auto: cheap verifiers inline, others in threads)"),
     )
-    verifier_workers: int = field(default=4, metadata=_help("verification pool size"))
+    verifier_workers: int = field(default=4, metadata=doc("verification pool size"))
     verify_cache_size: int | None = field(
-        default=None, metadata=_help("in-memory verdict cache entries (default 10000 for expensive verifiers, 0: off)")
+        default=None, metadata=doc("in-memory verdict cache entries (default 10000 for expensive verifiers, 0: off)")
     )
     verify_cache_path: str | None = field(
-        default=None, metadata=_help("SQLite file keeping verdicts across runs and resumes")
+        default=None, metadata=doc("SQLite file keeping verdicts across runs and resumes", path=True)
     )
-    verify_fraction: float = field(default=1.0, metadata=_help("fast mode: verify this fraction of rollouts"))
-    verify_first_n: int | None = field(default=None, metadata=_help("fast mode: verify the first N per task"))
-    verify_only_cheap: bool = field(default=False, metadata=_help("fast mode: skip verifiers that are not cheap"))
+    verify_fraction: float = field(default=1.0, metadata=doc("fast mode: verify this fraction of rollouts"))
+    verify_first_n: int | None = field(default=None, metadata=doc("fast mode: verify the first N per task"))
+    verify_only_cheap: bool = field(default=False, metadata=doc("fast mode: skip verifiers that are not cheap"))
     responses_create_params: dict[str, Any] = field(
         default_factory=dict,
-        metadata=_help("merged into every row's request, e.g. +responses_create_params.temperature=0.7"),
+        metadata=doc("merged into every row's request, e.g. +responses_create_params.temperature=0.7"),
     )
-    save_results: bool = field(default=True, metadata=_help("save a results record under results_dir"))
-    results_dir: str = field(default="results", metadata=_help("where results records go"))
-    run_name: str = field(default="collect", metadata=_help("name of the results record"))
-    progress: bool = field(default=True, metadata=_help("show progress"))
+    save_results: bool = field(default=True, metadata=doc("save a results record under results_dir"))
+    results_dir: str = field(default="results", metadata=doc("where results records go", path=True))
+    run_name: str = field(default="collect", metadata=doc("name of the results record"))
+    progress: bool = field(default=True, metadata=doc("show progress"))
 
     def __post_init__(self) -> None:
-        positive_finite("request_timeout_s", self.request_timeout_s)
-        at_least("max_retries", self.max_retries, 0, 100)
-        at_least("global_aiohttp_connector_limit", self.global_aiohttp_connector_limit, 0)
-        at_least("global_aiohttp_connector_limit_per_host", self.global_aiohttp_connector_limit_per_host, 0)
+        super().__post_init__()  # the groups' checks: connection, agent
         safe_name("run_name", self.run_name)
-        check_head_server(self.head_server)
         at_least("verify_cache_size", self.verify_cache_size, 0)
         self.verify_settings()  # its own checks: pool, workers, fraction, first_n
 
@@ -115,66 +93,48 @@ class ServerConfig:
         )
 
     def backend_values(self) -> dict[str, Any]:
-        """Every server setting by name; the harness passes a backend those its schema declares."""
-        keys = (
-            "base_url", "model", "api", "stream", "api_key_env", "extra_body", "agent_url", "agent_name",
-            "head_server", "request_timeout_s", "max_retries", "global_aiohttp_connector_limit",
-            "global_aiohttp_connector_limit_per_host",
-        )  # fmt: skip
-        return {key: getattr(self, key) for key in keys}
+        """Every server setting by name (the groups a backend's schema is made of); the harness passes a
+        backend those its schema declares."""
+        return {name: getattr(self, name) for group in SERVER_GROUPS for name in group.__dataclass_fields__}
 
 
 @dataclass
-class CollectConfig(ServerConfig):
-    output_jsonl_fpath: str | None = field(default=None, metadata=_help("where rollouts go (required)"))
-    limit: int | None = field(default=None, metadata=_help("take at most this many rows (after start_idx)"))
-    start_idx: int = field(default=0, metadata=_help("first row index taken (0-based)"))
-    end_idx: int | None = field(default=None, metadata=_help("row index to stop before: the range is [start, end)"))
-    num_repeats: int = field(default=1, metadata=_help("rollouts per task"))
-    num_samples_in_parallel: int | None = field(default=None, metadata=_help("rollouts at once (unset: unbounded)"))
-    strategy: str = field(default="semaphore", metadata=_help("concurrency strategy plugin"))
-    strategy_options: dict[str, Any] = field(default_factory=dict, metadata=_help("the strategy's own settings"))
-    resume: bool = field(default=False, metadata=_help("skip rollouts already in the output file"))
+class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy):
+    output_jsonl_fpath: str | None = field(default=None, metadata=doc("where rollouts go (required)", path=True))
     resume_force: bool = field(
-        default=False, metadata=_help("resume even when the settings or input differ from the first run's")
-    )
-    overwrite: bool = field(default=False, metadata=_help("replace an existing output file"))
-    max_attempts: int = field(default=3, metadata=_help("attempts per failed rollout across resumes"))
-    stop_after_failures: int = field(
-        default=20,
-        metadata=_help("stop early after this many rollouts in a row fail to reach the server (0: never)"),
+        default=False, metadata=doc("resume even when the settings or input differ from the first run's")
     )
     disable_aggregation: bool = field(
-        default=False, metadata=_help("write no <stem>_aggregate_metrics.json (NeMo Gym's setting)")
+        default=False, metadata=doc("write no <stem>_aggregate_metrics.json (NeMo Gym's setting)")
     )
     # --- across workers (docs/distributed.md)
     num_workers: int = field(
-        default=1, metadata=_help("workers collecting shards at once (above 1: shards in OUT.shards/, then merged)")
+        default=1, metadata=doc("workers collecting shards at once (above 1: shards in OUT.shards/, then merged)")
     )
-    launcher: str = field(default="local", metadata=_help("local (processes on this machine) or ray (a Ray cluster)"))
+    launcher: str = field(default="local", metadata=doc("local (processes on this machine) or ray (a Ray cluster)"))
     num_shards: int | None = field(
-        default=None, metadata=_help("shards the tasks are split into (default 4 per worker, at most one per task)")
+        default=None, metadata=doc("shards the tasks are split into (default 4 per worker, at most one per task)")
     )
-    shard_attempts: int = field(default=3, metadata=_help("attempts per shard (a crashed or killed worker's shard)"))
+    shard_attempts: int = field(default=3, metadata=doc("attempts per shard (a crashed or killed worker's shard)"))
     ray_address: str | None = field(
         default=None,
-        metadata=_help("Ray cluster: auto or HOST:PORT (NeMo Gym's ray_head_node_address); unset: start one"),
+        metadata=doc("Ray cluster: auto or HOST:PORT (NeMo Gym's ray_head_node_address); unset: start one"),
     )
     sim_per_worker: bool = field(
-        default=False, metadata=_help("one simulated server per worker instead of one shared by all")
+        default=False, metadata=doc("one simulated server per worker instead of one shared by all")
     )
     shard_transfer: str = field(
         default="auto",
-        metadata=_help("auto (files when workers share this file system, else rows through Ray), files, object_store"),
+        metadata=doc("auto (files when workers share this file system, else rows through Ray), files, object_store"),
     )
     slo_ttft_ms: float | None = field(
-        default=None, metadata=_help("goodput: a rollout is good only with time to first token within this (streaming)")
+        default=None, metadata=doc("goodput: a rollout is good only with time to first token within this (streaming)")
     )
     slo_e2e_ms: float | None = field(
-        default=None, metadata=_help("goodput: a rollout is good only with its backend call within this")
+        default=None, metadata=doc("goodput: a rollout is good only with its backend call within this")
     )
     scrape_metrics: bool = field(
-        default=True, metadata=_help("read the server's Prometheus /metrics before and after the run into the record")
+        default=True, metadata=doc("read the server's Prometheus /metrics before and after the run into the record")
     )
 
     def __post_init__(self) -> None:
@@ -183,14 +143,6 @@ class CollectConfig(ServerConfig):
             value = getattr(self, name)
             if value is not None:
                 require(math.isfinite(value) and value > 0, name, value, "a finite number of milliseconds above 0")
-        at_least("limit", self.limit, 0)
-        at_least("start_idx", self.start_idx, 0)
-        if self.end_idx is not None:
-            require(self.end_idx >= self.start_idx, "end_idx", self.end_idx, f"at least start_idx ({self.start_idx})")
-        at_least("num_repeats", self.num_repeats, 1, MAX_REPEATS)
-        at_least("num_samples_in_parallel", self.num_samples_in_parallel, 1)
-        at_least("max_attempts", self.max_attempts, 1)
-        at_least("stop_after_failures", self.stop_after_failures, 0)
         at_least("num_workers", self.num_workers, 1, 4096)
         one_of("launcher", self.launcher, LAUNCHERS)
         at_least("num_shards", self.num_shards, 1, 1 << 20)

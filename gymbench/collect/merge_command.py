@@ -14,33 +14,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gymbench.errors import GymbenchError
-from gymbench.settings import at_least
+from gymbench.rollout.run_settings import TaskRange
+from gymbench.settings import doc
 
 if TYPE_CHECKING:
     from gymbench.plugins import Plugins
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
 @dataclass
-class MergeSettings:
-    files: list[str] = field(default_factory=list, metadata=_help("the rollouts files, in order (positional)"))
-    output: str | None = field(default=None, metadata=_help("the merged file (required; also -o)"))
-    input: str | None = field(
-        default=None, metadata=_help("the tasks file the splits came from: check that no pair is missing")
-    )
-    num_repeats: int = field(default=1, metadata=_help("rollouts per task in the splits (with --input)"))
-    start_idx: int = field(default=0, metadata=_help("first task index of the whole selection (with --input)"))
-    end_idx: int | None = field(default=None, metadata=_help("task index the whole selection stops before"))
-    limit: int | None = field(default=None, metadata=_help("at most this many tasks (with --input)"))
-    overwrite: bool = field(default=False, metadata=_help("replace an existing output file"))
+class MergeSettings(TaskRange):
+    """The task range (``--input`` given) is the whole selection the splits were collected from."""
 
-    def __post_init__(self) -> None:
-        at_least("num_repeats", self.num_repeats, 1)
-        at_least("start_idx", self.start_idx, 0)
-        at_least("limit", self.limit, 0)
+    files: list[str] = field(default_factory=list, metadata=doc("the rollouts files, in order (positional)"))
+    output: str | None = field(default=None, metadata=doc("the merged file (required; also -o)"))
+    input: str | None = field(
+        default=None, metadata=doc("the tasks file the splits came from: check that no pair is missing")
+    )
+    overwrite: bool = field(default=False, metadata=doc("replace an existing output file"))
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +53,6 @@ def run(args: argparse.Namespace, plugins: Plugins) -> int:
 
 def merge_command(settings: MergeSettings) -> int:
     from gymbench.collect.merge import Expected, merge_rollouts
-    from gymbench.rollout.dataset import TaskSlice
 
     if settings.output is None:
         raise GymbenchError("merge-rollouts needs -o MERGED.jsonl")
@@ -72,8 +61,7 @@ def merge_command(settings: MergeSettings) -> int:
         raise GymbenchError(f"{output}: already exists; add --overwrite to replace it, or choose another -o")
     expected = None
     if settings.input is not None:
-        selection = TaskSlice(settings.start_idx, settings.end_idx, settings.limit, settings.num_repeats)
-        expected = Expected.from_input(settings.input, selection)
+        expected = Expected.from_input(settings.input, settings.task_slice())
     report = merge_rollouts([Path(name) for name in settings.files], output, expected)
     checked = "checked against the tasks: none missing, " if expected is not None else ""
     print(

@@ -20,12 +20,10 @@ from gymbench.collect.config import CollectConfig
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import read_json_file, write_json_atomic
 from gymbench.rollout.dataset import TaskSlice, count_selected
-from gymbench.settings import settings_dict
+from gymbench.settings import path_settings, settings_dict
 from gymbench.types import JSONObject
 
 SHARDS_PER_WORKER = 4
-PATH_SETTINGS = ("input_jsonl_fpath", "output_jsonl_fpath", "verify_cache_path", "results_dir")
-"""Made absolute for workers, whose working directory (on a Ray node) is not the driver's."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +92,7 @@ def shard_settings(config: CollectConfig, shard: Shard, server: dict[str, Any]) 
 
     ``server`` names the shared simulator (``base_url``, ``model``) when the driver runs one."""
     settings = settings_dict(config)
-    for key in PATH_SETTINGS:
+    for key in path_settings(CollectConfig):  # absolute: a worker's working directory (on a Ray node) is not ours
         if settings.get(key):
             settings[key] = os.path.abspath(settings[key])
     settings.update(server)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ class CompareSettings:
     """The smallest relative change that matters (0.05 = 5 %), unless a benchmark overrides it."""
     instructions_min_effect: float = 0.01
     """The same for instruction counts, whose run-to-run noise is ~0.1 % at most, not ~10 %."""
-    per_benchmark: Mapping[str, float] = field(default_factory=dict)
+    per_benchmark: dict[str, float] = field(default_factory=dict)
     """Glob pattern over benchmark ids → minimum effect; beats the marker and the default."""
     alpha: float = 0.01
     """False-discovery rate across the suite (Benjamini–Hochberg); intervals are at 1 - alpha."""
@@ -50,9 +50,6 @@ class CompareSettings:
     @property
     def confidence(self) -> float:
         return 1 - self.alpha
-
-    def with_overrides(self, **changes: Any) -> CompareSettings:
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def min_effect_for(self, bench_id: str, options: Mapping[str, Any], unit: str = "s") -> float:
         """Config pattern, else the benchmark's marker option, else the default.
@@ -78,6 +75,10 @@ def log_threshold(min_effect: float) -> float:
     return math.log1p(min_effect)
 
 
+PYPROJECT_KEYS = ("min_effect", "instructions_min_effect", "alpha", "power", "metrics", "per_benchmark")
+"""The settings ``[tool.gymbench.compare]`` may set."""
+
+
 def settings_from_pyproject(path: Path) -> dict[str, Any]:
     """``[tool.gymbench.compare]`` of a pyproject.toml: minimum effects, ``alpha``, ``per_benchmark``.
 
@@ -87,17 +88,19 @@ def settings_from_pyproject(path: Path) -> dict[str, Any]:
     from gymbench.settings import pyproject_table
 
     table = pyproject_table(path, "compare")
-    known = ("min_effect", "instructions_min_effect", "alpha", "power", "metrics", "per_benchmark")
-    unknown = set(table) - set(known)
+    unknown = set(table) - set(PYPROJECT_KEYS)
     if unknown:
         raise GymbenchError(
-            f"{path}: unknown keys in [tool.gymbench.compare]: {', '.join(sorted(unknown))}; known: {', '.join(known)}"
+            f"{path}: unknown keys in [tool.gymbench.compare]: {', '.join(sorted(unknown))}; "
+            f"known: {', '.join(PYPROJECT_KEYS)}"
         )
-    if "metrics" in table:
-        table = {**table, "metrics": tuple(table["metrics"])}
-    return dict(table)
+    return table
 
 
-def build_settings(pyproject: Path, **overrides: Any) -> CompareSettings:
-    """Defaults, then ``[tool.gymbench.compare]``, then command-line values that were given."""
-    return CompareSettings().with_overrides(**settings_from_pyproject(pyproject)).with_overrides(**overrides)
+def compare_settings(pyproject: Path, **given: Any) -> CompareSettings:
+    """Defaults ← ``[tool.gymbench.compare]`` ← the command-line values given (``None``: not given),
+    built and checked as every settings object is (:func:`gymbench.settings.build_settings`)."""
+    from gymbench.settings import SettingsFile, build_settings
+
+    table = SettingsFile(settings_from_pyproject(pyproject), str(pyproject))
+    return build_settings(CompareSettings, (), table, {k: v for k, v in given.items() if v is not None})

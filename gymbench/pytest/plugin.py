@@ -7,7 +7,6 @@ no aiohttp. The plugin manager and fingerprint are only built when a benchmark a
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
@@ -16,7 +15,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from gymbench.measure import MeasureSettings
+from gymbench.errors import GymbenchError
+from gymbench.measure import MeasureSettings, measure_settings
 from gymbench.pytest.api import Benchmark
 from gymbench.pytest.jobs import BenchContext
 from gymbench.pytest.options import add_options
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from gymbench.gate.gate import GateResult
     from gymbench.plugins import Plugins
     from gymbench.run import Run
-
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 pytest_plugins = ["gymbench.pytest.servers"]
 
 
@@ -98,12 +96,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "e.g. min_effect=0.1 (the smallest change that matters), instructions=True/False (always/never "
         "count it under callgrind), ab=False (leave it out of interleaved A/B runs)",
     )
-    save_name = config.getoption("--gymbench-save")
-    if save_name is not None and not SAFE_NAME.match(save_name):
-        raise pytest.UsageError(
-            f"--gymbench-save {save_name!r}: use letters, digits, '.', '_' or '-' "
-            "(the name becomes part of a file name)"
-        )
+    save_name = _save_name(config)
     results_dir = config.getoption("--gymbench-results-dir")
     bench = BenchSession(
         settings=_measure_settings(config),
@@ -145,19 +138,36 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     return True
 
 
+def _save_name(config: pytest.Config) -> str | None:
+    """``--gymbench-save NAME``, checked now by the rule every record name follows (``+run_name``)."""
+    from gymbench.errors import GymbenchError
+    from gymbench.settings import safe_name
+
+    save_name: str | None = config.getoption("--gymbench-save")
+    if save_name is not None:
+        try:
+            safe_name("run_name", save_name)
+        except GymbenchError:
+            raise pytest.UsageError(
+                f"--gymbench-save {save_name!r}: use up to 101 letters, digits, '.', '_' or '-', starting "
+                "with a letter or digit (the name becomes part of a file name)"
+            ) from None
+    return save_name
+
+
 def _measure_settings(config: pytest.Config) -> MeasureSettings:
     """Measurement options, checked now: a bad one is a usage error (exit 4), not a failure later."""
     for option in ("--gymbench-min-effect", "--gymbench-max-time", "--gymbench-instructions-timeout"):
         value = config.getoption(option)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise pytest.UsageError(f"{option} {value}: expected a finite number above 0")
-    settings = MeasureSettings.quick_mode() if config.getoption("--gymbench-quick") else MeasureSettings()
     try:
-        return settings.with_overrides(
+        return measure_settings(
+            config.getoption("--gymbench-quick"),
             min_rounds=config.getoption("--gymbench-min-rounds"),
             max_time_s=config.getoption("--gymbench-max-time"),
         )
-    except ValueError as exc:
+    except GymbenchError as exc:
         raise pytest.UsageError(f"--gymbench-min-rounds: {exc}") from None
 
 
@@ -265,13 +275,13 @@ def _compare(session: pytest.Session, bench: BenchSession, record: ResultsRecord
     from gymbench.errors import GymbenchError
     from gymbench.gate.gate import in_memory, noise_for, run_gate
     from gymbench.gate.guarded import gate_or_explain
-    from gymbench.gate.settings import build_settings
+    from gymbench.gate.settings import compare_settings
     from gymbench.gate.store import BaselineStore
 
     config = session.config
     key = record.fingerprint["machine"]["key"]
     try:
-        settings = build_settings(
+        settings = compare_settings(
             config.rootpath / "pyproject.toml", min_effect=config.getoption("--gymbench-min-effect")
         )
         baseline = BaselineStore(bench.results_dir).select(bench.compare or "latest", key, config.rootpath)

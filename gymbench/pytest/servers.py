@@ -35,16 +35,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-PATH_SETTINGS = ("input_jsonl_fpath", "output_jsonl_fpath", "verify_cache_path", "rollouts", "profile")
-"""Paths in ``[tool.gymbench.*]`` are relative to the pyproject.toml, wherever pytest is run from."""
+def _job_schemas() -> tuple[type, ...]:
+    """The schemas of the jobs a benchmark runs (imported when a job runs, not when pytest starts)."""
+    from gymbench.collect.config import CollectConfig
+    from gymbench.train.settings import TrainSettings
+    from gymbench.tune.config import TuneConfig
+
+    return CollectConfig, TuneConfig, TrainSettings
 
 
 def job_defaults(config: pytest.Config, job: str) -> dict[str, Any]:
-    """``[tool.gymbench.<job>]`` of the rootdir's pyproject.toml, then the server options given."""
-    from gymbench.settings import pyproject_table
+    """``[tool.gymbench.<job>]`` of the rootdir's pyproject.toml, then the server options given.
+
+    Paths there are relative to the pyproject.toml, wherever pytest is run from."""
+    from gymbench.settings import path_settings, pyproject_table
 
     defaults = pyproject_table(config.rootpath / "pyproject.toml", job)
-    for key in PATH_SETTINGS:
+    for key in path_settings(*_job_schemas()):
         if isinstance(defaults.get(key), str):
             defaults[key] = str(config.rootpath / defaults[key])
     if job in ("collect", "tune"):

@@ -19,7 +19,7 @@ from gymbench.gate.guarded import gate_or_explain
 from gymbench.gate.noise import NoiseTable
 from gymbench.gate.paired import paired_detectable_change
 from gymbench.gate.pytest_benchmark import left_out, load_any, load_pytest_benchmark, to_pytest_benchmark
-from gymbench.gate.settings import CompareSettings, build_settings
+from gymbench.gate.settings import CompareSettings, compare_settings
 from gymbench.gate.store import AB_CALIBRATION_DIR, BaselineStore, StoredRun, save_calibration
 from gymbench.jsonio import AtomicFile, check_writable_file
 from gymbench.record import ResultsRecord, utc_now, validate_record_dict
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 def _gate(args: argparse.Namespace, baseline_spec: str, candidate_spec: str) -> GateResult:
     store = BaselineStore(args.results_dir)
     key = machine_info()["key"]
-    settings = build_settings(
+    settings = compare_settings(
         Path("pyproject.toml"),
         min_effect=args.min_effect,
         alpha=args.alpha,
@@ -72,7 +72,7 @@ def _run_compare_ab(args: argparse.Namespace) -> int:
     from gymbench.gate.ab.settings import ABSettings
     from gymbench.settings import settings_from_args
 
-    settings = build_settings(
+    settings = compare_settings(
         Path("pyproject.toml"),
         min_effect=args.min_effect,
         alpha=args.alpha,
@@ -99,7 +99,7 @@ def _run_calibrate(args: argparse.Namespace, plugins: Plugins) -> int:
     selection = store.select(spec, key)
     noise = learn_noise(selection.records, key, source=spec)
     path = save_calibration(noise, args.results_dir, args.name, utc_now())
-    settings = build_settings(Path("pyproject.toml"), min_effect=args.min_effect)
+    settings = compare_settings(Path("pyproject.toml"), min_effect=args.min_effect)
     _print_noise(noise, settings)
     print(f"calibration from {len(selection.records)} runs saved to {path}")
     return 0
@@ -121,7 +121,7 @@ def _run_calibrate_ab(args: argparse.Namespace) -> int:
             "(A/B calibration needs at least 3 pairs and benchmarks that call gymbench.measure)"
         )
     path = save_calibration(noise, args.results_dir, args.name, utc_now(), AB_CALIBRATION_DIR)
-    settings = build_settings(Path("pyproject.toml"), min_effect=args.min_effect)
+    settings = compare_settings(Path("pyproject.toml"), min_effect=args.min_effect)
     _print_noise(noise, settings, repeats=ABSettings().repeats)
     for skipped in data.skipped:
         print(f"not measured: {skipped.what}: {skipped.why}")

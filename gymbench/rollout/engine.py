@@ -35,9 +35,11 @@ from gymbench.rollout.output import (
     refuse_to_overwrite,
 )
 from gymbench.rollout.rows import build_row, count_row
+from gymbench.rollout.run_settings import RunPolicy
 from gymbench.rollout.stats import CollectStats
 from gymbench.rollout.verification import Judgement, VerificationRunner, VerifySettings
 from gymbench.rollout.verify_cache import check_cache_file
+from gymbench.settings import with_defaults
 from gymbench.types import (
     Backend,
     ConcurrencyStrategy,
@@ -53,22 +55,23 @@ from gymbench.types import (
 Progress = Callable[[int, CollectStats], None]
 
 
-@dataclass(frozen=True)
-class CollectSettings:
+@dataclass
+class CollectSettings(RunPolicy):
+    """One collection as the engine runs it; the policy's ``stop_after_failures`` is 0 (never) here,
+    20 on the command line."""
+
     input_path: Path
     output_path: Path
     selection: TaskSlice = field(default_factory=TaskSlice)
     overrides: Mapping[str, Any] = field(default_factory=dict)
     """Merged into every row's ``responses_create_params`` (temperature, max_output_tokens, ...)."""
-    resume: bool = False
-    overwrite: bool = False
-    max_attempts: int = 3
     verify: VerifySettings = field(default_factory=VerifySettings)
-    stop_after_failures: int = 0
-    """Stop after this many failed rollouts in a row (0: never; the command line's default is 20)."""
     row_defaults: Mapping[str, Any] = field(default_factory=dict)
     """Fields every row gets unless it has its own: NeMo Gym's ``+agent_name`` is each row's default
     ``agent_ref``, so the backend routes by it and failed rows name their agent too."""
+
+
+CollectSettings = with_defaults(CollectSettings, stop_after_failures=0)  # type: ignore[misc]
 
 
 def preflight(settings: CollectSettings) -> TaskStream:

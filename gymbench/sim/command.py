@@ -12,27 +12,24 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gymbench.settings import doc
 from gymbench.sim.config import PRESET_HELP, SimConfig
 
 if TYPE_CHECKING:
     from gymbench.plugins import Plugins
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
 @dataclass(frozen=True)
 class SimServeSettings(SimConfig):
     preset: str | None = field(
-        default=None, metadata=_help("start from a preset: " + "; ".join(f"{k}: {v}" for k, v in PRESET_HELP.items()))
+        default=None, metadata=doc("start from a preset: " + "; ".join(f"{k}: {v}" for k, v in PRESET_HELP.items()))
     )
-    host: str = field(default="127.0.0.1", metadata=_help("address to bind"))
-    port: int = field(default=8000, metadata=_help("port (0: any free port)"))
-    describe: bool = field(default=False, metadata=_help("print the theoretical capacity and exit"))
-    prompt_tokens: float = field(default=32, metadata=_help("assumed prompt length for --describe"))
-    max_tokens: int | None = field(default=None, metadata=_help("assumed max_tokens for --describe"))
-    json: bool = field(default=False, metadata=_help("with --describe: machine-readable output"))
+    host: str = field(default="127.0.0.1", metadata=doc("address to bind"))
+    port: int = field(default=8000, metadata=doc("port (0: any free port)"))
+    describe: bool = field(default=False, metadata=doc("print the theoretical capacity and exit"))
+    prompt_tokens: float = field(default=32, metadata=doc("assumed prompt length for --describe"))
+    max_tokens: int | None = field(default=None, metadata=doc("assumed max_tokens for --describe"))
+    json: bool = field(default=False, metadata=doc("with --describe: machine-readable output"))
 
     def __post_init__(self) -> None:
         from gymbench.settings import at_least, require

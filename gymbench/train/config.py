@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gymbench.errors import GymbenchError
+from gymbench.settings import doc, with_defaults
 from gymbench.train.lengths import LENGTH_DISTRIBUTIONS, Distribution, LengthSource, read_rollout_lengths
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -21,46 +22,63 @@ TRIAL_ALLOCATORS = ("default", "fixed")
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    model: str = "transformer"
+class StepSettings:
+    """What defines a training step and how it is measured: ``gymbench train``'s settings
+    (:class:`~gymbench.train.settings.TrainSettings`) and the step's own configuration
+    (:class:`TrainConfig`) both are these, declared once here."""
+
+    model: str = field(default="transformer", metadata=doc("a registered model (`gymbench plugins` lists them)"))
+    batch: int = field(default=8, metadata=doc("global batch: samples per optimizer step"))
+    seq_len: int = field(
+        default=128, metadata=doc("tokens per sample (transformer); with variable lengths the longest")
+    )
+    precision: str = field(default="fp32", metadata=doc("fp32, bf16 or fp16"))
+    checkpointing: str = field(default="off", metadata=doc("off, on, or every-K (checkpoint every K-th block)"))
+    checkpoint_ratio: float | None = field(
+        default=None, metadata=doc("NeMo RL's checkpoint_ratio (0.5 = every other block)")
+    )
+    accumulation: int = field(default=1, metadata=doc("micro-batches per step; the global batch stays"))
+    steps: int = field(default=10, metadata=doc("measured steps"))
+    warmup: int = field(default=2, metadata=doc("unmeasured steps first"))
+    device: str = field(default="auto", metadata=doc("auto, cpu, cuda or cuda:N"))
+    lr: float = field(default=1e-4, metadata=doc("AdamW learning rate at base_batch"))
+    base_batch: int | None = field(default=None, metadata=doc("the batch lr was tuned for; the √ rule rescales it"))
+    seed: int = field(default=0, metadata=doc("random seed"))
+    threads: int | None = field(default=None, metadata=doc("torch CPU threads (default: torch's choice)"))
+    step: str = field(
+        default="lm",
+        metadata=doc("lm: next-token loss; rl: NeMo RL's GRPO policy step (logprobs, clipped PG + KL, update)"),
+    )
+    lengths: str = field(
+        default="fixed",
+        metadata=doc("fixed (all seq_len), uniform or skewed (log-normal, median seq_len/4) lengths"),
+    )
+    min_len: int = field(default=8, metadata=doc("shortest drawn sequence (uniform, skewed)"))
+    prompt_share: float = field(default=0.25, metadata=doc("share of a drawn sequence that is prompt (no RL loss)"))
+    rollouts: str | None = field(
+        default=None,
+        metadata=doc("a rollouts JSONL (gymbench collect or NeMo Gym) whose token counts are the lengths", path=True),
+    )
+    packing: bool = field(
+        default=False, metadata=doc("pack sequences into rows (block-diagonal attention) instead of padding")
+    )
+    group_size: int = field(
+        default=4, metadata=doc("RL: generations per prompt (one GRPO group; NeMo RL's num_generations_per_prompt)")
+    )
+    kl_penalty: float = field(default=0.01, metadata=doc("RL: NeMo RL's reference_policy_kl_penalty"))
+    ratio_clip: float = field(default=0.2, metadata=doc("RL: NeMo RL's ratio_clip_min/max"))
+    max_grad_norm: float = field(default=1.0, metadata=doc("RL: gradient-norm clip"))
+
+
+@dataclass(frozen=True)
+class TrainConfig(StepSettings):
+    """A training step's configuration, checked once so every later piece can trust it. ``batch`` is
+    the global batch (samples per optimizer step, whatever the accumulation); with variable lengths
+    ``seq_len`` is the longest a sequence may be (and a packed row's size); ``checkpoint_ratio``, when
+    set, replaces ``checkpointing``; ``lr`` is the rate at ``base_batch`` samples per step (the
+    square-root rule rescales it for another batch)."""
+
     model_config: Mapping[str, Any] = field(default_factory=dict)
-    batch: int = 8
-    """The global batch: samples per optimizer step, whatever the accumulation."""
-    seq_len: int = 128
-    """Tokens per sample; with variable lengths, the longest a sequence may be (and a packed row's size)."""
-    precision: str = "fp32"
-    checkpointing: str = "off"
-    """``off``, ``on`` or ``every-K``."""
-    checkpoint_ratio: float | None = None
-    """NeMo RL's share of blocks to checkpoint; when set it replaces ``checkpointing``."""
-    accumulation: int = 1
-    steps: int = 10
-    warmup: int = 2
-    device: str = "cpu"
-    lr: float = 1e-4
-    """The learning rate at ``base_batch`` samples per step."""
-    base_batch: int | None = None
-    """The batch the learning rate was tuned for; when it differs, the square-root rule rescales it."""
-    seed: int = 0
-    threads: int | None = None
-    """torch intra-op threads; ``None`` keeps torch's default. One is steadier on a busy machine."""
-    step: str = "lm"
-    """``lm``: next-token loss; ``rl``: NeMo RL's GRPO policy step (logprobs, clipped PG + KL, update)."""
-    lengths: str = "fixed"
-    """Sequence lengths: ``fixed`` (all ``seq_len``), ``uniform`` or ``skewed``; ignored with ``rollouts``."""
-    min_len: int = 8
-    prompt_share: float = 0.25
-    """Share of each drawn sequence that is prompt (no loss in the RL step)."""
-    rollouts: str | None = None
-    """A rollouts JSONL whose token counts replace the drawn lengths."""
-    packing: bool = False
-    group_size: int = 4
-    """RL: generations per prompt, whose rewards make one GRPO group (NeMo RL's num_generations_per_prompt)."""
-    kl_penalty: float = 0.01
-    """RL: NeMo RL's reference_policy_kl_penalty."""
-    ratio_clip: float = 0.2
-    """RL: NeMo RL's ratio_clip_min and ratio_clip_max."""
-    max_grad_norm: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("batch", "seq_len", "accumulation", "steps"):
@@ -129,6 +147,11 @@ class TrainConfig:
         data = asdict(self)
         data["model_config"] = dict(self.model_config)
         return data
+
+
+TrainConfig = with_defaults(TrainConfig, device="cpu")  # type: ignore[misc]
+"""Built directly (a test, the pytest API), a step runs on the CPU unless told otherwise; ``gymbench
+train``'s default is ``auto``."""
 
 
 def length_source(config: TrainConfig) -> LengthSource:

@@ -16,7 +16,7 @@ from gymbench.errors import GymbenchError
 from gymbench.jsonio import object_list
 from gymbench.measure import Recorder
 from gymbench.record import BenchmarkResult
-from gymbench.train.config import TrainConfig, length_source
+from gymbench.train.config import StepSettings, TrainConfig, length_source
 from gymbench.train.settings import TrainSettings
 from gymbench.types import JSONObject
 
@@ -104,12 +104,7 @@ def model_factory(plugins: Plugins, name: str) -> ModelFactory:
 
 
 def build_config(settings: TrainSettings) -> TrainConfig:
-    names = (
-        "model batch seq_len precision checkpointing checkpoint_ratio accumulation steps warmup device lr "
-        "base_batch seed threads step lengths min_len prompt_share rollouts packing group_size kl_penalty "
-        "ratio_clip max_grad_norm"
-    ).split()
-    values = {name: getattr(settings, name) for name in names}
+    values = {name: getattr(settings, name) for name in StepSettings.__dataclass_fields__}
     return TrainConfig(model_config={"size": settings.size, **settings.model_options}, **values)
 
 

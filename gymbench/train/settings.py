@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gymbench.settings import at_least, one_of, require, safe_name
-from gymbench.train.config import STEPS, TRIAL_ALLOCATORS
+from gymbench.settings import at_least, doc, one_of, require, safe_name
+from gymbench.train.config import STEPS, TRIAL_ALLOCATORS, StepSettings
 from gymbench.train.lengths import LENGTH_DISTRIBUTIONS
 
 FIND_BATCH = ("search", "halve")
@@ -19,10 +19,6 @@ LARGEST = 2**31 - 1
 SHAPES = ("batch", "seq_len", "accumulation", "steps", "max_batch", "trial_steps", "group_size")
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
 @dataclass
 class ClusterSettings:
     """NeMo RL's ``cluster`` names: ranks are ``num_nodes`` x ``gpus_per_node`` (on a CPU: processes per node)."""
@@ -31,98 +27,59 @@ class ClusterSettings:
     gpus_per_node: int | None = None
 
 
-@dataclass
-class TrainSettings:
+@dataclass(frozen=True)
+class TrainSettings(StepSettings):
+    """The step's settings (:class:`~gymbench.train.config.StepSettings`), and how the run measures it,
+    searches the largest batch, spreads over ranks and saves its record."""
+
     # --- model
-    model: str = field(default="transformer", metadata=_help("a registered model (`gymbench plugins` lists them)"))
-    size: str = field(default="small", metadata=_help("size preset: tiny, small or base"))
+    size: str = field(default="small", metadata=doc("size preset: tiny, small or base"))
     model_options: dict[str, Any] = field(
-        default_factory=dict, metadata=_help("model options over the preset, e.g. +model_options.layers=8")
+        default_factory=dict, metadata=doc("model options over the preset, e.g. +model_options.layers=8")
     )
-    # --- training step
-    step: str = field(
-        default="lm",
-        metadata=_help("lm: next-token loss; rl: NeMo RL's GRPO policy step (logprobs, clipped PG + KL, update)"),
-    )
-    batch: int = field(default=8, metadata=_help("global batch: samples per optimizer step"))
-    seq_len: int = field(
-        default=128, metadata=_help("tokens per sample (transformer); with variable lengths the longest")
-    )
-    lengths: str = field(
-        default="fixed",
-        metadata=_help("fixed (all seq_len), uniform or skewed (log-normal, median seq_len/4) lengths"),
-    )
-    min_len: int = field(default=8, metadata=_help("shortest drawn sequence (uniform, skewed)"))
-    prompt_share: float = field(default=0.25, metadata=_help("share of a drawn sequence that is prompt (no RL loss)"))
-    rollouts: str | None = field(
-        default=None,
-        metadata=_help("a rollouts JSONL (gymbench collect or NeMo Gym) whose token counts are the lengths"),
-    )
-    packing: bool = field(
-        default=False, metadata=_help("pack sequences into rows (block-diagonal attention) instead of padding")
-    )
-    group_size: int = field(default=4, metadata=_help("RL: generations per prompt (one GRPO group)"))
-    kl_penalty: float = field(default=0.01, metadata=_help("RL: NeMo RL's reference_policy_kl_penalty"))
-    ratio_clip: float = field(default=0.2, metadata=_help("RL: NeMo RL's ratio_clip_min/max"))
-    max_grad_norm: float = field(default=1.0, metadata=_help("RL: gradient-norm clip"))
-    precision: str = field(default="fp32", metadata=_help("fp32, bf16 or fp16"))
-    checkpointing: str = field(default="off", metadata=_help("off, on, or every-K (checkpoint every K-th block)"))
-    checkpoint_ratio: float | None = field(
-        default=None, metadata=_help("NeMo RL's checkpoint_ratio (0.5 = every other block)")
-    )
-    accumulation: int = field(default=1, metadata=_help("micro-batches per step; the global batch stays"))
-    steps: int = field(default=10, metadata=_help("measured steps"))
-    warmup: int = field(default=2, metadata=_help("unmeasured steps first"))
-    device: str = field(default="auto", metadata=_help("auto, cpu, cuda or cuda:N"))
-    threads: int | None = field(default=None, metadata=_help("torch CPU threads (default: torch's choice)"))
-    lr: float = field(default=1e-4, metadata=_help("AdamW learning rate at base_batch"))
-    base_batch: int | None = field(default=None, metadata=_help("the batch lr was tuned for; the √ rule rescales it"))
-    seed: int = field(default=0, metadata=_help("random seed"))
-    allow_slow_fp16: bool = field(default=False, metadata=_help("keep the given shapes for fp16 on a CPU"))
+    allow_slow_fp16: bool = field(default=False, metadata=doc("keep the given shapes for fp16 on a CPU"))
     # --- measurements
-    memory: bool = field(default=True, metadata=_help("run the memory pass (--no-memory skips it)"))
-    flops: bool = field(default=True, metadata=_help("count FLOPs for MFU (--no-flops skips it)"))
-    peak_tflops: float | None = field(
-        default=None, metadata=_help("device peak for MFU when gymbench does not know it")
-    )
+    memory: bool = field(default=True, metadata=doc("run the memory pass (--no-memory skips it)"))
+    flops: bool = field(default=True, metadata=doc("count FLOPs for MFU (--no-flops skips it)"))
+    peak_tflops: float | None = field(default=None, metadata=doc("device peak for MFU when gymbench does not know it"))
     leak_bound_mib_per_step: float = field(
-        default=1.0, metadata=_help("memory growth per step (robust slope) that flags a leak")
+        default=1.0, metadata=doc("memory growth per step (robust slope) that flags a leak")
     )
-    profile: str | None = field(default=None, metadata=_help("write a torch.profiler Chrome trace of one step here"))
+    profile: str | None = field(
+        default=None, metadata=doc("write a torch.profiler Chrome trace of one step here", path=True)
+    )
     # --- largest batch (OOM backoff)
     find_batch: str | None = field(
         default=None,
-        metadata=_help("search: grow until a real OOM, then narrow; halve: halve-and-retry from batch"),
+        metadata=doc("search: grow until a real OOM, then narrow; halve: halve-and-retry from batch"),
     )
-    memory_budget_mib: float = field(default=1024.0, metadata=_help("CPU: address space above baseline"))
-    memory_fraction: float = field(default=0.9, metadata=_help("GPU: share of memory allowed"))
-    max_batch: int = field(default=1 << 16, metadata=_help("largest batch the search tries"))
-    tolerance: float = field(default=0.03, metadata=_help("stop when fit and failure are this close"))
-    margin: float = field(default=0.05, metadata=_help("safety margin below the largest fit"))
-    verify: int = field(default=3, metadata=_help("fresh runs of the chosen size"))
-    trial_steps: int = field(default=2, metadata=_help("training steps per trial"))
-    guided: bool = field(default=True, metadata=_help("use trial memory to guide the search (--no-guided: bisect)"))
+    memory_budget_mib: float = field(default=1024.0, metadata=doc("CPU: address space above baseline"))
+    memory_fraction: float = field(default=0.9, metadata=doc("GPU: share of memory allowed"))
+    max_batch: int = field(default=1 << 16, metadata=doc("largest batch the search tries"))
+    tolerance: float = field(default=0.03, metadata=doc("stop when fit and failure are this close"))
+    margin: float = field(default=0.05, metadata=doc("safety margin below the largest fit"))
+    verify: int = field(default=3, metadata=doc("fresh runs of the chosen size"))
+    trial_steps: int = field(default=2, metadata=doc("training steps per trial"))
+    guided: bool = field(default=True, metadata=doc("use trial memory to guide the search (--no-guided: bisect)"))
     trial_allocator: str = field(
         default="default",
-        metadata=_help("CPU trials' malloc settings: default (a user's process) or fixed (gymbench's thresholds)"),
+        metadata=doc("CPU trials' malloc settings: default (a user's process) or fixed (gymbench's thresholds)"),
     )
     # --- data parallel (docs/distributed.md)
-    dp: int = field(default=1, metadata=_help("data-parallel ranks (processes), each with batch/dp samples"))
-    launcher: str = field(default="torchrun", metadata=_help("with --dp: torchrun (this machine) or ray"))
-    dist_backend: str = field(default="gloo", metadata=_help("gloo (CPU) or nccl (one GPU per rank)"))
+    dp: int = field(default=1, metadata=doc("data-parallel ranks (processes), each with batch/dp samples"))
+    launcher: str = field(default="torchrun", metadata=doc("with --dp: torchrun (this machine) or ray"))
+    dist_backend: str = field(default="gloo", metadata=doc("gloo (CPU) or nccl (one GPU per rank)"))
     cluster: ClusterSettings = field(
         default_factory=ClusterSettings,
-        metadata=_help("NeMo RL's +cluster.num_nodes=N +cluster.gpus_per_node=G: dp = N x G"),
+        metadata=doc("NeMo RL's +cluster.num_nodes=N +cluster.gpus_per_node=G: dp = N x G"),
     )
     ray_address: str | None = field(
-        default=None, metadata=_help("with --launcher ray: auto or HOST:PORT of a cluster (unset: start one)")
+        default=None, metadata=doc("with --launcher ray: auto or HOST:PORT of a cluster (unset: start one)")
     )
     # --- output
-    save: str | None = field(
-        default=None, metadata=_help("save a results record as results/<machine>/<time>_NAME.json")
-    )
-    results_dir: str = field(default="results", metadata=_help("where save writes"))
-    progress: bool = field(default=True, metadata=_help("show a progress bar"))
+    save: str | None = field(default=None, metadata=doc("save a results record as results/<machine>/<time>_NAME.json"))
+    results_dir: str = field(default="results", metadata=doc("where save writes", path=True))
+    progress: bool = field(default=True, metadata=doc("show a progress bar"))
 
     def __post_init__(self) -> None:
         if self.save is not None:
@@ -159,7 +116,7 @@ class TrainSettings:
             ranks = self.cluster.num_nodes * self.cluster.gpus_per_node
             expected = f"{ranks} (cluster.num_nodes x cluster.gpus_per_node) or unset"
             require(self.dp in (1, ranks), "dp", self.dp, expected)
-            self.dp = ranks
+            object.__setattr__(self, "dp", ranks)  # frozen: the ranks the cluster names
         if self.dp == 1:
             return
         nodes = self.cluster.num_nodes

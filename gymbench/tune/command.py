@@ -12,9 +12,7 @@ from gymbench.collect.driver import run_loop
 from gymbench.collect.progress import ProbeProgress
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import check_writable_file
-from gymbench.knee_search import SearchSettings
 from gymbench.plugins import Plugins
-from gymbench.rates import Precision
 from gymbench.report.markdown import write_step_summary
 from gymbench.rollout.dataset import TaskSlice, check_input_file, read_tasks
 from gymbench.rollout.engine import CollectSettings
@@ -37,20 +35,6 @@ from gymbench.tune.server_metrics import server_counters
 from gymbench.tune.sweep import Strategies, TuneResult, adaptive_search, doubling_sweep, validate_stability
 
 T = TypeVar("T")
-
-
-def search_settings(config: TuneConfig) -> SearchSettings:
-    return SearchSettings(
-        start=config.start,
-        factor=config.factor,
-        max_parallelism=config.max_parallelism,
-        plateau_gain=config.plateau_gain,
-        degrade=config.degrade,
-        error_rate=config.error_rate,
-        resolution=config.resolution,
-        reprobes=config.reprobes,
-        share=config.share,
-    )
 
 
 def strategies_for(config: ProbeConfig, plugins: Plugins) -> Strategies:
@@ -93,7 +77,7 @@ def with_prober(
             lambda: plugins.verifier(config.verifier, config.verifier_options),
             settings,
             config.sample_size,
-            Precision(config.precision, config.min_batches, config.max_batches),
+            config.precision_rule(),
             counters,
         )
         progress = ProbeProgress(config.progress)
@@ -106,7 +90,7 @@ def with_prober(
 
 
 def tune_run(config: TuneConfig, plugins: Plugins, running_sim: Any = None) -> TuneResult:
-    search = search_settings(config)
+    search = config.search_settings()
     strategies = strategies_for(config, plugins)
 
     async def work(prober: Prober) -> TuneResult:

@@ -5,6 +5,7 @@ import asyncio
 import pytest
 
 from gymbench import MeasureSettings, Recorder
+from gymbench.measure import measure_settings
 
 
 def test_rounds_respect_min_and_max() -> None:
@@ -45,4 +46,4 @@ def test_record_rejects_bad_direction() -> None:
 def test_settings_validation() -> None:
     with pytest.raises(ValueError):
         MeasureSettings(min_rounds=0)
-    assert MeasureSettings.quick_mode().with_overrides(min_rounds=3, max_time_s=None).min_rounds == 3
+    assert measure_settings(quick=True, min_rounds=3, max_time_s=None).min_rounds == 3

@@ -153,8 +153,8 @@ def component_option_cases(rng: random.Random) -> Iterator[Case]:
 
     plugins = Plugins()
     for kind in ("backend", "verifier", "strategy"):
-        for name, registered in sorted(plugins.components[kind].items()):
-            schema = registered.item.settings
+        for name in sorted(plugins.components[kind]):
+            schema = plugins.schema(kind, name)
             chooser = [f"+{kind}={name}"] + (
                 ["+base_url=http://127.0.0.1:9/v1", "+model=m"] if kind == "backend" else []
             )

@@ -98,6 +98,16 @@ def test_unsafe_save_name_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*--gymbench-save*letters, digits*"])
 
 
+def test_overlong_save_name_is_refused_at_session_start(pytester: pytest.Pytester) -> None:
+    """The name follows +run_name's rule (at most 101 characters): refused before any benchmark runs,
+    not in every benchmark's teardown."""
+    pytester.makepyfile(test_bench=BENCH_FILE)
+    result = pytester.runpytest("--gymbench-quick", "--gymbench-save", "n" * 120)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gymbench-save*letters, digits*"])
+    assert "teardown" not in result.stdout.str()
+
+
 EVENT_PLUGIN = """
 from gymbench import hookimpl
 

@@ -17,9 +17,9 @@ from gymbench.fingerprint import machine_info
 from gymbench.gate.ab.gate import ab_gate
 from gymbench.gate.ab.settings import ABSettings
 from gymbench.gate.gate import GateResult, noise_for
-from gymbench.gate.settings import build_settings
+from gymbench.gate.settings import compare_settings
 from gymbench.gate.store import AB_CALIBRATION_DIR
-from gymbench.settings import build_settings as build_schema
+from gymbench.settings import build_settings
 
 
 def run_ab_session(session: pytest.Session, base_ref: str, repeats: int | None) -> GateResult:
@@ -28,10 +28,10 @@ def run_ab_session(session: pytest.Session, base_ref: str, repeats: int | None) 
     if not nodeids:
         raise GymbenchError("--gymbench-ab: no selected test uses the gymbench fixture, nothing to compare")
     files = sorted({nodeid.split("::", 1)[0] for nodeid in nodeids})
-    settings = build_schema(ABSettings, (), {"repeats": repeats} if repeats else {}, where="--gymbench-ab")
+    settings = build_settings(ABSettings, (), {"repeats": repeats} if repeats else {}, where="--gymbench-ab")
     results_dir = Path(config.getoption("--gymbench-results-dir") or config.rootpath / "results")
     calibration = config.getoption("--gymbench-calibration")
     noise = noise_for(results_dir, machine_info()["key"], calibration, AB_CALIBRATION_DIR)
-    compare = build_settings(config.rootpath / "pyproject.toml", min_effect=config.getoption("--gymbench-min-effect"))
+    compare = compare_settings(config.rootpath / "pyproject.toml", min_effect=config.getoption("--gymbench-min-effect"))
     fail_on = config.getoption("--gymbench-fail-on")
     return ab_gate(config.rootpath, base_ref, None, files, settings, compare, noise, fail_on, only=nodeids)

@@ -1,0 +1,117 @@
+"""The built-in backends' settings, each declared once, in groups that schemas combine.
+
+:class:`ConnectionSettings` (timeouts, retries, the pool, the key), :class:`OpenAIServer` and
+:class:`NemoGymAgent` are the groups the server commands offer flat on their command line
+(``ServerConfig`` inherits them); each backend's schema is the same groups plus what only that
+backend takes. The backends and the registration module import this module; it imports nothing
+but the settings checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gymbench.settings import Checked, at_least, doc, one_of, positive_finite, require
+
+APIS = ("responses", "chat")
+MAX_RETRIES_CAP = 100
+DEFAULT_HEAD_SERVER = {"host": "127.0.0.1", "port": 11000}
+"""Where NeMo Gym's head server listens unless its config says otherwise (``head_server.host/.port``)."""
+
+
+@dataclass
+class ConnectionSettings(Checked):
+    """What every HTTP backend shares and every server command offers: timeout, retries, pool, key."""
+
+    request_timeout_s: float = field(default=300.0, metadata=doc("per-request timeout in seconds (> 0)"))
+    max_retries: int = field(default=5, metadata=doc("retries on 429, 5xx and connection errors"))
+    global_aiohttp_connector_limit: int = field(default=65536, metadata=doc("connection pool size (0: no limit)"))
+    global_aiohttp_connector_limit_per_host: int = field(
+        default=16384, metadata=doc("pool size per host (0: no limit)")
+    )
+    api_key_env: str | None = field(default=None, metadata=doc("environment variable holding the API key"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive_finite("request_timeout_s", self.request_timeout_s)
+        at_least("max_retries", self.max_retries, 0, MAX_RETRIES_CAP)
+        at_least("global_aiohttp_connector_limit", self.global_aiohttp_connector_limit, 0)
+        at_least("global_aiohttp_connector_limit_per_host", self.global_aiohttp_connector_limit_per_host, 0)
+
+
+@dataclass
+class HttpSettings(ConnectionSettings):
+    """Every HTTP backend's settings: the shared ones, plus the connect timeout, backoff and preflight."""
+
+    connect_timeout_s: float = field(default=10.0, metadata=doc("connection timeout in seconds (> 0)"))
+    backoff_base_s: float = field(default=0.5, metadata=doc("first retry's backoff window"))
+    backoff_cap_s: float = field(default=30.0, metadata=doc("largest backoff window"))
+    preflight: bool = field(default=True, metadata=doc("check the server answers before the run starts"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive_finite("connect_timeout_s", self.connect_timeout_s)
+        at_least("backoff_base_s", self.backoff_base_s, 0.0, 3600.0)
+        at_least("backoff_cap_s", self.backoff_cap_s, 0.0, 3600.0)
+
+
+@dataclass
+class OpenAIServer(Checked):
+    """Where an OpenAI-compatible server is and how it is asked."""
+
+    base_url: str | None = field(default=None, metadata=doc("OpenAI-compatible base URL, e.g. http://HOST:PORT/v1"))
+    model: str | None = field(default=None, metadata=doc("model name sent with each request"))
+    api: str = field(default="responses", metadata=doc("responses or chat"))
+    stream: bool = field(default=False, metadata=doc("stream responses (measures time to first token)"))
+    extra_body: dict[str, Any] = field(default_factory=dict, metadata=doc("fields added to every request body"))
+
+
+@dataclass
+class NemoGymAgent(Checked):
+    """Which NeMo Gym agent serves the rows: by URL, or by name through the head server."""
+
+    agent_url: str | None = field(
+        default=None, metadata=doc("NeMo Gym agent server, http://HOST:PORT (every row goes there)")
+    )
+    agent_name: str | None = field(
+        default=None,
+        metadata=doc(
+            "NeMo Gym agent for rows without an agent_ref, found through the head server "
+            "(+head_server.host=H +head_server.port=P, default 127.0.0.1:11000)"
+        ),
+    )
+    head_server: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=doc("NeMo Gym's head server, +head_server.host=H +head_server.port=P (default 127.0.0.1:11000)"),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_head_server(self.head_server)
+
+
+@dataclass
+class OpenAISettings(HttpSettings, OpenAIServer):
+    """The ``openai`` backend's settings."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of("api", self.api, APIS)
+
+
+@dataclass
+class NemoGymSettings(HttpSettings, NemoGymAgent):
+    """The ``nemo-gym`` backend's settings; ``base_url`` is the agent server when ``agent_url`` is not set."""
+
+    base_url: str | None = field(default=None, metadata=doc("the agent server, when agent_url is not set"))
+
+
+def check_head_server(head_server: dict[str, Any]) -> None:
+    """NeMo Gym's ``head_server`` block: only ``host`` and ``port``, and usable ones."""
+    unknown = sorted(set(head_server) - set(DEFAULT_HEAD_SERVER))
+    require(not unknown, "head_server", head_server, "only the keys host and port")
+    host, port = head_server.get("host", "127.0.0.1"), head_server.get("port", 11000)
+    require(isinstance(host, str) and bool(host.strip()), "head_server.host", host, "a host name or address")
+    ok_port = isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536
+    require(ok_port, "head_server.port", port, "a port number from 1 to 65535")

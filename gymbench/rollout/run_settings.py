@@ -1,0 +1,56 @@
+"""Settings of a collection's rows, each declared once: which tasks (:class:`TaskRange`) and how a run
+treats the output file and failures (:class:`RunPolicy`).
+
+``gymbench collect`` offers both flat, ``merge-rollouts`` the task range, and the engine's
+:class:`~gymbench.rollout.engine.CollectSettings` runs by the policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gymbench.rollout.dataset import ROLLOUT_INDEX_BITS, TaskSlice
+from gymbench.settings import Checked, at_least, doc, require
+
+MOST_REPEATS = (1 << ROLLOUT_INDEX_BITS) - 1
+"""Rollout indices are packed into 24 bits by the resume bookkeeping."""
+
+
+@dataclass
+class TaskRange(Checked):
+    """NeMo Gym's selection of tasks: ``[start_idx, end_idx)``, at most ``limit``, each ``num_repeats`` times."""
+
+    limit: int | None = field(default=None, metadata=doc("take at most this many rows (after start_idx)"))
+    start_idx: int = field(default=0, metadata=doc("first row index taken (0-based)"))
+    end_idx: int | None = field(default=None, metadata=doc("row index to stop before: the range is [start, end)"))
+    num_repeats: int = field(default=1, metadata=doc("rollouts per task"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least("limit", self.limit, 0)
+        at_least("start_idx", self.start_idx, 0)
+        if self.end_idx is not None:
+            require(self.end_idx >= self.start_idx, "end_idx", self.end_idx, f"at least start_idx ({self.start_idx})")
+        at_least("num_repeats", self.num_repeats, 1, MOST_REPEATS)
+
+    def task_slice(self) -> TaskSlice:
+        return TaskSlice(self.start_idx, self.end_idx, self.limit, self.num_repeats)
+
+
+@dataclass
+class RunPolicy(Checked):
+    """How a run treats an existing output file and failing rollouts (keyword-only when constructing)."""
+
+    resume: bool = field(default=False, kw_only=True, metadata=doc("skip rollouts already in the output file"))
+    overwrite: bool = field(default=False, kw_only=True, metadata=doc("replace an existing output file"))
+    max_attempts: int = field(default=3, kw_only=True, metadata=doc("attempts per failed rollout across resumes"))
+    stop_after_failures: int = field(
+        default=20,
+        kw_only=True,
+        metadata=doc("stop early after this many rollouts in a row fail to reach the server (0: never)"),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least("max_attempts", self.max_attempts, 1)
+        at_least("stop_after_failures", self.stop_after_failures, 0)

@@ -1,0 +1,97 @@
+"""The settings of a search for the knee of the throughput curve, each declared once.
+
+``gymbench tune`` offers them flat (``+start=8 +factor=1.5``), the ``adaptive`` strategy takes them
+as its options, and :class:`~gymbench.knee_search.KneeSearch` runs by them; the groups here are what
+those schemas inherit. No numpy here: commands check settings before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gymbench.settings import Checked, at_least, doc, require
+
+if TYPE_CHECKING:
+    from gymbench.rates import Precision
+
+KNEE_FRACTION = 0.97
+"""The knee: the smallest parallelism expected to give this share of the plateau's throughput."""
+
+
+@dataclass
+class GrowthSettings(Checked):
+    """How a search grows the parallelism and decides it has reached the plateau."""
+
+    start: int = field(default=5, metadata=doc("first parallelism measured"))
+    factor: float = field(default=2.0, metadata=doc("grow the parallelism by this factor while throughput grows"))
+    plateau_gain: float = field(
+        default=0.10, metadata=doc("a gain below this (beyond the noise) is a plateau: stop growing")
+    )
+    degrade: float = field(
+        default=0.05, metadata=doc("a drop below the best by more than this (beyond the noise) is degradation")
+    )
+    error_rate: float = field(default=0.01, metadata=doc("a level with a higher error rate is unhealthy: stop growing"))
+    resolution: float = field(default=1.1, metadata=doc("bisect until the knee's bracket high/low is within this"))
+    share: float = field(
+        default=KNEE_FRACTION,
+        metadata=doc("settle at the smallest parallelism expected to give this share of the plateau (0.97: the knee)"),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least("start", self.start, 1)
+        require(self.factor > 1, "factor", self.factor, "a multiplier above 1")
+        at_least("plateau_gain", self.plateau_gain, 0.0, 10.0)
+        at_least("degrade", self.degrade, 0.0, 1.0)
+        at_least("error_rate", self.error_rate, 0.0, 1.0)
+        require(self.resolution > 1, "resolution", self.resolution, "a ratio above 1")
+        require(0 < self.share <= 1, "share", self.share, "a share in (0, 1]")
+
+
+@dataclass
+class SweepSettings(GrowthSettings):
+    """A search of separate probes (``gymbench tune``): where it stops, and how often a doubt is re-measured."""
+
+    max_parallelism: int = field(default=1024, metadata=doc("the largest parallelism measured"))
+    reprobes: int = field(default=2, metadata=doc("re-measurements of a level when a decision is in doubt"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.max_parallelism >= self.start, "max_parallelism", self.max_parallelism, "at least start")
+        at_least("reprobes", self.reprobes, 0)
+
+
+@dataclass
+class SearchSettings(SweepSettings):
+    """What :class:`~gymbench.knee_search.KneeSearch` runs by: the sweep's settings and two of its own."""
+
+    knee_precision: float = 0.05
+    """Re-measure the levels the knee is read from until its 95% interval is within ± this share."""
+    fine_growth: bool = False
+    """Once a step gains less than half, grow by √factor: less overshoot past the plateau (the
+    adaptive search, where a level far past the knee is the costliest to measure)."""
+
+
+@dataclass
+class PrecisionSettings(Checked):
+    """How long one level is measured: until its rate is known this well, within turnover bounds."""
+
+    precision: float = field(
+        default=0.02, metadata=doc("measure each level until its rate's 95% interval is within this share of it")
+    )
+    min_batches: int = field(default=6, metadata=doc("turnovers (p rollouts each) a level is measured at least"))
+    max_batches: int = field(
+        default=40, metadata=doc("turnovers a level is measured at most (then it is marked under-measured)")
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(0 < self.precision < 1, "precision", self.precision, "a share in (0, 1)")
+        at_least("min_batches", self.min_batches, 2)
+        require(self.max_batches >= self.min_batches, "max_batches", self.max_batches, "at least min_batches")
+
+    def precision_rule(self) -> Precision:
+        from gymbench.rates import Precision
+
+        return Precision(self.precision, self.min_batches, self.max_batches)
