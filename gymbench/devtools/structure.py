@@ -148,7 +148,6 @@ def cycles(modules: dict[str, Module], *, deferred: bool) -> list[list[str]]:
             if len(group) > 1:
                 groups.append(sorted(group))
 
-    sys.setrecursionlimit(10_000)
     for name in graph:
         if name not in index:
             strongconnect(name)
