@@ -254,6 +254,7 @@ class Collector:
             self.on_failure(failure)
         if self.breaker.observe(failure) and not self.problems.halted:
             self.problems.stop_reason = self.breaker.reason()
+            self.problems.outage = self.breaker.outage
             for job in self._pending:
                 if job is not asyncio.current_task():
                     job.cancel()
