@@ -65,6 +65,8 @@ class RunProblems:
     stop_reason: str | None = None
     cancelled: int = 0
     """Rollouts in flight when the run stopped early; not written, so a resume redoes them."""
+    cancelled_pairs: list[tuple[int, int]] = field(default_factory=list)
+    """Those rollouts' (task_index, rollout_index), to name them."""
     outage: bool = False
     """The stop was a server outage (connection errors, timeouts, 5xx), not a wrong setting."""
 
@@ -73,6 +75,8 @@ class RunProblems:
         return bool(self.errors) or self.stop_reason is not None
 
     def add_error(self, where: str, exc: BaseException, pair: tuple[int, int] | None, written: bool) -> None:
-        self.errors.append(f"{where} raised {type(exc).__name__}: {exc}")
+        message = f"{where} raised {type(exc).__name__}: {' '.join(str(exc).split())}"
+        if message not in self.errors:  # a broken plugin raises on every call: say it once
+            self.errors.append(message)
         if pair is not None and not written:
             self.unwritten.append(pair)
