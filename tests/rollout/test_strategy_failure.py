@@ -102,3 +102,47 @@ def test_the_command_says_it_in_one_line_and_exits_1(
     assert status == 1 and "Traceback" not in err, err
     assert err.count("slot() raised RuntimeError") == 1
     assert "+resume=true" in err and len(written_pairs(out)) == after
+
+
+@pytest.mark.parametrize(("limit", "parallel"), [(3, 4), (5, 8), (2, 8), (2, 4)])
+async def test_rollouts_cancelled_in_flight_are_counted_named_and_redone_by_a_resume(
+    limit: int, parallel: int, tmp_path: Path
+) -> None:
+    from gymbench import GenerationFailed, GenerationRequest
+
+    def down(request: GenerationRequest) -> BaseException | None:
+        # the first rollouts fail at once; later ones are still in flight when the breaker trips
+        return GenerationFailed("connection_error", "refused") if request.task_index < limit else None
+
+    class Slow(FakeBackend):
+        async def generate(self, request: GenerationRequest) -> Any:
+            if request.task_index >= limit:
+                await asyncio.sleep(5)  # cancelled long before this
+            return await super().generate(request)
+
+    collector = Collector(settings(tmp_path, 40, stop_after_failures=limit), Slow(fail_with=down),
+                          ExactMatchVerifier(), SemaphoreStrategy(parallel))  # fmt: skip
+    await collector.run()
+    problems = collector.problems
+    assert problems.stop_reason is not None and problems.outage
+    assert problems.cancelled == len(problems.cancelled_pairs) >= 1
+    assert all(task >= limit for task, _ in problems.cancelled_pairs)  # the slow ones, in flight
+    written = written_pairs(tmp_path / "out.jsonl")
+    assert not set(problems.cancelled_pairs) & set(written)
+    resumed = Collector(settings(tmp_path, 40, resume=True), FakeBackend(), ExactMatchVerifier(), SemaphoreStrategy(2))
+    await resumed.run()
+    by_pair = sorted(written_pairs(tmp_path / "out.jsonl"))
+    assert sorted(set(by_pair)) == [(t, 0) for t in range(40)]
+
+
+@pytest.mark.parametrize("count", [0, 1, 3, 10, 11, 25])
+def test_the_stop_line_names_the_cancelled_rollouts(count: int) -> None:
+    from gymbench.collect.command import _cancelled
+
+    pairs = [(task, 0) for task in reversed(range(count))]
+    text = _cancelled(pairs)
+    if not count:
+        assert text == ""
+        return
+    assert f"{count} cancelled in flight, task/rollout: 0/0" in text
+    assert text.count("/") == 1 + min(count, 10) and text.endswith(" ...)" if count > 10 else ")")
