@@ -193,3 +193,17 @@ def test_the_breaker_says_whether_its_streak_is_an_outage(kinds: list[str], outa
     breaker = FailureBreaker(limit=len(kinds))
     tripped = [breaker.observe(GenerationFailed(kind, "x")) for kind in kinds]
     assert tripped[-1] and breaker.outage is outage
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_server_that_cannot_be_reached_is_exit_1_not_bad_input(
+    workers: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gymbench.cli import main
+
+    monkeypatch.setattr(sharded, "OUTAGE_PATIENCE_S", 0.0)  # in this process: the driver gives up at once
+    tasks, out = write_tasks(tmp_path / "tasks.jsonl", 4), tmp_path / "out.jsonl"
+    status = main(collect_args(tasks, out, f"+num_workers={workers}", "+save_results=false", "+shard_attempts=1",
+                               f"+base_url=http://127.0.0.1:{_free_port()}/v1", "+model=m"))  # fmt: skip
+    err = capsys.readouterr().err
+    assert status == 1 and "Traceback" not in err and "cannot reach the model server" in err, err
