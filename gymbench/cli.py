@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return plugins.commands[args.command].item.run(args, plugins)
     except GymbenchError as exc:
         print(f"gymbench: error: {redact(str(exc))}", file=sys.stderr)
-        return 2
+        return int(getattr(exc, "exit_status", 2))  # a server outage is not bad input: 1
     except KeyboardInterrupt:
         print("gymbench: interrupted", file=sys.stderr)
         return 130

@@ -22,3 +22,10 @@ class ResultsFileError(GymbenchError):
 
 class UnknownComponentError(GymbenchError):
     """A backend, verifier or strategy name that no plugin registered."""
+
+
+class ServerUnreachable(GymbenchError):
+    """A server did not answer (refused, timed out): an outage, not bad input. The CLI exits 1
+    (the run stopped early) rather than 2, and a sharded run retries the shard once the server is back."""
+
+    exit_status = 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
@@ -72,10 +73,52 @@ def get_plugin_manager(
             pm.register(importlib.import_module(module_name), name=module_name)
     for plugin in extra_plugins:
         pm.register(plugin, name=_readable_name(pm, plugin))
+    pm.gymbench_entry_points = {}  # type: ignore[attr-defined]
+    pm.gymbench_plugin_failures = []  # type: ignore[attr-defined]
     if load_entry_points:
-        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        _load_entry_points(pm)
     pm.check_pending()
     return pm
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    """Load the ``gymbench`` entry points one by one: a plugin that fails to import or register is
+    skipped with one line naming it and its distribution (``Plugins`` prints it), and the rest load.
+    pluggy's ``load_setuptools_entrypoints`` would stop at the first failure with a traceback."""
+    import importlib.metadata
+
+    for dist in list(importlib.metadata.distributions()):
+        for entry_point in dist.entry_points:
+            if entry_point.group != ENTRY_POINT_GROUP or pm.has_plugin(entry_point.name):
+                continue
+            if pm.is_blocked(entry_point.name):
+                continue
+            where = f"{entry_point.name!r} (distribution {dist.metadata['Name']} {dist.version})"
+            try:
+                plugin = entry_point.load()
+                pm.register(plugin, name=entry_point.name)
+            except Exception as exc:  # noqa: BLE001 - a broken third-party plugin is skipped, named
+                if pm.has_plugin(entry_point.name):
+                    pm.unregister(name=entry_point.name)
+                pm.gymbench_plugin_failures.append(plugin_failure(where, "failed to load", exc))  # type: ignore[attr-defined]
+                continue
+            pm.gymbench_entry_points[entry_point.name] = where  # type: ignore[attr-defined]
+
+
+def plugin_failure(where: str, what: str, exc: BaseException) -> str:
+    """One line for a plugin that failed: which one, from which distribution, and the error."""
+    message = " ".join(str(exc).split()) or "(no message)"
+    return f"plugin {where} {what}: {type(exc).__name__}: {message}; skipped"
+
+
+_WARNED: set[str] = set()
+"""Plugin failures already printed by this process (each ``Plugins()`` would find them again)."""
+
+
+class _HookFailed(Exception):
+    def __init__(self, plugin: str, line: str) -> None:
+        super().__init__(line)
+        self.plugin, self.line = plugin, line
 
 
 def _readable_name(pm: pluggy.PluginManager, plugin: object) -> str:
@@ -123,10 +166,24 @@ class Plugins:
     def __init__(self, pm: pluggy.PluginManager | None = None) -> None:
         self.pm = pm if pm is not None else get_plugin_manager()
         self.blocked_components: frozenset[str] = getattr(self.pm, "gymbench_blocked_components", frozenset())
-        self.components: dict[str, dict[str, Registered[Component]]] = {
-            kind: self._collect(hook_name, Component, kind) for kind, hook_name in COMPONENT_KINDS.items()
-        }
-        self.commands: dict[str, Registered[Command]] = self._collect("gymbench_register_commands", Command, "command")
+        self.failures: list[str] = list(getattr(self.pm, "gymbench_plugin_failures", []))
+        """One line per third-party plugin skipped because it failed to load or register."""
+        while True:  # an entry-point plugin whose registration hook raises is dropped, and the rest collected again
+            try:
+                self.components: dict[str, dict[str, Registered[Component]]] = {
+                    kind: self._collect(hook_name, Component, kind) for kind, hook_name in COMPONENT_KINDS.items()
+                }
+                self.commands: dict[str, Registered[Command]] = self._collect(
+                    "gymbench_register_commands", Command, "command"
+                )
+                break
+            except _HookFailed as failed:
+                self.pm.unregister(name=failed.plugin)
+                self.failures.append(failed.line)
+        for line in self.failures:
+            if line not in _WARNED:
+                _WARNED.add(line)
+                print(f"gymbench: warning: {line}", file=sys.stderr)
 
     @property
     def hook(self) -> pluggy.HookRelay:
@@ -150,7 +207,7 @@ class Plugins:
         caller = getattr(self.pm.hook, hook_name)
         for impl in caller.get_hookimpls():  # registration order: built-ins first
             plugin_name = self.pm.get_name(impl.plugin) or repr(impl.plugin)
-            for item in impl.function() or []:
+            for item in self._registered(impl, plugin_name, hook_name):
                 if f"{kind}:{getattr(item, 'name', '')}" in self.blocked_components:
                     continue
                 if not isinstance(item, expected):
@@ -167,6 +224,18 @@ class Plugins:
                 found[item.name] = Registered(item, plugin_name)
         return found
 
+    def _registered(self, impl: Any, plugin_name: str, hook_name: str) -> list[Any]:
+        """What one plugin's registration hook returns; an entry-point plugin that raises is skipped."""
+        entry_points: dict[str, str] = getattr(self.pm, "gymbench_entry_points", {})
+        try:
+            return list(impl.function() or [])
+        except Exception as exc:
+            if plugin_name not in entry_points:
+                raise  # a built-in or an object registered in code: a bug, with its traceback
+            raise _HookFailed(
+                plugin_name, plugin_failure(entry_points[plugin_name], f"failed in {hook_name}", exc)
+            ) from exc
+
     def names(self, kind: str) -> list[str]:
         return sorted(self.components[kind])
 
@@ -175,6 +244,11 @@ class Plugins:
         registered = self.components[kind].get(name)
         if registered is None:
             known = ", ".join(self.names(kind)) or "(none registered)"
+            if self.failures:  # it may be the broken plugin's: name the failure, not only "unknown"
+                raise UnknownComponentError(
+                    f"{kind} {name!r} is not available: {' '.join(self.failures)}. Fix or uninstall that plugin "
+                    f"(or block it with {BLOCK_ENV}), then run again; known {PLURALS.get(kind, kind + 's')}: {known}"
+                )
             raise UnknownComponentError(
                 f"unknown {kind} {name!r}; known {PLURALS.get(kind, kind + 's')}: {known}. "
                 "Run `gymbench plugins` to see every plugin and what it registers."

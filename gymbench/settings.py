@@ -220,9 +220,8 @@ def _merged(
             )
         try:
             if isinstance(item, str):
-                merged.merge_with(OmegaConf.from_dotlist([_escape_token(item)]))
-            else:
-                merged.merge_with(OmegaConf.create(_escape(item)))
+                item = {key: read_value(item.partition("=")[2])}
+            merged.merge_with(OmegaConf.create(_escape(_nested(_typed_layer(schema, item)))))
         except Exception as exc:  # noqa: BLE001 - see build_settings
             raise GymbenchError(f"{source}: " * bool(source) + _settings_error(schema, exc, key)) from None
         top = key.split(".")[0]
@@ -312,7 +311,7 @@ def load_settings_file(path: Path) -> SettingsFile:
     import yaml
 
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        loaded = yaml.load(path.read_text(encoding="utf-8"), Loader=_yaml12_loader())  # noqa: S506 - a safe loader
     except FileNotFoundError:
         raise GymbenchError(f"{path}: no such settings file") from None
     except (OSError, ValueError) as exc:  # ValueError: not UTF-8, or a NUL byte in the name
@@ -325,7 +324,7 @@ def load_settings_file(path: Path) -> SettingsFile:
         return SettingsFile({}, str(path))
     if not isinstance(loaded, dict):
         raise GymbenchError(f"{path}: expected a mapping of setting: value, got {type(loaded).__name__}")
-    return SettingsFile({str(key): value for key, value in loaded.items()}, str(path))
+    return SettingsFile({str(_typed(key, None)): value for key, value in loaded.items()}, str(path))
 
 
 def pyproject_table(path: Path, *keys: str) -> dict[str, Any]:
@@ -389,9 +388,122 @@ def safe_name(setting: str, value: str) -> None:
 # --------------------------------------------------------------------------- internals
 
 
-def _escape_token(token: str) -> str:
-    key, sep, value = token.partition("=")
-    return key + sep + value.replace("${", "\\${")
+# --------------------------------------------------------------------------- YAML 1.2 values
+#
+# OmegaConf's dotlist and PyYAML's safe_load read YAML 1.1: ``010`` is 8, ``1:30`` is 90, ``on`` is
+# True. Values here are read as YAML 1.2 (core schema) instead, and by the type of the setting they
+# go to: a str setting keeps the text as typed (``010`` stays "010"), a bool setting keeps today's
+# words (true/false, yes/no, on/off, 1/0), every other setting gets the YAML 1.2 core value (``010``
+# is 10, ``0x10`` 16, ``0o10`` 8, ``1:30`` and ``yes`` are text). Quoted values are text always.
+
+
+class _Plain(str):
+    """An unquoted scalar as written; made typed by :func:`_typed` once its setting's type is known."""
+
+
+NULL_WORDS = frozenset({"", "~", "null", "Null", "NULL"})
+_YAML12: list[tuple[re.Pattern[str], typing.Callable[[str], Any]]] = [
+    (re.compile(r"^(true|True|TRUE)$"), lambda text: True),
+    (re.compile(r"^(false|False|FALSE)$"), lambda text: False),
+    (re.compile(r"^[-+]?[0-9]+$"), lambda text: int(text, 10)),
+    (re.compile(r"^0o[0-7]+$"), lambda text: int(text[2:], 8)),
+    (re.compile(r"^0x[0-9a-fA-F]+$"), lambda text: int(text[2:], 16)),
+    (re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$"), float),
+    (re.compile(r"^[-+]?\.(inf|Inf|INF)$"), lambda text: -math.inf if text.startswith("-") else math.inf),
+    (re.compile(r"^\.(nan|NaN|NAN)$"), lambda text: math.nan),
+]
+
+
+def yaml12_scalar(text: str) -> Any:
+    """A plain scalar's value under the YAML 1.2 core schema."""
+    if text in NULL_WORDS:
+        return None
+    for pattern, convert in _YAML12:
+        if pattern.match(text):
+            return convert(text)
+    return text
+
+
+_LOADER: list[Any] = []
+
+
+def _yaml12_loader() -> Any:
+    """A safe YAML loader that leaves every unquoted scalar as :class:`_Plain` text (no YAML 1.1
+    resolution: no octal, base 60, yes/no, dates)."""
+    if not _LOADER:
+        import yaml
+
+        class Loader(yaml.SafeLoader):
+            yaml_implicit_resolvers: dict[Any, Any] = {}  # noqa: RUF012 - replaces the YAML 1.1 ones
+
+        Loader.add_implicit_resolver("!gymbench-plain", re.compile(r".*", re.S), None)
+
+        def plain(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> _Plain:
+            return _Plain(loader.construct_scalar(node))
+
+        Loader.add_constructor("!gymbench-plain", plain)
+        _LOADER.append(Loader)
+    return _LOADER[0]
+
+
+def read_value(text: str) -> Any:
+    """A ``+key=value`` value as YAML 1.2 flow text; unquoted scalars stay :class:`_Plain`."""
+    import yaml
+
+    return yaml.load(text, Loader=_yaml12_loader())  # noqa: S506 - a SafeLoader subclass
+
+
+def _typed(value: Any, hint: Any) -> Any:
+    """``value`` with its unquoted scalars made typed for a setting declared as ``hint``."""
+    if isinstance(value, _Plain):
+        text = str(value)
+        kind = scalar_kind(hint)
+        if text in NULL_WORDS:
+            return None
+        if kind is str or kind is bool:  # str: as typed; bool: OmegaConf reads today's words
+            return text
+        return yaml12_scalar(text)
+    if isinstance(value, Mapping):
+        return {key: _typed(item, _field_hint(hint, str(key))) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_typed(item, None) for item in value]
+    return value
+
+
+def _field_hint(schema: Any, name: str) -> Any:
+    """The declared type of ``schema``'s field ``name`` (``None``: any value)."""
+    if typing.get_origin(schema) in (typing.Union, types.UnionType):
+        inner = [arg for arg in typing.get_args(schema) if arg is not type(None)]
+        schema = inner[0] if len(inner) == 1 else None
+    if not (isinstance(schema, type) and dataclasses.is_dataclass(schema)):
+        return None
+    try:
+        return typing.get_type_hints(schema).get(name)
+    except Exception:  # noqa: BLE001 - an unresolvable annotation: read the value as any value
+        return None
+
+
+def _typed_layer(schema: type[Any], layer: Mapping[str, Any]) -> dict[str, Any]:
+    """One layer ``{dotted.key: value}`` made typed by the settings the keys name."""
+    typed: dict[str, Any] = {}
+    for key, value in layer.items():
+        hint: Any = schema
+        for part in str(key).split("."):
+            hint = _field_hint(hint, part)
+        typed[key] = _typed(value, hint)
+    return typed
+
+
+def _nested(layer: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"a.b": 1}`` as ``{"a": {"b": 1}}``, as OmegaConf's dotlist reads a dotted key."""
+    nested: dict[str, Any] = {}
+    for key, value in layer.items():
+        *parents, last = str(key).split(".")
+        target = nested
+        for part in parents:
+            target = target.setdefault(part, {})
+        target[last] = value
+    return nested
 
 
 def _escape(value: Any) -> Any:

@@ -23,7 +23,7 @@ import aiohttp
 
 from gymbench.builtin.backend_settings import HttpSettings
 from gymbench.builtin.http_retry import RETRYABLE_STATUS, RetryPolicy, failure_kind_for_status, retry_after_seconds
-from gymbench.errors import GymbenchError
+from gymbench.errors import GymbenchError, ServerUnreachable
 from gymbench.secrets import redact, register_secret
 from gymbench.types import GenerationFailed
 
@@ -183,7 +183,7 @@ class RetryingClient:
                     return Reached(answer.status, await answer.read())
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 last = quoted(f"{type(exc).__name__}: {exc}")
-        raise GymbenchError(
+        raise ServerUnreachable(
             f"cannot reach the {what or self.what} at {url} after {PREFLIGHT_TRIES} tries ({last}). Is it running?"
         )
 

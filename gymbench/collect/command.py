@@ -71,6 +71,14 @@ def _begun_in_shards(config: CollectConfig) -> bool:
     return True
 
 
+def _cancelled(pairs: list[tuple[int, int]]) -> str:
+    """The rollouts cancelled in flight, named (task/rollout), for the stop line; a resume redoes them."""
+    if not pairs:
+        return ""
+    named = ", ".join(f"{t}/{r}" for t, r in sorted(pairs)[:10]) + (" ..." if len(pairs) > 10 else "")
+    return f" ({len(pairs)} cancelled in flight, task/rollout: {named})"
+
+
 def _exit_status(collector: Collector, stats: CollectStats, output: Path, interrupted: bool) -> int:
     """Say how the run ended; every rollout is either in ``output`` or will be redone by a resume."""
     problems = collector.problems
@@ -82,17 +90,19 @@ def _exit_status(collector: Collector, stats: CollectStats, output: Path, interr
     for error in problems.errors:
         print(f"gymbench: error: {error}", file=sys.stderr)
     if problems.errors:
-        missing = ", ".join(f"{t}/{r}" for t, r in problems.unwritten[:10]) or "none"
+        unwritten = [*problems.unwritten, *problems.cancelled_pairs]
+        missing = ", ".join(f"{t}/{r}" for t, r in unwritten[:10]) or "none"
         print(
             f"gymbench: error: the run stopped after an internal error; rollouts without a row (task/rollout): "
-            f"{missing}{' ...' if len(problems.unwritten) > 10 else ''}. Fix the cause, then: {resume}",
+            f"{missing}{' ...' if len(unwritten) > 10 else ''}. Fix the cause, then: {resume}",
             file=sys.stderr,
         )
         return 1
     if problems.stop_reason is not None:
         print(
             f"gymbench: error: stopped early: {problems.stop_reason}. {stats.completed + stats.failed} rollouts "
-            f"are in {output}; the rest were not attempted. Check the server, then: {resume}",
+            f"are in {output}; the rest were not attempted{_cancelled(problems.cancelled_pairs)}. Check the server, "
+            f"then: {resume}",
             file=sys.stderr,
         )
         return 1

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gymbench.errors import GymbenchError
+from gymbench.errors import GymbenchError, ServerUnreachable
+from gymbench.rollout.guard import OUTAGE_KINDS
 from gymbench.rollout.stats import CollectStats
 
 REPORT_EVERY_S = 0.25
@@ -45,6 +46,9 @@ class ShardOutcome:
     error: str | None = None
     retryable: bool = True
     """False for a bad setting or input: the same error again on every attempt."""
+    outage: bool = False
+    """The model server was down (unreachable at the start, or ``stop_after_failures`` rollouts in a
+    row failed): the driver waits for it and runs the shard again without spending an attempt."""
 
 
 def worker_environment() -> dict[str, Any]:
@@ -66,6 +70,8 @@ def collect_shard(job: ShardJob, report: Callable[[int], None]) -> ShardOutcome:
     started = time.perf_counter()
     try:
         _collect(job, report, outcome)
+    except ServerUnreachable as exc:
+        outcome.error, outcome.outage = str(exc), True
     except GymbenchError as exc:
         outcome.error, outcome.retryable = str(exc), False
     except Exception as exc:  # noqa: BLE001 - reported to the driver, which retries the shard
@@ -122,7 +128,12 @@ def _collect(job: ShardJob, report: Callable[[int], None], outcome: ShardOutcome
     if problems.errors:
         outcome.error = f"internal error: {problems.errors[0]}"
     elif problems.stop_reason is not None:
-        outcome.error = f"stopped early: {problems.stop_reason}"
+        outcome.error, outcome.outage = f"stopped early: {problems.stop_reason}", problems.outage
+    elif stats.failed and set(stats.failure_kinds) <= OUTAGE_KINDS:
+        # Rollouts that failed while the server was down, before the breaker tripped: running the shard
+        # again resumes and retries them (up to +max_attempts each), as a resume of one process does.
+        kinds = ", ".join(f"{kind}: {count}" for kind, count in stats.failure_kinds.most_common())
+        outcome.error, outcome.outage = f"{stats.failed} rollouts failed ({kinds})", True
 
 
 def _own_simulator(job: ShardJob) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import shutil
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,10 @@ from gymbench.run import Run
 from gymbench.settings import settings_dict
 
 POLL_S = 0.25
+OUTAGE_FIRST_WAIT_S = 1.0
+OUTAGE_LONGEST_WAIT_S = 30.0
+OUTAGE_PATIENCE_S = 300.0
+"""How long a model-server outage may last before shards stopped by it spend their attempts."""
 
 
 def run_sharded_collect(config: CollectConfig, plugins: Plugins) -> int:
@@ -158,7 +162,14 @@ def _drive(launcher: Launcher, jobs: list[ShardJob], config: CollectConfig) -> _
 
 
 class _Driver:
-    def __init__(self, jobs: list[ShardJob], attempts: int) -> None:
+    """Shards to workers until each has an outcome. A shard stopped by a model-server outage (the same
+    circuit breaker as one process: ``stop_after_failures`` connection errors, timeouts or 5xx in a
+    row, or a server unreachable at the start) opens the driver's own circuit: nothing is handed out
+    for a back-off (1 s, doubling to 30 s), then the shard runs again and resumes, without spending one
+    of its ``shard_attempts``, until the outage has lasted ``OUTAGE_PATIENCE_S``; after that outage
+    failures spend attempts like any other."""
+
+    def __init__(self, jobs: list[ShardJob], attempts: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.queue = list(reversed(jobs))
         self.jobs = {job.index: job for job in jobs}
         self.attempts = attempts
@@ -170,12 +181,17 @@ class _Driver:
         self.startup_s = 0.0
         self.collecting_s = 0.0
         """From the workers' start to the last shard's end: what the record's rates are over."""
+        self.clock = clock
+        self.outage_reruns: Counter[int] = Counter()
+        self.outage_since: float | None = None
+        self.hold_until = 0.0
+        self.backoff_s = 0.0
 
     def run(self, launcher: Launcher) -> None:
         began = time.perf_counter()
         try:
             while self.queue or launcher.busy():
-                while self.queue and launcher.free_slots() > 0:
+                while self.queue and launcher.free_slots() > 0 and self.clock() >= self.hold_until:
                     job = self.queue.pop()
                     self.tries[job.index] += 1
                     job.attempt = self.tries[job.index]
@@ -195,6 +211,9 @@ class _Driver:
                 self._report(event.shard, stats.skipped + stats.completed + stats.failed)
             if event.outcome.error is None:
                 self.unfinished.pop(event.shard, None)
+                self.outage_since, self.backoff_s = None, 0.0  # the server answers: the circuit closes
+                return
+            if getattr(event.outcome, "outage", False) and self._wait_for_server(event.shard, event.outcome.error):
                 return
             self._retry(event.shard, event.outcome.error, event.outcome.retryable)
         else:
@@ -204,8 +223,25 @@ class _Driver:
         if self.progress is not None:
             self.progress.report(shard, done)
 
+    def _wait_for_server(self, shard: int, reason: str) -> bool:
+        """Hold the shard (and every other) for a back-off and run it again; False once the outage has
+        outlasted ``OUTAGE_PATIENCE_S``, so the shard spends an attempt."""
+        now = self.clock()
+        if self.outage_since is None:
+            self.outage_since = now
+        if now - self.outage_since > OUTAGE_PATIENCE_S:
+            return False
+        if now >= self.hold_until:  # the first shard to find the server down since the last hold
+            self.backoff_s = min(max(2 * self.backoff_s, OUTAGE_FIRST_WAIT_S), OUTAGE_LONGEST_WAIT_S)
+            self.hold_until = now + self.backoff_s
+        self.outage_reruns[shard] += 1
+        warn(f"shard {shard}: the model server is down ({reason}); running it again in "
+             f"{self.hold_until - now:.0f} s (it resumes; no attempt spent)")  # fmt: skip
+        self.queue.append(self.jobs[shard])
+        return True
+
     def _retry(self, shard: int, reason: str, retryable: bool) -> None:
-        tries = self.tries[shard]
+        tries = self.tries[shard] - self.outage_reruns[shard]
         if retryable and tries < self.attempts:
             warn(f"shard {shard} (attempt {tries} of {self.attempts}): {reason}; running it again (it resumes)")
             self.queue.append(self.jobs[shard])

@@ -125,6 +125,8 @@ class Collector:
         read when the run starts, if it resumes."""
         self._writer: RolloutWriter | None = None
         self._pending: set[asyncio.Task[None]] = set()
+        self._pairs: dict[asyncio.Future[None], tuple[int, int]] = {}
+        """Each rollout in flight's (task_index, rollout_index), so a cancelled one can be named."""
 
     def planned(self) -> int | None:
         """Rollouts the selection yields (``None`` for a pipe, which cannot be counted ahead)."""
@@ -184,20 +186,28 @@ class Collector:
                 continue
             attempt = (state.attempts.get(key, 0) if state is not None else 0) + 1
             ready = self.clock()
-            slot = self.strategy.slot()
-            await slot.__aenter__()
+            try:
+                slot = self.strategy.slot()
+                await slot.__aenter__()
+            except Exception as exc:  # a broken strategy: stop dispatching, let what is in flight land
+                self.problems.add_error(f"the strategy {type(self.strategy).__name__}'s slot()", exc, None, True)
+                return
             if self.problems.halted:  # it stopped while we waited for the slot
                 await slot.__aexit__(None, None, None)
                 return
             job = asyncio.ensure_future(self._one(task, attempt, slot, self.clock() - ready))
             self._pending.add(job)
+            self._pairs[job] = (task.task_index, task.rollout_index)
             job.add_done_callback(self._job_done)
 
     def _job_done(self, job: asyncio.Task[None]) -> None:
         """Every rollout task ends here; an exception it let out is reported, never lost."""
         self._pending.discard(job)
+        pair = self._pairs.pop(job, None)
         if job.cancelled():
             self.problems.cancelled += 1
+            if pair is not None:
+                self.problems.cancelled_pairs.append(pair)
         elif job.exception() is not None:
             self.problems.add_error("a rollout", job.exception(), None, written=False)  # type: ignore[arg-type]
 
@@ -254,6 +264,7 @@ class Collector:
             self.on_failure(failure)
         if self.breaker.observe(failure) and not self.problems.halted:
             self.problems.stop_reason = self.breaker.reason()
+            self.problems.outage = self.breaker.outage
             for job in self._pending:
                 if job is not asyncio.current_task():
                     job.cancel()

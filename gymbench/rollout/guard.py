@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 
 from gymbench.types import GenerationFailed
 
+OUTAGE_KINDS = frozenset({"timeout", "connection_error", "server_error", "rate_limited"})
+"""Failure kinds a server that is down or overloaded gives; the rest (404, 400, a bad answer) are
+the same on every try, so waiting for the server does not help them."""
+
 
 @dataclass
 class FailureBreaker:
@@ -39,6 +43,11 @@ class FailureBreaker:
         self.last_reason = failure.reason
         return self.limit > 0 and self.streak == self.limit
 
+    @property
+    def outage(self) -> bool:
+        """The streak is of failures a server outage gives: waiting and trying again may succeed."""
+        return bool(self.kinds) and all(kind in OUTAGE_KINDS for kind in self.kinds)
+
     def reason(self) -> str:
         kinds = ", ".join(f"{kind}: {count}" for kind, count in self.kinds.most_common())
         return (
@@ -56,12 +65,18 @@ class RunProblems:
     stop_reason: str | None = None
     cancelled: int = 0
     """Rollouts in flight when the run stopped early; not written, so a resume redoes them."""
+    cancelled_pairs: list[tuple[int, int]] = field(default_factory=list)
+    """Those rollouts' (task_index, rollout_index), to name them."""
+    outage: bool = False
+    """The stop was a server outage (connection errors, timeouts, 5xx), not a wrong setting."""
 
     @property
     def halted(self) -> bool:
         return bool(self.errors) or self.stop_reason is not None
 
     def add_error(self, where: str, exc: BaseException, pair: tuple[int, int] | None, written: bool) -> None:
-        self.errors.append(f"{where} raised {type(exc).__name__}: {exc}")
+        message = f"{where} raised {type(exc).__name__}: {' '.join(str(exc).split())}"
+        if message not in self.errors:  # a broken plugin raises on every call: say it once
+            self.errors.append(message)
         if pair is not None and not written:
             self.unwritten.append(pair)
