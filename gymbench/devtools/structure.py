@@ -21,7 +21,6 @@ import argparse
 import ast
 import json
 import re
-import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
