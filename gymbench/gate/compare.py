@@ -152,7 +152,7 @@ def compare_runs(
     settings = settings or CompareSettings()
     match = match_benchmarks(baseline, candidate)
     pairs = _pairs(match, baseline, candidate, settings)
-    skipped = []
+    skipped = _unknown_metrics(baseline, candidate, settings)
     mismatch = counts_mismatch(baseline, candidate)
     if mismatch is not None:
         counted = [(b, m) for b, m in pairs if _unit(candidate, b, m) == INSTRUCTIONS_UNIT]
@@ -191,6 +191,18 @@ def _pairs(
         names = _metric_names(baseline, bench_id) & _metric_names(candidate, bench_id)
         pairs += [(bench_id, name) for name in sorted(names) if not settings.metrics or name in settings.metrics]
     return pairs
+
+
+def _unknown_metrics(
+    baseline: Sequence[ResultsRecord], candidate: Sequence[ResultsRecord], settings: CompareSettings
+) -> list[Skipped]:
+    """A metric asked for (``--metric``) that neither side has: said, and inconclusive, never a silent pass."""
+    known = {name for r in (*baseline, *candidate) for b in r.benchmarks for name in b.metrics}
+    return [
+        Skipped(f"metric {name!r}", f"no benchmark has it; the metrics measured: {', '.join(sorted(known)) or 'none'}")
+        for name in settings.metrics
+        if name not in known
+    ]
 
 
 def _metric_names(records: Sequence[ResultsRecord], bench_id: str) -> set[str]:
