@@ -25,6 +25,8 @@ from gymbench.gate.settings import is_speed_unit
 from gymbench.record import Metric, ResultsRecord
 
 MIN_CALIBRATION_RUNS = 3
+MAX_CALIBRATION_RUNS = 999
+"""Reruns are saved as ``NAME-000`` to ``NAME-999``."""
 
 
 def learn_noise(runs: Sequence[ResultsRecord], machine_key: str, source: str = "") -> NoiseTable:
@@ -107,6 +109,14 @@ def rerun_suite(
     """
     from tqdm import tqdm
 
+    from gymbench.gate.store import check_save_name
+
+    if not MIN_CALIBRATION_RUNS <= runs <= MAX_CALIBRATION_RUNS:
+        raise GymbenchError(
+            f"--runs {runs}: calibration reruns the suite {MIN_CALIBRATION_RUNS} to {MAX_CALIBRATION_RUNS} "
+            "times (5 by default)"
+        )
+    check_save_name(name)
     names = [f"{name}-{index:03d}" for index in range(runs)]
     for save_name in tqdm(names, desc="calibration runs", unit="run"):
         command = [sys.executable, "-m", "pytest", *pytest_args, "-q", "-p", "no:cacheprovider"]

@@ -34,6 +34,12 @@ from gymbench.types import Direction
 Verdict = Literal["pass", "regressed", "improved", "inconclusive"]
 MIN_SHIFT_METRICS = 5
 MIN_RUNS_AS_UNIT = 3
+TIME_NOT_GATED = (
+    "shown but not gated: no calibration knows their run-to-run noise and fewer than "
+    f"{MIN_RUNS_AS_UNIT} runs a side cannot show it, so a change in the machine's load between the "
+    "runs cannot be told from a regression (inconclusive at most). Run `gymbench calibrate` once, "
+    f"compare {MIN_RUNS_AS_UNIT}+ runs a side (a name glob), or gate instruction counts (--metric instructions)"
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,10 @@ class MetricComparison:
     p: float
     q: float = 1.0
     verdict: Verdict = "inconclusive"
+    noise_unknown: bool = False
+    """A time metric from fewer than 3 runs a side with no calibrated noise: not gated, because a
+    change in the machine's load between the runs moves it by more than its interval allows. Its
+    verdict is ``inconclusive`` (worse by the minimum effect) or ``pass``, never ``regressed``."""
 
     @property
     def ratio(self) -> float:
@@ -142,7 +152,7 @@ def compare_runs(
     settings = settings or CompareSettings()
     match = match_benchmarks(baseline, candidate)
     pairs = _pairs(match, baseline, candidate, settings)
-    skipped = []
+    skipped = _unknown_metrics(baseline, candidate, settings)
     mismatch = counts_mismatch(baseline, candidate)
     if mismatch is not None:
         counted = [(b, m) for b, m in pairs if _unit(candidate, b, m) == INSTRUCTIONS_UNIT]
@@ -155,6 +165,9 @@ def compare_runs(
     shift = _estimate_shift(raw, settings)
     corrected = [_correct(c, shift, settings.confidence) if is_speed_unit(c.unit) else c for c in raw]
     decided = decide(corrected, settings)
+    ungated = sum(c.noise_unknown for c in decided)
+    if ungated:
+        skipped.append(Skipped(f"time ({ungated} metrics)", TIME_NOT_GATED, inconclusive=False))
     return SuiteComparison(
         baseline=labels[0],
         candidate=labels[1],
@@ -178,6 +191,18 @@ def _pairs(
         names = _metric_names(baseline, bench_id) & _metric_names(candidate, bench_id)
         pairs += [(bench_id, name) for name in sorted(names) if not settings.metrics or name in settings.metrics]
     return pairs
+
+
+def _unknown_metrics(
+    baseline: Sequence[ResultsRecord], candidate: Sequence[ResultsRecord], settings: CompareSettings
+) -> list[Skipped]:
+    """A metric asked for (``--metric``) that neither side has: said, and inconclusive, never a silent pass."""
+    known = {name for r in (*baseline, *candidate) for b in r.benchmarks for name in b.metrics}
+    return [
+        Skipped(f"metric {name!r}", f"no benchmark has it; the metrics measured: {', '.join(sorted(known)) or 'none'}")
+        for name in settings.metrics
+        if name not in known
+    ]
 
 
 def _metric_names(records: Sequence[ResultsRecord], bench_id: str) -> set[str]:
@@ -244,6 +269,7 @@ def _measure(
         min_effect=settings.min_effect_for(bench_id, _options(candidate, bench_id), first.unit),
         mde=mde,
         p=two_sided_p(effect.log_ratio, effect.se, effect.df),
+        noise_unknown=known is None and effect.unit != "run" and is_speed_unit(first.unit),
     )
 
 
@@ -323,10 +349,11 @@ def verdict_for(c: MetricComparison, q: float, alpha: float) -> Verdict:
     """Regressed or improved: significant after FDR control *and* at least the effect that matters.
 
     A change that looks as large as the threshold but is not significant is inconclusive when it
-    points to worse (the gate cannot vouch for it) and passes when it points to better.
+    points to worse (the gate cannot vouch for it) and passes when it points to better. A metric
+    whose run-to-run noise is unknown (:attr:`MetricComparison.noise_unknown`) is never significant.
     """
     threshold = log_threshold(c.threshold)
-    significant = q < alpha
+    significant = q < alpha and not c.noise_unknown
     if c.badness >= threshold:
         return "regressed" if significant else "inconclusive"
     if c.badness <= -threshold and significant:

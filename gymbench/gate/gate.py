@@ -105,8 +105,9 @@ def run_gate(
 def _noise_warnings(noise: NoiseTable | None, records: list[ResultsRecord]) -> list[str]:
     if noise is None:
         return [
-            "no calibration for this machine: intervals only see noise within one run, so on a busy "
-            "machine false alarms are likely. Run `gymbench calibrate` once to learn the run-to-run noise "
+            "no calibration for this machine: intervals only see noise within one run, so time metrics "
+            "compared from fewer than 3 runs a side are not gated (a load change between the runs would "
+            "read as a regression). Run `gymbench calibrate` once to learn the run-to-run noise "
             "(it reruns the suite, benches/ by default, 5 times: --runs N to change that; --from NAME-GLOB "
             "learns from runs already stored instead)."
         ]

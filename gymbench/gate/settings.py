@@ -46,6 +46,11 @@ class CompareSettings:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise GymbenchError(f"{name} must be positive (0.05 = 5 %), got {value}")
+        for pattern, value in self.per_benchmark.items():
+            if not _positive(value) or not math.isfinite(value):
+                raise GymbenchError(f"per_benchmark {pattern!r} must be a positive number (0.05 = 5 %), got {value!r}")
+        if not all(isinstance(name, str) for name in self.metrics):
+            raise GymbenchError(f"metrics must be metric names (strings), got {list(self.metrics)!r}")
 
     @property
     def confidence(self) -> float:
@@ -103,4 +108,8 @@ def compare_settings(pyproject: Path, **given: Any) -> CompareSettings:
     from gymbench.settings import SettingsFile, build_settings
 
     table = SettingsFile(settings_from_pyproject(pyproject), str(pyproject))
+    try:
+        build_settings(CompareSettings, (), table, {})
+    except GymbenchError as exc:  # a value of the file's own: name the file
+        raise GymbenchError(str(exc) if str(pyproject) in str(exc) else f"{pyproject}: {exc}") from None
     return build_settings(CompareSettings, (), table, {k: v for k, v in given.items() if v is not None})

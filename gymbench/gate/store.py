@@ -76,7 +76,7 @@ class BaselineStore:
     def select(self, spec: str, machine_key: str, cwd: Path | None = None) -> Selection:
         """Resolve ``spec`` (path, ``latest``, name, name glob or git ref) to records."""
         path = Path(spec)
-        if path.suffix == ".json" or path.is_file():
+        if path.suffix == ".json" or _is_file(path):
             return self._from_file(path, machine_key)
         runs = self._matching(spec, machine_key, cwd)
         if not runs:
@@ -131,9 +131,17 @@ def resolve_git_ref(ref: str, cwd: Path | None) -> str | None:
             timeout=10,
             check=False,
         )
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, ValueError, subprocess.TimeoutExpired):  # ValueError: a NUL in the ref
         return None
     return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def _is_file(path: Path) -> bool:
+    """False for a spec that cannot be a path at all (too long, a NUL byte): it is a name then."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def machine_warnings(records: Sequence[ResultsRecord], machine_key: str, label: str = "baseline") -> list[str]:
@@ -154,8 +162,12 @@ def machine_warnings(records: Sequence[ResultsRecord], machine_key: str, label: 
 
 
 def save_json(data: Mapping[str, object], path: Path) -> Path:
-    with AtomicFile(path, text=True) as target:
-        target.write(json.dumps(data, indent=1) + "\n")
+    try:
+        with AtomicFile(path, text=True) as target:
+            target.write(json.dumps(data, indent=1) + "\n")
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise GymbenchError(f"{path}: cannot write ({reason}); check --results-dir") from None
     return path
 
 
@@ -180,8 +192,22 @@ AB_CALIBRATION_DIR = "calibration-ab"
 def save_calibration(
     table: NoiseTable, root: Path, name: str, created_at: str, directory: str = CALIBRATION_DIR
 ) -> Path:
+    check_save_name(name)
     path = root / table.machine_key / directory / f"{file_stamp(created_at)}_{name}.json"
     return save_json(noise_to_dict(table, created_at), path)
+
+
+def check_save_name(name: str, flag: str = "--name") -> None:
+    """A calibration's name becomes part of a file name: the rule of every record name (``+run_name``)."""
+    from gymbench.settings import safe_name
+
+    try:
+        safe_name("run_name", name)
+    except GymbenchError:
+        raise GymbenchError(
+            f"{flag} {name!r}: use up to 101 letters, digits, '.', '_' or '-', starting with a letter or "
+            "digit (the name becomes part of a file name)"
+        ) from None
 
 
 def load_calibration(path: Path) -> NoiseTable:

@@ -6,6 +6,7 @@ no aiohttp. The plugin manager and fingerprint are only built when a benchmark a
 
 from __future__ import annotations
 
+import inspect
 import math
 import statistics
 from collections.abc import Generator, Iterator
@@ -182,6 +183,25 @@ def _results_dir(config: pytest.Config, path: Path) -> Path:
         except GymbenchError as exc:
             raise pytest.UsageError(f"--gymbench-results-dir: {exc}") from None
     return path
+
+
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """An ``async def`` benchmark that no async plugin took: one line saying what to add.
+
+    pytest-asyncio (0.23+) and anyio hand pytest a synchronous wrapper, or call the test
+    themselves first; a coroutine function that reaches this hook would otherwise end in pytest's
+    "async def functions are not natively supported", which does not say what is missing.
+    """
+    if "gymbench" in pyfuncitem.fixturenames and inspect.iscoroutinefunction(pyfuncitem.obj):
+        pytest.fail(unrun_async_message(pyfuncitem.config), pytrace=False)
+    return None
+
+
+def unrun_async_message(config: pytest.Config) -> str:
+    add = '@pytest.mark.asyncio on the test, or asyncio_mode = "auto" under [tool.pytest.ini_options]'
+    if not config.pluginmanager.hasplugin("asyncio"):
+        return f"gymbench: an async def benchmark needs pytest-asyncio: pip install 'gymbench[asyncio]', then add {add}"
+    return f"gymbench: pytest-asyncio runs an async def benchmark only when asked: add {add}"
 
 
 @pytest.hookimpl(wrapper=True)

@@ -93,7 +93,7 @@ def _run_calibrate(args: argparse.Namespace, plugins: Plugins) -> int:
     key = machine_info()["key"]
     spec = args.source
     if spec is None:
-        names = rerun_suite(args.pytest_args, args.runs or 5, args.name, args.results_dir)
+        names = rerun_suite(args.pytest_args, 5 if args.runs is None else args.runs, args.name, args.results_dir)
         spec = f"{args.name}-[0-9][0-9][0-9]"
         print(f"ran the suite {len(names)} times")
     selection = store.select(spec, key)

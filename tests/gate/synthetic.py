@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from gymbench.gate.noise import MetricNoise, NoiseTable
 from gymbench.record import BenchmarkResult, Metric, ResultsRecord, save_record
 
 
@@ -58,3 +59,15 @@ def suite(
 def save_run(root: Path, record: ResultsRecord, stamp: str) -> Path:
     key = record.fingerprint["machine"]["key"]
     return save_record(record, root / key / f"{stamp}_{record.name}.json")
+
+
+def calibration(*records: ResultsRecord, run_sd: float = 0.005, runs: int = 10) -> NoiseTable:
+    """A calibration that knows every metric of ``records``: ``run_sd`` run-to-run noise (log scale).
+
+    Time metrics from single runs are gated only when a calibration knows their noise, so tests
+    of what the gate flags on one run against one run pass one of these.
+    """
+    metrics = {
+        b.id: {name: MetricNoise(run_sd, 0.0, runs) for name in b.metrics} for r in records for b in r.benchmarks
+    }
+    return NoiseTable(records[0].fingerprint["machine"]["key"], metrics, "synthetic calibration")

@@ -13,7 +13,7 @@ from gymbench.gate.compare import compare_runs
 from gymbench.gate.noise import MetricNoise, NoiseTable
 from gymbench.gate.settings import CompareSettings
 from gymbench.record import BenchmarkResult, Metric, ResultsRecord
-from tests.gate.synthetic import fingerprint, suite
+from tests.gate.synthetic import calibration, fingerprint, suite
 
 FAST = CompareSettings(resamples=500)
 
@@ -30,7 +30,7 @@ def test_unchanged_suite_passes_everywhere() -> None:
 
 def test_one_real_regression_among_a_uniformly_slower_runner() -> None:
     """The runner is 15 % slower everywhere; benchmark 3 is 30 % slower on top of that."""
-    result = compare_runs([suite(1)], [suite(2, factor=1.15, slow={3: 0.3})], FAST)
+    result = compare_runs([suite(1)], [suite(2, factor=1.15, slow={3: 0.3})], FAST, calibration(suite(1)))
     assert result.shift.applied
     assert result.shift.ratio == pytest.approx(1.15, abs=0.02)
     found = verdicts(result)
@@ -44,7 +44,7 @@ def test_one_real_regression_among_a_uniformly_slower_runner() -> None:
 
 def test_without_shift_correction_the_slower_runner_fails_everything() -> None:
     settings = replace(FAST, correct_shift=False)
-    result = compare_runs([suite(1)], [suite(2, factor=1.15)], settings)
+    result = compare_runs([suite(1)], [suite(2, factor=1.15)], settings, calibration(suite(1)))
     assert not result.shift.applied and result.shift.ratio == pytest.approx(1.15, abs=0.02)
     assert set(verdicts(result).values()) == {"regressed"}
 
@@ -76,9 +76,9 @@ def test_a_large_but_unsupported_change_is_inconclusive() -> None:
 def test_minimum_effect_from_the_marker_and_overridden_by_config() -> None:
     marked = {3: {"min_effect": 0.5}}
     base, cand = suite(1, options=marked), suite(2, slow={3: 0.3}, options=marked)
-    assert verdicts(compare_runs([base], [cand], FAST))["bench.py::test_3"] == "pass"
+    assert verdicts(compare_runs([base], [cand], FAST, calibration(base)))["bench.py::test_3"] == "pass"
     config = replace(FAST, per_benchmark={"bench.py::test_[0-9]": 0.1})
-    assert verdicts(compare_runs([base], [cand], config))["bench.py::test_3"] == "regressed"
+    assert verdicts(compare_runs([base], [cand], config, calibration(base)))["bench.py::test_3"] == "regressed"
 
 
 def test_calibrated_noise_widens_intervals_and_marks_noisy_metrics_ungated() -> None:
@@ -87,7 +87,7 @@ def test_calibrated_noise_widens_intervals_and_marks_noisy_metrics_ungated() -> 
     noisy = NoiseTable("machine0000a", {b.id: {"time": MetricNoise(0.10, 0.001, 10)} for b in base.benchmarks})
     plain = compare_runs([base], [cand], FAST).comparisons[0]
     calibrated = compare_runs([base], [cand], FAST, noisy).comparisons[0]
-    assert plain.verdict == "regressed"
+    assert plain.verdict == "inconclusive" and plain.noise_unknown  # one run each: its noise unknown
     df = 9 + 4  # ten calibration runs, plus the prior's weight
     expected = math.expm1(0.1 * math.sqrt(2) * (t.ppf(0.995, df) + t.ppf(0.8, df)))
     assert not calibrated.gated and calibrated.mde == pytest.approx(expected, rel=0.01)

@@ -10,14 +10,16 @@ from gymbench.cli import main
 from gymbench.errors import GymbenchError
 from gymbench.gate.compare import compare_runs
 from gymbench.gate.gate import Outcome, enforced, outcome_of
+from gymbench.gate.noise import noise_to_dict
+from gymbench.gate.store import save_calibration, save_json
 from gymbench.record import load_record, save_record
-from tests.gate.synthetic import save_run, suite
+from tests.gate.synthetic import calibration, save_run, suite
 
 pytest_plugins = ["pytester"]
 
 
 def test_outcome_and_what_fail_on_lets_through() -> None:
-    regressed = compare_runs([suite(1)], [suite(2, slow={0: 0.5})])
+    regressed = compare_runs([suite(1)], [suite(2, slow={0: 0.5})], noise=calibration(suite(1)))
     inconclusive = compare_runs([suite(1, samples=2)], [suite(2, samples=2, slow={0: 0.5})])
     assert outcome_of(regressed) is Outcome.REGRESSION
     assert outcome_of(inconclusive) is Outcome.INCONCLUSIVE
@@ -43,23 +45,33 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     save_run(root, suite(2, name="same"), "20260102T000000")
     save_run(root, suite(3, name="slower", slow={2: 0.4}), "20260103T000000")
     save_run(root, suite(4, name="few", samples=2, slow={2: 0.4}), "20260104T000000")
+    save_json(noise_to_dict(calibration(suite(1)), "2026-01-01T00:00:00+00:00"), tmp_path / "quiet.json")
     return root
 
 
 @pytest.mark.parametrize(
-    ("candidate", "fail_on", "code", "verdict"),
+    ("candidate", "fail_on", "calibrated", "code", "verdict"),
     [
-        ("same", "inconclusive", 0, "PASS"),
-        ("slower", "inconclusive", 1, "REGRESSION"),
-        ("few", "inconclusive", 3, "INCONCLUSIVE"),
-        ("few", "regression", 0, "INCONCLUSIVE"),
-        ("slower", "none", 0, "REGRESSION"),
+        ("same", "inconclusive", True, 0, "PASS"),
+        ("slower", "inconclusive", True, 1, "REGRESSION"),
+        ("slower", "inconclusive", False, 3, "INCONCLUSIVE"),
+        ("few", "inconclusive", False, 3, "INCONCLUSIVE"),
+        ("few", "regression", False, 0, "INCONCLUSIVE"),
+        ("slower", "none", True, 0, "REGRESSION"),
     ],
 )
 def test_compare_exit_codes(
-    store: Path, capsys: pytest.CaptureFixture[str], candidate: str, fail_on: str, code: int, verdict: str
+    store: Path,
+    capsys: pytest.CaptureFixture[str],
+    candidate: str,
+    fail_on: str,
+    calibrated: bool,
+    code: int,
+    verdict: str,
 ) -> None:
-    assert main(["compare", "base", candidate, "--fail-on", fail_on]) == code
+    """One run against one gates time only with a calibration; uncalibrated, a slowdown is inconclusive."""
+    noise = ["--calibration", "quiet.json"] if calibrated else []
+    assert main(["compare", "base", candidate, "--fail-on", fail_on, *noise]) == code
     assert f"gate: {verdict}" in capsys.readouterr().out
 
 
@@ -68,7 +80,7 @@ def test_compare_writes_the_github_step_summary(
 ) -> None:
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    assert main(["compare", "base", "slower"]) == 1
+    assert main(["compare", "base", "slower", "--calibration", "quiet.json"]) == 1
     text = summary.read_text()
     assert text.startswith("## gymbench comparison") and "| bench.py::test_2 | time |" in text
     assert "REGRESSED" in text
@@ -105,7 +117,11 @@ def test_pytest_gate_exit_codes(pytester: pytest.Pytester) -> None:
         for b in fast.benchmarks
     ]  # fmt: skip
     save_record(type(fast)("faster", scaled, fast.fingerprint), baseline.with_name("20000101T000000_faster.json"))
+    result = _run(pytester, "--gymbench-compare", "faster", "--gymbench-fail-on", "inconclusive")
+    assert result.ret == 7  # not calibrated: one run against one cannot gate time
+    result.stdout.fnmatch_lines(["*time (2 metrics): shown but not gated*", "gate: INCONCLUSIVE*"])
 
+    save_calibration(calibration(fast), pytester.path / "results", "quiet", "2000-01-01T00:00:00+00:00")
     result = _run(pytester, "--gymbench-compare", "faster", "--gymbench-fail-on", "regression")
     assert result.ret == 6
     result.stdout.fnmatch_lines(["*gymbench comparison*", "*test_b.py::test_wait*REGRESSED*", "gate: REGRESSION*"])

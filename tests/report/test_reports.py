@@ -12,12 +12,13 @@ import pytest
 from gymbench.cli import main
 from gymbench.gate.compare import compare_runs
 from gymbench.gate.gate import GateResult, Outcome, enforced, outcome_of
+from gymbench.gate.noise import noise_to_dict
 from gymbench.gate.settings import CompareSettings
-from gymbench.gate.store import BaselineStore
+from gymbench.gate.store import BaselineStore, save_json
 from gymbench.report.html import render_report
 from gymbench.report.markdown import comparison_markdown
 from gymbench.report.terminal import comparison_lines
-from tests.gate.synthetic import save_run, suite
+from tests.gate.synthetic import calibration, save_run, suite
 
 VOID = {"meta", "img", "br", "hr", "link", "input"}
 
@@ -25,7 +26,7 @@ VOID = {"meta", "img", "br", "hr", "link", "input"}
 def gate_result() -> GateResult:
     base = suite(1, benchmarks=8)
     cand = suite(2, benchmarks=7, factor=1.1, slow={1: 0.4})
-    result = compare_runs([base], [cand], CompareSettings(resamples=300), labels=("base", "cand"))
+    result = compare_runs([base], [cand], CompareSettings(resamples=300), calibration(base), labels=("base", "cand"))
     outcome = outcome_of(result)
     return GateResult(result, outcome, enforced(outcome, "regression"), ["a warning"], [base], [cand])
 
@@ -89,12 +90,14 @@ def test_report_command_writes_the_file(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.chdir(tmp_path)
     save_run(tmp_path / "results", suite(1, name="a"), "20260101T000000")
     save_run(tmp_path / "results", suite(2, name="b", slow={0: 0.5}), "20260102T000000")
+    save_json(noise_to_dict(calibration(suite(1)), "2026-01-01T00:00:00+00:00"), tmp_path / "quiet.json")
     out = tmp_path / "out" / "report.html"
-    assert main(["report", "-o", str(out), "--results-dir", "results", "--fail-on", "none"]) == 0
+    noise = ["--calibration", "quiet.json"]  # one run against one gates time only when calibrated
+    assert main(["report", "-o", str(out), "--results-dir", "results", "--fail-on", "none", *noise]) == 0
     assert len(check_html(out.read_text()).images) == 3
     # the same verdict and exit code as `gymbench compare` on the same inputs
-    assert main(["report", "-o", str(out), "--results-dir", "results"]) == 1
-    assert main(["compare", "a", "b", "--results-dir", "results"]) == 1
+    assert main(["report", "-o", str(out), "--results-dir", "results", *noise]) == 1
+    assert main(["compare", "a", "b", "--results-dir", "results", *noise]) == 1
     assert Outcome.REGRESSION.cli_code == 1
 
 
