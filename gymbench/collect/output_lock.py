@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,9 @@ def output_lock(output: str | os.PathLike[str], setting: str = "+output_jsonl_fp
     error the output itself would give, said before anything starts.
     """
     path = lock_path(output)
+    if _special(output):  # /dev/null, a FIFO: nothing there to mix, and no lock file beside a device
+        yield path
+        return
     fd = _locked(path, Path(output), setting)
     try:
         os.ftruncate(fd, 0)
@@ -74,6 +78,15 @@ def _locked(path: Path, output: Path, setting: str) -> int:
         if _same_file(fd, path):
             return fd
         os.close(fd)  # the holder removed it as it finished: lock the new one
+
+
+def _special(output: str | os.PathLike[str]) -> bool:
+    """An existing output that is not a file or folder (a device, a FIFO): written through, not replaced."""
+    try:
+        mode = os.stat(output).st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def _same_file(fd: int, path: Path) -> bool:
