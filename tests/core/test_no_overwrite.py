@@ -78,28 +78,40 @@ def test_every_name_taken_is_one_clear_error(tmp_path: Path, monkeypatch: pytest
 # --- device nodes and FIFOs as outputs
 
 
-def test_dev_null_stays_a_device(tmp_path: Path) -> None:
+@pytest.fixture
+def dev_null(tmp_path: Path) -> Path:
+    """A private twin of ``/dev/null`` (the same device numbers): a broken writer replaces this one,
+    never the machine's, which other processes need."""
     if os.geteuid() != 0:
-        pytest.skip("only root can replace /dev/null, which is the case this guards against")
-    write_json_atomic("/dev/null", {"a": 1})
-    with AtomicFile("/dev/null") as target:
+        pytest.skip("making a device node needs root, and replacing one is what root's writes did")
+    path = tmp_path / "null"
+    os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    return path
+
+
+def test_a_device_node_stays_a_device(dev_null: Path) -> None:
+    write_json_atomic(dev_null, {"a": 1})
+    with AtomicFile(dev_null) as target:
         target.write(b"rows\n")
-    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
-    assert not [p for p in Path("/dev").iterdir() if p.name.startswith(".null.")]
+    with pytest.raises(ValueError), AtomicFile(dev_null) as target:  # an error: nothing to take back, no harm
+        target.write(b"half")
+        raise ValueError
+    assert stat.S_ISCHR(os.stat(dev_null).st_mode)
+    assert sorted(p.name for p in dev_null.parent.iterdir()) == ["null"]  # no temporary, no lock file
 
 
 @pytest.mark.parametrize("command", ["merge", "timings-csv", "timings-json"])
-def test_commands_writing_to_dev_null_leave_it_a_device(command: str, tmp_path: Path) -> None:
+def test_commands_writing_to_a_device_leave_it_a_device(command: str, dev_null: Path, tmp_path: Path) -> None:
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"task_index": 0, "rollout_index": 0, "status": "ok", "timings": {"total": 1.0}}) + "\n")
     args = {
-        "merge": ["merge-rollouts", str(rows), "-o", "/dev/null"],
-        "timings-csv": ["timings", str(rows), "-o", "/dev/null", "--format", "csv"],
-        "timings-json": ["timings", str(rows), "-o", "/dev/null", "--format", "json"],
+        "merge": ["merge-rollouts", str(rows), "-o", str(dev_null)],
+        "timings-csv": ["timings", str(rows), "-o", str(dev_null), "--format", "csv"],
+        "timings-json": ["timings", str(rows), "-o", str(dev_null), "--format", "json"],
     }[command]
     assert main(args) == 0
-    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
-    assert not Path("/dev/null.lock").exists()
+    assert stat.S_ISCHR(os.stat(dev_null).st_mode)
+    assert not (tmp_path / "null.lock").exists()
 
 
 @pytest.mark.parametrize("text", [False, True])
@@ -107,7 +119,7 @@ def test_a_fifo_is_written_through_to_its_reader(text: bool, tmp_path: Path) -> 
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
     reader.start()
     for _ in range(5000):  # until the reader has it open (before, opening is "nothing reads")
         try:
