@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +195,69 @@ def test_a_part_without_a_fingerprint_is_merged_with_a_note(tmp_path: Path) -> N
     bare.write_text("")
     notes = check_parts_alike([first, bare], None, force=False)
     assert notes == [f"{bare}: no b.jsonl.run.json beside it, so how it was collected cannot be checked"]
+
+
+# --- seeded hostile mixes: any set of changes is refused exactly when one of them changes rows
+
+
+def _mixes(count: int, seed: int) -> list[tuple[list[str], bool]]:
+    chooser = random.Random(seed)
+    defining, neutral = sorted(CHANGED_ROWS), list(NEUTRAL)
+    cases = []
+    for _ in range(count):
+        changes = chooser.sample(neutral, chooser.randint(0, 4))
+        refused = chooser.random() < 0.6
+        if refused:
+            changes += [CHANGED_ROWS[name] for name in chooser.sample(defining, chooser.randint(1, 3))]
+        chooser.shuffle(changes)
+        cases.append((changes, refused))
+    return cases
+
+
+@pytest.mark.parametrize(
+    ("changes", "refused"), _mixes(120, seed=24), ids=lambda v: ",".join(v) if isinstance(v, list) else str(v)
+)
+def test_a_resume_is_refused_exactly_when_a_change_defines_the_run(changes: list[str], refused: bool,
+                                                                   tmp_path: Path) -> None:  # fmt: skip
+    tasks, output = write_tasks(tmp_path / "t.jsonl", 4), tmp_path / "o.jsonl"
+    check_run_fingerprint(output, identity(config_of(tasks, output)), force=False)
+    later = identity(config_of(tasks, output, *changes))
+    if not refused:
+        assert check_run_fingerprint(output, later, force=False) == []
+        return
+    with pytest.raises(GymbenchError) as caught:
+        check_run_fingerprint(output, later, force=False)
+    named = {line.split(":")[0].strip() for line in str(caught.value).splitlines()[1:-1]}
+    expected = {change.lstrip("+").split("=")[0].split(".")[0] for change in changes}
+    settings = {name.split(".")[1] for name in named if name.startswith("settings.")}
+    assert settings and settings <= expected  # the selected tasks (input.*) change with the range too
+    forced = check_run_fingerprint(output, later, force=True)
+    assert forced and all("resuming a different run" in line for line in forced)
+
+
+def _part_mixes(count: int, seed: int) -> list[tuple[list[str], list[str], bool]]:
+    chooser = random.Random(seed)
+    names = sorted(set(CHANGED_ROWS) - set(SPLIT_SETTINGS))
+    cases = []
+    for _ in range(count):
+        ranges = [f"+start_idx={chooser.randint(0, 5)}", f"+limit={chooser.randint(1, 9)}"][: chooser.randint(0, 2)]
+        differs = chooser.random() < 0.5
+        changes = [CHANGED_ROWS[name] for name in chooser.sample(names, chooser.randint(1, 3))] if differs else []
+        cases.append((ranges, changes, differs))
+    return cases
+
+
+@pytest.mark.parametrize(("ranges", "changes", "differs"), _part_mixes(60, seed=2424))
+def test_merge_refuses_parts_exactly_when_they_differ_beyond_their_range(
+    ranges: list[str], changes: list[str], differs: bool, tmp_path: Path
+) -> None:
+    def part(name: str, *settings: str) -> Path:
+        config = config_of(tmp_path / "t", tmp_path / "o", *settings)
+        return sidecar(tmp_path / name, run_defining_settings(config))
+
+    first, second = part("a.jsonl"), part("b.jsonl", *ranges, *changes)
+    if not differs:
+        assert check_parts_alike([first, second], None, force=False) == []
+        return
+    with pytest.raises(GymbenchError, match=rf"^cannot merge parts made differently: {first} and {second} differ"):
+        check_parts_alike([first, second], None, force=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import random
 import stat
 import threading
 from pathlib import Path
@@ -46,6 +47,27 @@ def test_records_of_one_name_saved_in_one_second_all_survive(count: int, tmp_pat
     assert [run.path for run in runs] == paths  # oldest first: the counter sorts after the plain name
     assert {run.name for run in runs} == {"split"}  # the name is still the run's name
     assert not [p for p in (tmp_path / "m").iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+def _interleaved_saves(count: int, seed: int) -> list[list[str]]:
+    chooser = random.Random(seed)
+    names = ["split", "split-0002", "a", "collect", "x_y", "nemo.gym"]
+    return [[chooser.choice(names) for _ in range(chooser.randint(2, 9))] for _ in range(count)]
+
+
+@pytest.mark.parametrize("order", _interleaved_saves(30, seed=2405), ids=",".join)
+def test_interleaved_runs_of_several_names_in_one_second_each_keep_a_record(order: list[str], tmp_path: Path) -> None:
+    paths = [save_to_store(record(float(i), name), tmp_path) for i, name in enumerate(order)]
+    assert len(set(paths)) == len(order)
+    loaded = [load_record(path) for path in paths]
+    assert [(r.name, r.benchmarks[0].metrics["x"].value) for r in loaded] == [
+        (n, float(i)) for i, n in enumerate(order)
+    ]
+    store = BaselineStore(tmp_path).runs("m")
+    for name in set(order):  # the store still finds each run by its name, oldest first
+        assert [run.path for run in store if run.name == name] == [
+            p for p, n in zip(paths, order, strict=True) if n == name
+        ]
 
 
 def test_an_existing_record_is_never_replaced(tmp_path: Path) -> None:
