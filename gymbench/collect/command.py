@@ -19,6 +19,7 @@ from gymbench.collect.summary import format_summary
 from gymbench.jsonio import write_json_atomic
 from gymbench.plugins import Plugins
 from gymbench.rollout.engine import Collector
+from gymbench.rollout.output import check_output_path
 from gymbench.rollout.stats import CollectStats
 from gymbench.run import Run
 from gymbench.settings import settings_dict
@@ -27,9 +28,11 @@ from gymbench.types import GenerationFailed
 
 def run_collect(config: CollectConfig, plugins: Plugins) -> int:
     """One run per output: the output's lock is held from before anything is read until the end."""
-    output = collect_settings(config).output_path  # says first what is missing
+    settings = collect_settings(config)  # says first what is missing
+    output = settings.output_path
     with output_lock(output):
         if config.overwrite and not config.resume:
+            check_output_path(settings.input_path, output)  # never the tasks' own files
             remove_earlier_run(output)  # nothing of the earlier run (its shards above all) is continued
         if config.sharded or _begun_in_shards(config):
             from gymbench.collect.sharded import run_sharded_collect
