@@ -12,10 +12,13 @@ cannot encode, so nothing is lost and nothing crashes. Every failure to read bec
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
+import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -112,6 +115,10 @@ class AtomicFile:
 
     Failing to create, write or rename is a :class:`GymbenchError` naming ``path``, ending with
     ``then`` (what to do); an error raised by the block itself passes through unchanged.
+
+    A ``path`` that exists and is neither a file nor a folder (``/dev/null``, a FIFO, a terminal) is
+    written through instead: renaming over it would replace the device node with a regular file
+    (as root), which is never what was meant. Such a write is not atomic, and cannot be taken back.
     """
 
     def __init__(
@@ -119,9 +126,14 @@ class AtomicFile:
     ) -> None:
         self.path = Path(path)
         self.then = then
+        self.through = _special_file(self.path)
+        """Written straight to ``path`` (a device, a FIFO), not to a temporary file renamed over it."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+            if self.through:
+                fd, name = _open_through(self.path), os.fspath(self.path)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
         except OSError as exc:
             raise self._error("cannot write here", exc) from None
         self.temporary = Path(name)
@@ -143,6 +155,9 @@ class AtomicFile:
         """Make the written content the file at ``path`` (durably), and return ``path``."""
         try:
             self._handle.flush()
+            if self.through:
+                self._handle.close()
+                return self.path
             os.fsync(self._handle.fileno())
             self._handle.close()
             os.replace(self.temporary, self.path)
@@ -151,10 +166,49 @@ class AtomicFile:
             raise self._error("cannot write", exc) from None
         return self.path
 
+    def commit_new(self, names: Iterable[str | os.PathLike[str]]) -> Path:
+        """Make the written content the first of ``names`` that does not exist yet, and return it.
+
+        A file already there is never replaced: the temporary file is hard-linked to the name (which
+        fails when it exists, as ``O_EXCL`` does) where :meth:`commit` would rename over it. Where
+        the file system has no hard links, the name is created with ``O_EXCL`` and the bytes copied.
+        """
+        try:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._handle.close()
+            for name in names:
+                if self._linked(Path(name)):
+                    self.path = Path(name)
+                    return self.path
+            raise FileExistsError(errno.EEXIST, "every name for it is taken")
+        except OSError as exc:
+            raise self._error("cannot write", exc) from None
+        finally:
+            self.discard()
+
+    def _linked(self, name: Path) -> bool:
+        try:
+            os.link(self.temporary, name)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            try:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as target:
+                target.write(self.temporary.read_bytes())
+        return True
+
     def discard(self) -> None:
         """Forget what was written; ``path`` is left as it was. Never raises."""
         with contextlib.suppress(OSError):
             self._handle.close()
+        if self.through:
+            return
         with contextlib.suppress(OSError):
             self.temporary.unlink(missing_ok=True)
 
@@ -166,6 +220,31 @@ class AtomicFile:
             self.commit()
         else:
             self.discard()
+
+
+def _special_file(path: Path) -> bool:
+    """An existing ``path`` that is not a regular file or a folder: a device, a FIFO, a socket."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _open_through(path: Path) -> int:
+    """Open a device or FIFO for writing; a FIFO without a reader is an error, not a hang."""
+    if stat.S_ISFIFO(os.stat(path).st_mode):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:
+                raise OSError(errno.ENXIO, "a FIFO that nothing reads; start its reader first") from None
+            raise
+        os.set_blocking(fd, True)
+        return fd
+    if stat.S_ISSOCK(os.stat(path).st_mode):
+        raise OSError(errno.EINVAL, "a socket, which cannot be written as a file")
+    return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any, *, indent: int | None = 1) -> Path:

@@ -11,7 +11,7 @@ import json
 import math
 import os
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.errors import ResultsFileError
-from gymbench.jsonio import JSONReadError, loads, write_json_atomic
+from gymbench.jsonio import AtomicFile, JSONReadError, loads, write_json_atomic
 from gymbench.types import Direction, JSONObject, JSONValue
 
 SCHEMA_ID = "gymbench.results"
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = (1,)
+MOST_RECORDS_PER_SECOND = 9999
+"""Records of one name in one second of one machine's store (the counter in the name has 4 digits)."""
 
 
 @dataclass(frozen=True)
@@ -209,8 +211,25 @@ def store_path(record: ResultsRecord, results_dir: str | os.PathLike[str], name:
     return Path(results_dir) / str(key) / f"{file_stamp(record.created_at)}_{name or record.name}.json"
 
 
+def store_names(record: ResultsRecord, results_dir: str | os.PathLike[str], name: str | None = None) -> Iterator[Path]:
+    """The names a record may take in the store, in order: :func:`store_path`, then the same with a
+    counter after the stamp (``<stamp>-0002_<name>.json``...), which sorts after it, for runs of one
+    name saved in the same second (manual splits launched together)."""
+    first = store_path(record, results_dir, name)
+    yield first
+    stamp, rest = first.name.split("_", 1)
+    for number in range(2, MOST_RECORDS_PER_SECOND + 1):
+        yield first.with_name(f"{stamp}-{number:04d}_{rest}")
+
+
 def save_to_store(record: ResultsRecord, results_dir: str | os.PathLike[str], name: str | None = None) -> Path:
-    return save_record(record, store_path(record, results_dir, name))
+    """Validate, then write under a name no other record has: a record already there is never replaced."""
+    data = record.to_dict()
+    first = store_path(record, results_dir, name)
+    validate_record_dict(data, str(first))
+    target = AtomicFile(first, text=True, then="; choose another results_dir")
+    target.write(json.dumps(data, indent=1, allow_nan=False, ensure_ascii=False) + "\n")
+    return target.commit_new(store_names(record, results_dir, name))
 
 
 def read_results_json(path: str | os.PathLike[str], what: str = "results", *, allow_nan: bool = False) -> JSONValue:

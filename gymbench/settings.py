@@ -37,10 +37,32 @@ TRUE_WORDS = ("true", "yes", "on", "1")
 # --------------------------------------------------------------------------- declaring
 
 
-def doc(text: str, *, path: bool = False) -> dict[str, Any]:
+def doc(text: str, *, path: bool = False, run_neutral: bool = False) -> dict[str, Any]:
     """A setting's field metadata: its help (``--help`` shows it) and, with ``path``, that its value is a
-    file or folder path (made absolute where the working directory changes: shard workers, pyproject)."""
-    return {"help": text, "path": True} if path else {"help": text}
+    file or folder path (made absolute where the working directory changes: shard workers, pyproject).
+
+    ``run_neutral`` says the setting does not change what a collection's rows contain (progress, where
+    the record goes, how many rollouts run at once): a resume may change it. Every other setting of a
+    collection defines the run and is in its fingerprint (:func:`run_defining_settings`). Defining is
+    the default because a setting forgotten there costs a refused resume (``+resume_force=true`` goes
+    on), while a setting wrongly left out would mix two runs in one file without a word.
+    """
+    metadata: dict[str, Any] = {"help": text}
+    if path:
+        metadata["path"] = True
+    if run_neutral:
+        metadata["run_neutral"] = True
+    return metadata
+
+
+def run_defining_settings(settings: Any) -> dict[str, Any]:
+    """The values of ``settings`` (a settings object) that define a run's rows: every field not declared
+    ``doc(..., run_neutral=True)``, by name, in declaration order."""
+    return {
+        field.name: getattr(settings, field.name)
+        for field in dataclasses.fields(settings)
+        if not field.metadata.get("run_neutral")
+    }
 
 
 def path_settings(*schemas: type[Any]) -> tuple[str, ...]:

@@ -24,13 +24,19 @@ DEFAULT_HEAD_SERVER = {"host": "127.0.0.1", "port": 11000}
 class ConnectionSettings(Checked):
     """What every HTTP backend shares and every server command offers: timeout, retries, pool, key."""
 
-    request_timeout_s: float = field(default=300.0, metadata=doc("per-request timeout in seconds (> 0)"))
-    max_retries: int = field(default=5, metadata=doc("retries on 429, 5xx and connection errors"))
-    global_aiohttp_connector_limit: int = field(default=65536, metadata=doc("connection pool size (0: no limit)"))
-    global_aiohttp_connector_limit_per_host: int = field(
-        default=16384, metadata=doc("pool size per host (0: no limit)")
+    request_timeout_s: float = field(
+        default=300.0, metadata=doc("per-request timeout in seconds (> 0)", run_neutral=True)
     )
-    api_key_env: str | None = field(default=None, metadata=doc("environment variable holding the API key"))
+    max_retries: int = field(default=5, metadata=doc("retries on 429, 5xx and connection errors", run_neutral=True))
+    global_aiohttp_connector_limit: int = field(
+        default=65536, metadata=doc("connection pool size (0: no limit)", run_neutral=True)
+    )
+    global_aiohttp_connector_limit_per_host: int = field(
+        default=16384, metadata=doc("pool size per host (0: no limit)", run_neutral=True)
+    )
+    api_key_env: str | None = field(
+        default=None, metadata=doc("environment variable holding the API key", run_neutral=True)
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -60,7 +66,9 @@ class HttpSettings(ConnectionSettings):
 class OpenAIServer(Checked):
     """Where an OpenAI-compatible server is and how it is asked."""
 
-    base_url: str | None = field(default=None, metadata=doc("OpenAI-compatible base URL, e.g. http://HOST:PORT/v1"))
+    base_url: str | None = field(
+        default=None, metadata=doc("OpenAI-compatible base URL, e.g. http://HOST:PORT/v1", run_neutral=True)
+    )
     model: str | None = field(default=None, metadata=doc("model name sent with each request"))
     api: str = field(default="responses", metadata=doc("responses or chat"))
     stream: bool = field(default=False, metadata=doc("stream responses (measures time to first token)"))
@@ -83,7 +91,10 @@ class NemoGymAgent(Checked):
     )
     head_server: dict[str, Any] = field(
         default_factory=dict,
-        metadata=doc("NeMo Gym's head server, +head_server.host=H +head_server.port=P (default 127.0.0.1:11000)"),
+        metadata=doc(
+            "NeMo Gym's head server, +head_server.host=H +head_server.port=P (default 127.0.0.1:11000)",
+            run_neutral=True,
+        ),
     )
 
     def __post_init__(self) -> None:

@@ -16,7 +16,7 @@ from gymbench.settings import Checked, at_least, doc, require, with_defaults
 @dataclass
 class Parallelism(Checked):
     num_samples_in_parallel: int | None = field(
-        default=None, metadata=doc("rollouts at once, at most (unset: unbounded, as NeMo Gym)")
+        default=None, metadata=doc("rollouts at once, at most (unset: unbounded, as NeMo Gym)", run_neutral=True)
     )
 
     def __post_init__(self) -> None:

@@ -26,7 +26,7 @@ from gymbench.rollout.engine import CollectSettings
 from gymbench.rollout.identity import check_run_fingerprint, write_run_fingerprint
 from gymbench.rollout.run_settings import RunPolicy
 from gymbench.rollout.stats import CollectStats, CollectSummary
-from gymbench.settings import CheckedOptions, known_fields
+from gymbench.settings import CheckedOptions, known_fields, run_defining_settings
 from gymbench.types import ConcurrencyStrategy
 
 if TYPE_CHECKING:
@@ -197,24 +197,16 @@ def check_metrics_path(path: Path) -> None:
 
 
 def run_identity(config: CollectConfig, settings: CollectSettings, regular_input: bool) -> dict[str, Any]:
-    """What defines the rows of a run: the tasks selected (by content) and the settings that change rows.
+    """What defines the rows of a run: the tasks selected (by content) and every setting that changes rows.
 
-    Where the server listens is left out (the embedded simulator gets a new port every run).
+    The settings are those not declared ``doc(..., run_neutral=True)`` (:func:`run_defining_settings`),
+    so a setting added later is in the fingerprint unless its declaration says it changes no row.
     """
     identity = input_identity(settings.input_path, settings.selection) if regular_input else {"kind": "pipe"}
     return {
         "input": {key: identity[key] for key in ("rows", "blake2b", "kind") if key in identity},
-        "selection": {
-            "start_idx": config.start_idx, "end_idx": config.end_idx, "limit": config.limit,
-            "num_repeats": config.num_repeats,
-        },
-        "verifier": {"name": config.verifier, "options": config.verifier_options},
-        "request": {
-            "backend": config.backend, "model": config.model, "api": config.api, "agent_url": config.agent_url,
-            "responses_create_params": config.responses_create_params, "extra_body": config.extra_body,
-            **({"agent_name": config.agent_name} if config.agent_name else {}),
-        },
-    }  # fmt: skip
+        "settings": run_defining_settings(config),
+    }
 
 
 def check_run_identity(config: CollectConfig, settings: CollectSettings, regular_input: bool) -> None:

@@ -10,14 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gymbench.collect.aggregate import write_aggregate_metrics
-from gymbench.collect.collection import UNBOUNDED_WARNING, metrics_path
+from gymbench.collect.collection import UNBOUNDED_WARNING, collect_settings, metrics_path
 from gymbench.collect.config import CollectConfig
 from gymbench.collect.driver import Collection, run_loop
+from gymbench.collect.output_lock import output_lock, remove_earlier_run
 from gymbench.collect.progress import CollectProgressBar, warn
 from gymbench.collect.summary import format_summary
 from gymbench.jsonio import write_json_atomic
 from gymbench.plugins import Plugins
 from gymbench.rollout.engine import Collector
+from gymbench.rollout.output import check_output_path
 from gymbench.rollout.stats import CollectStats
 from gymbench.run import Run
 from gymbench.settings import settings_dict
@@ -25,10 +27,21 @@ from gymbench.types import GenerationFailed
 
 
 def run_collect(config: CollectConfig, plugins: Plugins) -> int:
-    if config.sharded or _begun_in_shards(config):
-        from gymbench.collect.sharded import run_sharded_collect
+    """One run per output: the output's lock is held from before anything is read until the end."""
+    settings = collect_settings(config)  # says first what is missing
+    output = settings.output_path
+    with output_lock(output):
+        if config.overwrite and not config.resume:
+            check_output_path(settings.input_path, output)  # never the tasks' own files
+            remove_earlier_run(output)  # nothing of the earlier run (its shards above all) is continued
+        if config.sharded or _begun_in_shards(config):
+            from gymbench.collect.sharded import run_sharded_collect
 
-        return run_sharded_collect(config, plugins)
+            return run_sharded_collect(config, plugins)
+        return _collect_in_one_process(config, plugins)
+
+
+def _collect_in_one_process(config: CollectConfig, plugins: Plugins) -> int:
     run = Run(plugins, "collect", config.run_name, settings_dict(config), results_dir=config.results_dir,
               save=config.save_results)  # fmt: skip
     collection = Collection.prepare(config, plugins, progress=CollectProgressBar(config.progress),

@@ -29,7 +29,9 @@ SERVER_GROUPS = (ConnectionSettings, OpenAIServer, NemoGymAgent)
 
 @dataclass
 class ServerConfig(ConnectionSettings, OpenAIServer, NemoGymAgent):
-    input_jsonl_fpath: str | None = field(default=None, metadata=doc("JSONL file of tasks (required)", path=True))
+    input_jsonl_fpath: str | None = field(
+        default=None, metadata=doc("JSONL file of tasks (required)", path=True, run_neutral=True)
+    )
     backend: str | None = field(
         default=None,
         metadata=doc(
@@ -44,22 +46,30 @@ class ServerConfig(ConnectionSettings, OpenAIServer, NemoGymAgent):
         default="semaphore",
         metadata=doc(
             "concurrency strategy plugin (tune and diagnose probe it at each parallelism: it must take "
-            "num_samples_in_parallel)"
+            "num_samples_in_parallel)",
+            run_neutral=True,
         ),
     )
-    strategy_options: dict[str, Any] = field(default_factory=dict, metadata=doc("the strategy's own settings"))
+    strategy_options: dict[str, Any] = field(
+        default_factory=dict, metadata=doc("the strategy's own settings", run_neutral=True)
+    )
     verifier: str = field(default="exact-match", metadata=doc("verifier plugin"))
     verifier_options: dict[str, Any] = field(default_factory=dict, metadata=doc("the verifier's own settings"))
     verifier_pool: str = field(
         default="auto",
-        metadata=doc("auto, inline, thread or process (auto: cheap verifiers inline, others in threads)"),
+        metadata=doc(
+            "auto, inline, thread or process (auto: cheap verifiers inline, others in threads)", run_neutral=True
+        ),
     )
-    verifier_workers: int = field(default=4, metadata=doc("verification pool size"))
+    verifier_workers: int = field(default=4, metadata=doc("verification pool size", run_neutral=True))
     verify_cache_size: int | None = field(
-        default=None, metadata=doc("in-memory verdict cache entries (default 10000 for expensive verifiers, 0: off)")
+        default=None,
+        metadata=doc(
+            "in-memory verdict cache entries (default 10000 for expensive verifiers, 0: off)", run_neutral=True
+        ),
     )
     verify_cache_path: str | None = field(
-        default=None, metadata=doc("SQLite file keeping verdicts across runs and resumes", path=True)
+        default=None, metadata=doc("SQLite file keeping verdicts across runs and resumes", path=True, run_neutral=True)
     )
     verify_fraction: float = field(default=1.0, metadata=doc("fast mode: verify this fraction of rollouts"))
     verify_first_n: int | None = field(default=None, metadata=doc("fast mode: verify the first N per task"))
@@ -68,10 +78,10 @@ class ServerConfig(ConnectionSettings, OpenAIServer, NemoGymAgent):
         default_factory=dict,
         metadata=doc("merged into every row's request, e.g. +responses_create_params.temperature=0.7"),
     )
-    save_results: bool = field(default=True, metadata=doc("save a results record under results_dir"))
-    results_dir: str = field(default="results", metadata=doc("where results records go", path=True))
-    run_name: str = field(default="collect", metadata=doc("name of the results record"))
-    progress: bool = field(default=True, metadata=doc("show progress"))
+    save_results: bool = field(default=True, metadata=doc("save a results record under results_dir", run_neutral=True))
+    results_dir: str = field(default="results", metadata=doc("where results records go", path=True, run_neutral=True))
+    run_name: str = field(default="collect", metadata=doc("name of the results record", run_neutral=True))
+    progress: bool = field(default=True, metadata=doc("show progress", run_neutral=True))
 
     def __post_init__(self) -> None:
         super().__post_init__()  # the groups' checks: connection, agent
@@ -100,41 +110,64 @@ class ServerConfig(ConnectionSettings, OpenAIServer, NemoGymAgent):
 
 @dataclass
 class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy):
-    output_jsonl_fpath: str | None = field(default=None, metadata=doc("where rollouts go (required)", path=True))
+    output_jsonl_fpath: str | None = field(
+        default=None, metadata=doc("where rollouts go (required)", path=True, run_neutral=True)
+    )
     resume_force: bool = field(
-        default=False, metadata=doc("resume even when the settings or input differ from the first run's")
+        default=False,
+        metadata=doc("resume even when the settings or input differ from the first run's", run_neutral=True),
     )
     disable_aggregation: bool = field(
-        default=False, metadata=doc("write no <stem>_aggregate_metrics.json (NeMo Gym's setting)")
+        default=False, metadata=doc("write no <stem>_aggregate_metrics.json (NeMo Gym's setting)", run_neutral=True)
     )
     # --- across workers (docs/distributed.md)
     num_workers: int = field(
-        default=1, metadata=doc("workers collecting shards at once (above 1: shards in OUT.shards/, then merged)")
+        default=1,
+        metadata=doc(
+            "workers collecting shards at once (above 1: shards in OUT.shards/, then merged)", run_neutral=True
+        ),
     )
-    launcher: str = field(default="local", metadata=doc("local (processes on this machine) or ray (a Ray cluster)"))
+    launcher: str = field(
+        default="local", metadata=doc("local (processes on this machine) or ray (a Ray cluster)", run_neutral=True)
+    )
     num_shards: int | None = field(
-        default=None, metadata=doc("shards the tasks are split into (default 4 per worker, at most one per task)")
+        default=None,
+        metadata=doc("shards the tasks are split into (default 4 per worker, at most one per task)", run_neutral=True),
     )
-    shard_attempts: int = field(default=3, metadata=doc("attempts per shard (a crashed or killed worker's shard)"))
+    shard_attempts: int = field(
+        default=3, metadata=doc("attempts per shard (a crashed or killed worker's shard)", run_neutral=True)
+    )
     ray_address: str | None = field(
         default=None,
-        metadata=doc("Ray cluster: auto or HOST:PORT (NeMo Gym's ray_head_node_address); unset: start one"),
+        metadata=doc(
+            "Ray cluster: auto or HOST:PORT (NeMo Gym's ray_head_node_address); unset: start one", run_neutral=True
+        ),
     )
     sim_per_worker: bool = field(
-        default=False, metadata=doc("one simulated server per worker instead of one shared by all")
+        default=False, metadata=doc("one simulated server per worker instead of one shared by all", run_neutral=True)
     )
     shard_transfer: str = field(
         default="auto",
-        metadata=doc("auto (files when workers share this file system, else rows through Ray), files, object_store"),
+        metadata=doc(
+            "auto (files when workers share this file system, else rows through Ray), files, object_store",
+            run_neutral=True,
+        ),
     )
     slo_ttft_ms: float | None = field(
-        default=None, metadata=doc("goodput: a rollout is good only with time to first token within this (streaming)")
+        default=None,
+        metadata=doc(
+            "goodput: a rollout is good only with time to first token within this (streaming)", run_neutral=True
+        ),
     )
     slo_e2e_ms: float | None = field(
-        default=None, metadata=doc("goodput: a rollout is good only with its backend call within this")
+        default=None,
+        metadata=doc("goodput: a rollout is good only with its backend call within this", run_neutral=True),
     )
     scrape_metrics: bool = field(
-        default=True, metadata=doc("read the server's Prometheus /metrics before and after the run into the record")
+        default=True,
+        metadata=doc(
+            "read the server's Prometheus /metrics before and after the run into the record", run_neutral=True
+        ),
     )
 
     def __post_init__(self) -> None:

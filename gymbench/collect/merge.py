@@ -12,13 +12,15 @@ check passes, atomically, with each row's bytes as they were.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import AtomicFile
-from gymbench.rollout.dataset import ROLLOUT_INDEX_BITS, TaskSlice, count_selected
+from gymbench.rollout.dataset import ROLLOUT_INDEX_BITS, TaskSlice, count_selected, input_identity
+from gymbench.rollout.identity import fingerprint_differences, read_run_fingerprint, run_fingerprint_path
 from gymbench.rollout.output import pair_key, read_pair
 from gymbench.rollouts_file import RolloutsFile
 
@@ -148,3 +150,82 @@ def _compare(present: set[int], expected: Expected, report: MergeReport) -> None
 
 def _split(key: int) -> tuple[int, int]:
     return key >> ROLLOUT_INDEX_BITS, key & ((1 << ROLLOUT_INDEX_BITS) - 1)
+
+
+SPLIT_SETTINGS = ("start_idx", "end_idx", "limit")
+"""What parts of one collection differ by (each is a range of it); every other defining setting must agree."""
+
+
+def check_parts_alike(sources: Sequence[Path], tasks: str | None, force: bool) -> list[str]:
+    """Compare how each part was made (its ``.run.json``) and return the notes to print.
+
+    Parts collected with different settings, or (``tasks`` given) from other tasks than ``tasks``,
+    are refused in one line naming them and what differs, unless ``force`` (then the line is a note).
+    A part without a fingerprint (another tool's file) cannot be checked: a note says so.
+    """
+    notes: list[str] = []
+    made: list[tuple[Path, Mapping[str, Any], bool]] = []
+    for source in sources:
+        sidecar = run_fingerprint_path(source)
+        if not sidecar.is_file():
+            notes.append(f"{source}: no {sidecar.name} beside it, so how it was collected cannot be checked")
+            continue
+        fingerprint, older = read_run_fingerprint(sidecar)
+        made.append((source, fingerprint, older))
+    problems = _differing_settings(made)
+    if tasks is not None:
+        problems += [problem for part in made if (problem := _other_tasks(part[0], part[1], tasks))]
+    if problems and not force:
+        raise GymbenchError(
+            f"cannot merge parts made differently: {'; '.join(problems)}; merge only parts of one "
+            "collection, or add --force to merge them anyway"
+        )
+    return notes + [f"merging anyway (--force): {problem}" for problem in problems]
+
+
+def _settings(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
+    settings = fingerprint.get("settings")
+    if not isinstance(settings, Mapping):
+        return {}
+    return {key: value for key, value in settings.items() if key not in SPLIT_SETTINGS}
+
+
+def _differing_settings(made: list[tuple[Path, Mapping[str, Any], bool]]) -> list[str]:
+    if not made:
+        return []
+    first, first_print, first_older = made[0]
+    problems = []
+    for source, fingerprint, older in made[1:]:
+        was, now = _settings(first_print), _settings(fingerprint)
+        if first_older or older:  # an older format recorded fewer settings: compare those both have
+            was, now = ({key: mapping[key] for key in was.keys() & now.keys()} for mapping in (was, now))
+        differences = fingerprint_differences(was, now)
+        if differences:
+            shown = ", ".join(line.replace(": was ", ": ").replace(", now ", " vs ") for line in differences)
+            problems.append(f"{first} and {source} differ in {shown}")
+    return problems
+
+
+def _other_tasks(source: Path, fingerprint: Mapping[str, Any], tasks: str) -> str | None:
+    """Whether the tasks ``source`` recorded are the same rows of ``tasks`` (by content), at its range."""
+    recorded, settings = fingerprint.get("input"), fingerprint.get("settings")
+    if not isinstance(recorded, Mapping) or "blake2b" not in recorded or not isinstance(settings, Mapping):
+        return None  # a pipe, or nothing recorded: nothing to compare
+    try:
+        selection = TaskSlice(
+            int(settings.get("start_idx") or 0),
+            None if settings.get("end_idx") is None else int(settings["end_idx"]),
+            None if settings.get("limit") is None else int(settings["limit"]),
+            int(settings.get("num_repeats") or 1),
+        )
+    except (TypeError, ValueError):
+        return f"{source}: its {run_fingerprint_path(source).name} holds a task range that is not one"
+    here = input_identity(tasks, selection)
+    if (here.get("rows"), here.get("blake2b")) == (recorded.get("rows"), recorded.get("blake2b")):
+        return None
+    return f"{source} was collected from other tasks than {tasks} at its range ({_described(selection)})"
+
+
+def _described(selection: TaskSlice) -> str:
+    end = "end" if selection.end_idx is None else selection.end_idx
+    return f"rows {selection.start_idx} to {end}" + (f", at most {selection.limit}" if selection.limit else "")

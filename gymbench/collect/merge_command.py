@@ -31,6 +31,10 @@ class MergeSettings(TaskRange):
         default=None, metadata=doc("the tasks file the splits came from: check that no pair is missing")
     )
     overwrite: bool = field(default=False, metadata=doc("replace an existing output file"))
+    force: bool = field(
+        default=False,
+        metadata=doc("merge parts whose .run.json says they were collected with other settings or tasks"),
+    )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -52,17 +56,27 @@ def run(args: argparse.Namespace, plugins: Plugins) -> int:
 
 
 def merge_command(settings: MergeSettings) -> int:
-    from gymbench.collect.merge import Expected, merge_rollouts
+    from gymbench.collect.output_lock import output_lock
 
     if settings.output is None:
         raise GymbenchError("merge-rollouts needs -o MERGED.jsonl")
     output = Path(settings.output)
-    if output.exists() and output.stat().st_size and not settings.overwrite:
+    with output_lock(output, "-o"):
+        return _merge(settings, output)
+
+
+def _merge(settings: MergeSettings, output: Path) -> int:
+    from gymbench.collect.merge import Expected, check_parts_alike, merge_rollouts
+
+    if output.is_file() and output.stat().st_size and not settings.overwrite:
         raise GymbenchError(f"{output}: already exists; add --overwrite to replace it, or choose another -o")
+    sources = [Path(name) for name in settings.files]
+    for note in check_parts_alike(sources, settings.input, settings.force):
+        print(f"gymbench: note: {note}", file=sys.stderr)
     expected = None
     if settings.input is not None:
         expected = Expected.from_input(settings.input, settings.task_slice())
-    report = merge_rollouts([Path(name) for name in settings.files], output, expected)
+    report = merge_rollouts(sources, output, expected)
     checked = "checked against the tasks: none missing, " if expected is not None else ""
     print(
         f"merged {report.rows} rows from {len(settings.files)} files into {output} ({checked}no duplicates)"

@@ -11,7 +11,6 @@ shard resumes from its file.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import sys
 import time
 from collections import Counter
@@ -24,10 +23,12 @@ from gymbench.collect.collection import (
     checked_backend,
     collect_settings,
     metrics_path,
+    run_identity,
     simulator_config,
 )
 from gymbench.collect.config import CollectConfig
 from gymbench.collect.merge import Expected, merge_rollouts
+from gymbench.collect.output_lock import remove_earlier_run
 from gymbench.collect.progress import warn
 from gymbench.collect.server_watch import ServerWatch
 from gymbench.collect.shard_events import Launcher, ShardEvent
@@ -39,6 +40,7 @@ from gymbench.errors import GymbenchError
 from gymbench.jsonio import write_json_atomic
 from gymbench.plugins import Plugins
 from gymbench.record import Metric
+from gymbench.rollout.identity import write_run_fingerprint
 from gymbench.rollout.output import check_output_path, refuse_to_overwrite
 from gymbench.run import Run
 from gymbench.settings import settings_dict
@@ -74,6 +76,7 @@ def _collect_in_shards(config: CollectConfig, plugins: Plugins, run: Run, output
         run.finish([result], save=False)
         return _stopped(config, output, driver.unfinished, driver.interrupted)
     report = merge_rollouts([Path(s.path) for s in shards], output, _expected(config, shards))
+    write_run_fingerprint(output, run_identity(config, collect_settings(config), regular_input=True))
     summary = result.extra["summary"]
     print(format_summary(summary, output), file=sys.stderr)
     print(f"merged {len(shards)} shards: {report.rows} rows, every expected pair exactly once", file=sys.stderr)
@@ -94,7 +97,7 @@ def _checked_output(config: CollectConfig) -> Path:
     check_output_path(settings.input_path, output)
     check_metrics_path(metrics_path(output))
     if config.overwrite:
-        shutil.rmtree(shards_dir(output), ignore_errors=True)
+        remove_earlier_run(output)  # the caller has already, under the lock; the API may call this alone
     elif not config.resume:
         refuse_to_overwrite(output)
     return output

@@ -4,7 +4,9 @@ A resume appends to what an earlier run wrote. If the tasks, the verifier or the
 changed in between, the file would silently hold two different runs and every statistic over it
 would be wrong. So each run writes ``<output>.run.json`` (the caller's mapping of what changes
 rows: input identity, verifier, overrides, slice, backend, model...) and a resume compares it.
-The file holds ``{"format": "gymbench-run/1", "gymbench": VERSION, "fingerprint": {...}}``.
+The file holds ``{"format": "gymbench-run/2", "gymbench": VERSION, "fingerprint": {"input": {...},
+"settings": {...}}}``. A file of the first format (grouped ``selection``/``verifier``/``request``
+keys, fewer settings) is still read: its settings are renamed to today's and only those are compared.
 """
 
 from __future__ import annotations
@@ -20,7 +22,17 @@ from gymbench.fingerprint import package_version
 from gymbench.jsonio import dumps, loads, read_json_file, write_json_atomic
 from gymbench.types import JSONObject, JSONValue
 
-FORMAT = "gymbench-run/1"
+FORMAT = "gymbench-run/2"
+FORMAT_V1 = "gymbench-run/1"
+_V1_NAMES = {
+    "selection": {name: name for name in ("start_idx", "end_idx", "limit", "num_repeats")},
+    "verifier": {"name": "verifier", "options": "verifier_options"},
+    "request": {
+        name: name
+        for name in ("backend", "model", "api", "agent_url", "responses_create_params", "extra_body", "agent_name")
+    },
+}
+"""Where each setting of a first-format fingerprint is in today's (``settings.<name>``)."""
 _SHOWN_CHARS = 80
 _ABSENT = "(absent)"
 
@@ -50,30 +62,47 @@ def check_run_fingerprint(
         write_run_fingerprint(output_path, fingerprint)
         return [_no_sidecar_warning(output_path)] if _has_rows(output_path) else []
     try:
-        earlier = _read_fingerprint(sidecar)
+        earlier, older = read_run_fingerprint(sidecar)
     except GymbenchError as exc:
         if not force:
             raise GymbenchError(f"{exc}; delete it, or add +resume_force=true to continue anyway") from None
         write_run_fingerprint(output_path, fingerprint)
         return [f"{exc}; continuing (+resume_force=true) and writing a new one"]
-    differences = fingerprint_differences(earlier, _as_json(fingerprint))
+    now = _as_json(fingerprint)
+    differences = fingerprint_differences(earlier, now, only_earlier=older)
+    warnings = [_older_format_warning(sidecar)] if older else []
     if not differences:
-        return []
+        if older:
+            write_run_fingerprint(output_path, fingerprint)
+        return warnings
     if not force:
         raise GymbenchError(_mismatch_message(output_path, differences))
     write_run_fingerprint(output_path, fingerprint)
-    return [f"{output_path}: resuming a different run (+resume_force=true): {line}" for line in differences]
+    return warnings + [f"{output_path}: resuming a different run (+resume_force=true): {line}" for line in differences]
 
 
-def fingerprint_differences(earlier: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """``key: was X, now Y`` for each differing leaf; nested mappings give dotted keys."""
+def fingerprint_differences(
+    earlier: Mapping[str, Any], now: Mapping[str, Any], *, only_earlier: bool = False
+) -> list[str]:
+    """``key: was X, now Y`` for each differing leaf; nested mappings give dotted keys.
+
+    ``only_earlier`` compares only what ``earlier`` recorded (a fingerprint of an older format,
+    which did not record every setting today's does)."""
     was, now_flat = _flatten(earlier), _flatten(now)
+    if only_earlier:
+        roots = {_root(key) for key in was}
+        now_flat = {key: value for key, value in now_flat.items() if _root(key) in roots}
     lines = []
     for key in sorted(was.keys() | now_flat.keys()):
         before, after = was.get(key, _ABSENT), now_flat.get(key, _ABSENT)
         if before != after:
             lines.append(f"{key}: was {_shown(before)}, now {_shown(after)}")
     return lines
+
+
+def _root(key: str) -> str:
+    """``settings.sim.seed`` -> ``settings.sim``: the setting a flattened key belongs to."""
+    return ".".join(key.split(".")[:2])
 
 
 def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -100,15 +129,36 @@ def _as_json(value: Mapping[str, Any]) -> JSONObject:
     return loads(dumps(value))
 
 
-def _read_fingerprint(sidecar: Path) -> Mapping[str, JSONValue]:
+def read_run_fingerprint(sidecar: str | os.PathLike[str]) -> tuple[Mapping[str, JSONValue], bool]:
+    """A sidecar's fingerprint in today's shape, and whether it was of the older format."""
     content = read_json_file(sidecar, "run fingerprint")
-    if (
-        not isinstance(content, dict)
-        or content.get("format") != FORMAT
-        or not isinstance(content.get("fingerprint"), dict)
-    ):
+    if not isinstance(content, dict) or not isinstance(content.get("fingerprint"), dict):
         raise GymbenchError(f"{sidecar}: not a gymbench run fingerprint (expected format {FORMAT})")
-    return content["fingerprint"]
+    if content.get("format") == FORMAT:
+        return content["fingerprint"], False
+    if content.get("format") == FORMAT_V1:
+        return _upgraded(content["fingerprint"]), True
+    raise GymbenchError(f"{sidecar}: not a gymbench run fingerprint (expected format {FORMAT})")
+
+
+def _upgraded(old: Mapping[str, Any]) -> JSONObject:
+    """A first-format fingerprint in today's shape; a setting it left out when unset (agent_name) is null."""
+    settings: JSONObject = {"agent_name": None}
+    for group, names in _V1_NAMES.items():
+        values = old.get(group)
+        if isinstance(values, Mapping):
+            settings.update({names[key]: value for key, value in values.items() if key in names})
+    upgraded: JSONObject = {"settings": settings}
+    if "input" in old:
+        upgraded["input"] = old["input"]
+    return upgraded
+
+
+def _older_format_warning(sidecar: Path | str) -> str:
+    return (
+        f"{sidecar}: written by an older gymbench ({FORMAT_V1}), which recorded fewer settings: only "
+        "those were compared; the fingerprint is rewritten in today's format"
+    )
 
 
 def _has_rows(output_path: str | os.PathLike[str]) -> bool:

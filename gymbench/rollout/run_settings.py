@@ -41,13 +41,21 @@ class TaskRange(Checked):
 class RunPolicy(Checked):
     """How a run treats an existing output file and failing rollouts (keyword-only when constructing)."""
 
-    resume: bool = field(default=False, kw_only=True, metadata=doc("skip rollouts already in the output file"))
-    overwrite: bool = field(default=False, kw_only=True, metadata=doc("replace an existing output file"))
-    max_attempts: int = field(default=3, kw_only=True, metadata=doc("attempts per failed rollout across resumes"))
+    resume: bool = field(
+        default=False, kw_only=True, metadata=doc("skip rollouts already in the output file", run_neutral=True)
+    )
+    overwrite: bool = field(
+        default=False, kw_only=True, metadata=doc("replace an existing output file", run_neutral=True)
+    )
+    max_attempts: int = field(
+        default=3, kw_only=True, metadata=doc("attempts per failed rollout across resumes", run_neutral=True)
+    )
     stop_after_failures: int = field(
         default=20,
         kw_only=True,
-        metadata=doc("stop early after this many rollouts in a row fail to reach the server (0: never)"),
+        metadata=doc(
+            "stop early after this many rollouts in a row fail to reach the server (0: never)", run_neutral=True
+        ),
     )
 
     def __post_init__(self) -> None:

@@ -159,8 +159,8 @@ def test_resume_refuses_a_different_run_unless_forced(tmp_path: Path) -> None:
     changed = gymbench(*base, "+resume=true", "+num_repeats=2", "+verifier=none")
     assert changed.returncode == 2
     assert (
-        "selection.num_repeats: was 1, now 2" in changed.stderr
-        and 'verifier.name: was "exact-match", now "none"' in changed.stderr
+        "settings.num_repeats: was 1, now 2" in changed.stderr
+        and 'settings.verifier: was "exact-match", now "none"' in changed.stderr
     )
     assert "+resume_force=true" in changed.stderr
     other = tmp_path / "other.jsonl"

@@ -29,7 +29,7 @@ def test_the_sidecar_sits_beside_the_output(tmp_path: Path) -> None:
     write_run_fingerprint(output, RUN)
     content = json.loads((tmp_path / "out.jsonl.run.json").read_text())
     assert run_fingerprint_path(output) == tmp_path / "out.jsonl.run.json"
-    assert content["format"] == "gymbench-run/1" and content["fingerprint"] == RUN
+    assert content["format"] == "gymbench-run/2" and content["fingerprint"] == RUN
 
 
 def test_the_same_run_resumes_quietly_and_order_does_not_matter(tmp_path: Path) -> None:
