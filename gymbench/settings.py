@@ -178,6 +178,9 @@ def settings_from_args(schema: type[T], args: argparse.Namespace, *, base: Mappi
         dotlist.append(token.lstrip("+"))
     for field in dataclasses.fields(schema):  # type: ignore[arg-type]
         value = getattr(args, f"setting_{field.name}", None)
+        if value == "" and field.metadata.get("path"):  # as a value, "" would read as "not set"
+            flag = "--" + field.name.replace("_", "-")
+            raise GymbenchError(f"{flag} '': an empty path; pass {flag} PATH, or leave {flag} out")
         if value is not None:
             dotlist.append(f"{field.name}={value}")
     layers: list[Mapping[str, Any]] = [base or {}]

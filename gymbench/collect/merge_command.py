@@ -26,9 +26,9 @@ class MergeSettings(TaskRange):
     """The task range (``--input`` given) is the whole selection the splits were collected from."""
 
     files: list[str] = field(default_factory=list, metadata=doc("the rollouts files, in order (positional)"))
-    output: str | None = field(default=None, metadata=doc("the merged file (required; also -o)"))
+    output: str | None = field(default=None, metadata=doc("the merged file (required; also -o)", path=True))
     input: str | None = field(
-        default=None, metadata=doc("the tasks file the splits came from: check that no pair is missing")
+        default=None, metadata=doc("the tasks file the splits came from: check that no pair is missing", path=True)
     )
     overwrite: bool = field(default=False, metadata=doc("replace an existing output file"))
     force: bool = field(

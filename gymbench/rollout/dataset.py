@@ -35,17 +35,28 @@ class DatasetError(GymbenchError):
     """An input row that cannot become a task; the message names file and line."""
 
 
-class InputNotFound(DatasetError):
-    """No tasks file at ``path``. How a setting is spelt is the command's business (``collect``
-    takes ``+input_jsonl_fpath=PATH``, ``merge-rollouts`` ``--input PATH``), so the message names
-    no flag; a command names its own through :func:`input_named_by`."""
+class InputUnreadable(DatasetError):
+    """The tasks file at ``path`` cannot be read (``problem`` says why). How a setting is spelt is
+    the command's business (``collect`` takes ``+input_jsonl_fpath=PATH``, ``merge-rollouts``
+    ``--input PATH``), so the message names no flag; a command names its own through
+    :func:`input_named_by`."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], problem: str, advice: str = "it must be a JSONL file of tasks"
+    ) -> None:
         self.path = os.fspath(path)
-        super().__init__(f"{self.path}: input file not found; it must be a JSONL file of tasks")
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}; {advice}")
 
     def naming(self, flag: str) -> DatasetError:
-        return DatasetError(f"{self.path}: input file not found; pass {flag} to a JSONL file of tasks")
+        return DatasetError(f"{self.path}: {self.problem}; pass {flag} to a JSONL file of tasks")
+
+
+class InputNotFound(InputUnreadable):
+    """No tasks file at ``path``."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__(path, "input file not found")
 
 
 @contextlib.contextmanager
@@ -53,7 +64,7 @@ def input_named_by(flag: str) -> Iterator[None]:
     """Within the block, a missing tasks file is reported with ``flag``, the command's spelling."""
     try:
         yield
-    except InputNotFound as exc:
+    except InputUnreadable as exc:
         raise exc.naming(flag) from None
 
 
@@ -110,9 +121,9 @@ def check_input_file(path: str | os.PathLike[str]) -> bool:
         raise InputNotFound(path) from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
         reason = getattr(exc, "strerror", None) or exc
-        raise DatasetError(f"{path}: cannot read the input ({reason}); check the path") from None
+        raise InputUnreadable(path, f"cannot read the input ({reason})", "check the path") from None
     if stat.S_ISDIR(info.st_mode):
-        raise DatasetError(f"{path}: is a directory; pass a JSONL file of tasks")
+        raise InputUnreadable(path, "is a directory", "pass a JSONL file of tasks")
     regular = stat.S_ISREG(info.st_mode)
     if regular and info.st_size == 0:
         raise DatasetError(f"{path}: input file is empty; it needs one JSON task per line")
