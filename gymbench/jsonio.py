@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from gymbench.errors import GymbenchError
+from gymbench.secrets import redact_output
 
 if TYPE_CHECKING:
     from gymbench.types import JSONObject, JSONValue
@@ -112,6 +113,9 @@ class AtomicFile:
 
     Failing to create, write or rename is a :class:`GymbenchError` naming ``path``, ending with
     ``then`` (what to do); an error raised by the block itself passes through unchanged.
+
+    Every write is redacted (:mod:`gymbench.secrets`): a key a server echoed cannot reach a file
+    written here. Write whole records (a line, a document) so no key is split across two writes.
     """
 
     def __init__(
@@ -134,7 +138,7 @@ class AtomicFile:
 
     def write(self, data: Any) -> int:
         try:
-            return self._handle.write(data)
+            return self._handle.write(redact_output(data))
         except OSError as exc:
             self.discard()
             raise self._error("cannot write", exc) from None
