@@ -41,6 +41,7 @@ RAW_MODES = (
     "status_garbage",  # a line that is not HTTP at all, then the key in a header-like line
 )
 MODES = HTTP_MODES + RAW_MODES
+SENTINELS = web.AppKey("sentinels", list)
 
 
 def _key(request: web.Request) -> str:
@@ -103,7 +104,7 @@ def _handlers(mode_of: Callable[[web.Request], str]) -> web.Application:
             return web.Response(text=_metrics("0").replace("0", "1"), content_type="text/plain")
         text = "".join(
             _metrics(key).replace("vllm:", f"vllm{n}:") if n else _metrics(key)
-            for n, key in enumerate(request.app["sentinels"])
+            for n, key in enumerate(request.app[SENTINELS])
         )
         return web.Response(text=text, content_type="text/plain")
 
@@ -179,7 +180,7 @@ async def _raw_handler(mode: str, reader: asyncio.StreamReader, writer: asyncio.
 async def _serve(server: HostileServer, sentinels: list[str], ready: threading.Event) -> None:
     server.stop_event = asyncio.Event()
     app = _handlers(lambda request: by_port[request.transport.get_extra_info("sockname")[1]])  # type: ignore[union-attr]
-    app["sentinels"] = sentinels
+    app[SENTINELS] = sentinels
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     by_port: dict[int, str] = {}
