@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from gymbench.errors import GymbenchError
 from gymbench.plugins import Plugins
-from gymbench.secrets import redact
+from gymbench.secrets import install_output_filter, redact
 
 
 class VersionAction(argparse.Action):
@@ -72,6 +72,7 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
+    install_output_filter()  # every line printed from here on is redacted (gymbench.secrets)
     with contextlib.suppress(AttributeError, ValueError):  # not a text stream, or already closed
         # Data keeps lone surrogates exactly (JSON allows them); printing one must not crash.
         sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]

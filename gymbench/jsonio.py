@@ -25,6 +25,7 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from gymbench.errors import GymbenchError
+from gymbench.secrets import redact_output
 
 if TYPE_CHECKING:
     from gymbench.types import JSONObject, JSONValue
@@ -119,6 +120,9 @@ class AtomicFile:
     A ``path`` that exists and is neither a file nor a folder (``/dev/null``, a FIFO, a terminal) is
     written through instead: renaming over it would replace the device node with a regular file
     (as root), which is never what was meant. Such a write is not atomic, and cannot be taken back.
+
+    Every write is redacted (:mod:`gymbench.secrets`): a key a server echoed cannot reach a file
+    written here. Write whole records (a line, a document) so no key is split across two writes.
     """
 
     def __init__(
@@ -146,7 +150,7 @@ class AtomicFile:
 
     def write(self, data: Any) -> int:
         try:
-            return self._handle.write(data)
+            return self._handle.write(redact_output(data))
         except OSError as exc:
             self.discard()
             raise self._error("cannot write", exc) from None

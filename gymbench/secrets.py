@@ -7,11 +7,22 @@ line. So every key gymbench reads is registered here, and text on its way out is
 registered values, and anything shaped like ``Bearer <token>`` or an OpenAI-style ``sk-`` key.
 
 The registry is per process (keys come from this process's environment); it only grows.
+
+Redaction is one filter at the few places where bytes leave the process, not a call at each place
+a key was once found: :class:`~gymbench.jsonio.AtomicFile` (every metrics file, results record,
+report, export, merge), the rows writer, and :func:`install_output_filter`, which puts
+``sys.stdout`` and ``sys.stderr`` behind :class:`RedactingStream` (every warning, error, progress
+bar, traceback). ``gymbench``'s ``main`` installs it, and so does every process that registers a
+key (a shard worker, a pytest session that opens a backend), so a new output path is covered
+without knowing about keys. A test in ``tests/core`` keeps file writes on those paths.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+from typing import Any, TextIO
 
 REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 8
@@ -25,11 +36,25 @@ _SECRETS: set[str] = set()
 _SECRETS_BYTES: set[bytes] = set()
 
 
-def register_secret(value: str | None) -> None:
-    """Remember a secret so that :func:`redact` removes it wherever it appears."""
+def register_secret(value: str | None) -> str | None:
+    """Remember a secret so that :func:`redact` removes it wherever it appears; return it stripped.
+
+    Surrounding whitespace is not part of a key (``export KEY="$(cat key.txt)"`` keeps a ``\r``
+    from a Windows file; a newline in a header would make the HTTP client raise with the value in
+    its message), so the stripped key is what is registered and sent. This process's stdout and
+    stderr go through the filter from now on.
+    """
+    value = value.strip() if value else value
     if value and len(value) >= MIN_SECRET_LENGTH:
         _SECRETS.add(value)
         _SECRETS_BYTES.add(value.encode("utf-8", "surrogatepass"))
+        install_output_filter()
+    return value or None
+
+
+def secret_from_env(name: str | None) -> str | None:
+    """The stripped value of the environment variable ``name``, registered as a secret."""
+    return register_secret(os.environ.get(name)) if name else None
 
 
 def redact(text: str) -> str:
@@ -54,3 +79,46 @@ def redact_bytes(data: bytes) -> bytes:
     if b"sk-" in data:
         data = _SK_KEY_BYTES.sub(REDACTED.encode(), data)
     return data
+
+
+def redact_output(data: Any) -> Any:
+    """What leaves the process, redacted: text or bytes; anything else passes (the writer raises)."""
+    if isinstance(data, str):
+        return redact(data)
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return redact_bytes(bytes(data))
+    return data
+
+
+class RedactingStream:
+    """A text stream whose writes are redacted; everything else is the wrapped stream's.
+
+    Each ``write`` is redacted whole: ``print`` writes a line in one call, tqdm a whole bar.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(redact(text) if isinstance(text, str) else text)
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def install_output_filter() -> None:
+    """Put ``sys.stdout`` and ``sys.stderr`` behind :class:`RedactingStream` (once; a stream
+    replaced since, as pytest's capture does, is wrapped again). The key an unnamed
+    ``+api_key_env`` falls back to (``OPENAI_API_KEY``) is registered too."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, RedactingStream):
+            setattr(sys, name, RedactingStream(stream))
+    key = os.environ.get("OPENAI_API_KEY", "").strip()
+    if len(key) >= MIN_SECRET_LENGTH and key not in _SECRETS:
+        register_secret(key)

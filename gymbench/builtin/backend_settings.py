@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gymbench.secrets import secret_from_env
 from gymbench.settings import Checked, at_least, doc, one_of, positive_finite, require
 
 APIS = ("responses", "chat")
@@ -44,6 +45,9 @@ class ConnectionSettings(Checked):
         at_least("max_retries", self.max_retries, 0, MAX_RETRIES_CAP)
         at_least("global_aiohttp_connector_limit", self.global_aiohttp_connector_limit, 0)
         at_least("global_aiohttp_connector_limit_per_host", self.global_aiohttp_connector_limit_per_host, 0)
+        # Known to the redaction filter in every process that reads these settings, not only in the
+        # one that sends the key: a sharded run's driver prints what its workers' servers said.
+        secret_from_env(self.api_key_env)
 
 
 @dataclass

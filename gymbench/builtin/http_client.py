@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,7 +23,7 @@ import aiohttp
 from gymbench.builtin.backend_settings import HttpSettings
 from gymbench.builtin.http_retry import RETRYABLE_STATUS, RetryPolicy, failure_kind_for_status, retry_after_seconds
 from gymbench.errors import GymbenchError, ServerUnreachable
-from gymbench.secrets import redact, register_secret
+from gymbench.secrets import redact, secret_from_env
 from gymbench.types import GenerationFailed
 
 T = TypeVar("T")
@@ -97,17 +96,17 @@ def _whole_number(name: str, value: Any, allowed: str) -> int:
 def auth_headers(api_key_env: Any) -> dict[str, str]:
     """``Authorization`` from the named variable; an unnamed one falls back to OPENAI_API_KEY if set.
 
-    The key is registered as a secret, so a server that echoes it back cannot put it in a
-    failure reason, a row or a log line."""
+    The key is stripped of surrounding whitespace (a trailing ``\r`` or newline is no part of it)
+    and registered as a secret, so a server that echoes it back cannot put it in a failure
+    reason, a row or a log line."""
     if api_key_env:
-        key = os.environ.get(str(api_key_env))
+        key = secret_from_env(str(api_key_env))
         if not key:
             raise GymbenchError(
-                f"the environment variable {api_key_env} (named by +api_key_env) is not set; export it first"
+                f"the environment variable {api_key_env} (named by +api_key_env) is not set or blank; export it first"
             )
     else:
-        key = os.environ.get("OPENAI_API_KEY")
-    register_secret(key)
+        key = secret_from_env("OPENAI_API_KEY")
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 

@@ -9,6 +9,7 @@ exposed: nothing scraped and one line saying why.
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 import urllib.error
@@ -46,7 +47,7 @@ def scrape(url: str, timeout_s: float = 2.0) -> tuple[dict[str, float] | None, s
             text = answer.read().decode(errors="replace")
     except urllib.error.HTTPError as exc:
         return None, f"{url} answered HTTP {exc.code}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
         return None, f"{url} could not be read ({getattr(exc, 'reason', exc)})"
     values: dict[str, float] = {}
     try:

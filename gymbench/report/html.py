@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gymbench.gate.gate import GateResult
 from gymbench.gate.store import StoredRun
+from gymbench.jsonio import AtomicFile
 from gymbench.record import ResultsRecord
 from gymbench.report.format import HEADERS, ordered, row, shift_line, summary_line
 from gymbench.report.plots import distribution_plot, history_plot, ratio_plot
@@ -50,8 +51,9 @@ def render_report(result: GateResult, history: Sequence[StoredRun], metric: str 
 
 
 def write_report(text: str, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    """Written whole (and redacted) through :class:`~gymbench.jsonio.AtomicFile`, as every report."""
+    with AtomicFile(path, text=True, then="; choose another report path") as target:
+        target.write(text)
     return path
 
 

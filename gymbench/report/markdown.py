@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gymbench.gate.gate import GateResult
 from gymbench.report.format import HEADERS, ordered, row, shift_line, summary_line
+from gymbench.secrets import redact_output
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
@@ -67,7 +68,7 @@ def write_step_summary(markdown: str) -> Path | None:
     path = Path(target)
     try:
         with path.open("a", encoding="utf-8") as handle:
-            handle.write(markdown if markdown.endswith("\n") else markdown + "\n")
+            handle.write(redact_output(markdown if markdown.endswith("\n") else markdown + "\n"))
     except OSError as exc:
         print(f"gymbench: warning: cannot write {STEP_SUMMARY_ENV} ({target}): {exc.strerror or exc}", file=sys.stderr)
         return None

@@ -52,7 +52,7 @@ def _publish(result: GateResult, args: argparse.Namespace) -> None:
     print("\n".join(comparison_lines(result, verbose=args.verbose)))
     markdown = comparison_markdown(result)
     if args.markdown:
-        args.markdown.write_text(markdown, encoding="utf-8")
+        write_report(markdown, args.markdown)
     write_step_summary(markdown)
 
 

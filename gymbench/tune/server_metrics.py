@@ -8,6 +8,7 @@ simulator serves vLLM's names, so it is read the same way as a real vLLM.
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -66,7 +67,7 @@ def http_fetch(url: str) -> Callable[[], str | None]:
         try:
             with urllib.request.urlopen(url, timeout=2) as answer:
                 return answer.read().decode(errors="replace")
-        except (urllib.error.URLError, OSError, ValueError):
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
             return None
 
     return fetch

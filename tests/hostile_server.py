@@ -1,0 +1,218 @@
+"""A model server that tries every way it can think of to make gymbench write its API key.
+
+One thread, one event loop, one port per echo mode: the mode is known from the port a request
+arrived on, so ``/v1/models`` and ``/metrics`` (which carry no request body) echo as the mode says
+too. Most modes are aiohttp handlers; the modes that break HTTP itself (a malformed status line,
+a reason phrase carrying the key) are raw asyncio servers that write bytes.
+
+Every mode echoes what it received in the ``Authorization`` header, so the test needs no way to
+tell the server the key: whatever the client sends is what comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+HTTP_MODES = (
+    "json_error_400",  # the key in a JSON error body, not retryable
+    "json_error_500",  # ... retryable, so it reaches the circuit breaker's "stopped early" line
+    "model_not_found_404",  # the 404 that gymbench explains, with the key in the server's text
+    "redirect_foreign_scheme",  # 302 to ftp://...?token=KEY: aiohttp refuses to follow
+    "redirect_refused_port",  # 307 to http://127.0.0.1:1/?token=KEY: a connection error naming the URL
+    "redirect_loop",  # 302 to itself with the key in the query, until aiohttp gives up
+    "header_echo",  # the key in response headers of a 503 (Retry-After, X-Echo, WWW-Authenticate)
+    "metrics_echo",  # /metrics with the key in label values, HELP text and a label name's value
+    "models_echo",  # /v1/models lists the key as a model id; answers fine otherwise
+    "answer_text",  # the key in the model's answer, its id and a debug field
+    "sse_chunks",  # streamed: the key in SSE chunks (text deltas and an event's id)
+    "not_json_200",  # a 200 whose body is not JSON and carries the key
+    "unauthorized_401",  # 401 with the key in the body, on the preflight too
+)
+RAW_MODES = (
+    "status_reason",  # "HTTP/1.1 500 KEY": the key as the reason phrase
+    "status_malformed",  # "HTTP/1.1 KEY": no status code, the key where it should be
+    "status_garbage",  # a line that is not HTTP at all, then the key in a header-like line
+)
+MODES = HTTP_MODES + RAW_MODES
+SENTINELS = web.AppKey("sentinels", list)
+
+
+def _key(request: web.Request) -> str:
+    return request.headers.get("Authorization", "").removeprefix("Bearer ")
+
+
+def _answer(key: str, text: str | None = None) -> dict[str, object]:
+    content = [{"type": "output_text", "text": text if text is not None else "The answer is 4."}]
+    return {
+        "id": f"resp_{key}",
+        "object": "response",
+        "output": [{"type": "message", "role": "assistant", "content": content}],
+        "usage": {"input_tokens": 5, "output_tokens": 5, "total_tokens": 10},
+        "debug": {"authorization": f"Bearer {key}", "echo": key},
+    }
+
+
+def _metrics(key: str) -> str:
+    return (
+        f"# HELP vllm:num_requests_waiting Requests waiting. Your key is {key}\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f'vllm:num_requests_waiting{{model_name="m",token="{key}"}} 0\n'
+        f"# HELP vllm:generation_tokens_total Tokens. Authorization: Bearer {key}\n"
+        "# TYPE vllm:generation_tokens_total counter\n"
+        f'vllm:generation_tokens_total{{engine="{key}"}} 10\n'
+        f'vllm:num_requests_running{{key="{key}"}} 1\n'
+    )
+
+
+@dataclass
+class HostileServer:
+    """Start with :func:`start_hostile_server`; ``url(mode)`` is the ``+base_url`` of a mode."""
+
+    ports: dict[str, int] = field(default_factory=dict)
+    loop: asyncio.AbstractEventLoop | None = None
+    thread: threading.Thread | None = None
+    stop_event: asyncio.Event | None = None
+
+    def url(self, mode: str) -> str:
+        return f"http://127.0.0.1:{self.ports[mode]}/v1"
+
+    def stop(self) -> None:
+        if self.loop is not None and self.stop_event is not None:
+            self.loop.call_soon_threadsafe(self.stop_event.set)
+        if self.thread is not None:
+            self.thread.join(timeout=10)
+
+
+def _handlers(mode_of: Callable[[web.Request], str]) -> web.Application:
+    async def models(request: web.Request) -> web.StreamResponse:
+        mode, key = mode_of(request), _key(request)
+        if mode == "unauthorized_401":
+            return web.Response(status=401, text=f"invalid key {key}")
+        ids = [key, f"Bearer {key}"] if mode == "models_echo" else ["m"]
+        return web.json_response({"object": "list", "data": [{"id": i, "object": "model"} for i in ids]})
+
+    async def metrics(request: web.Request) -> web.StreamResponse:
+        # /metrics is scraped without the key: it echoes the sentinels the test runs with.
+        if mode_of(request) != "metrics_echo":
+            return web.Response(text=_metrics("0").replace("0", "1"), content_type="text/plain")
+        text = "".join(
+            _metrics(key).replace("vllm:", f"vllm{n}:") if n else _metrics(key)
+            for n, key in enumerate(request.app[SENTINELS])
+        )
+        return web.Response(text=text, content_type="text/plain")
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        mode, key = mode_of(request), _key(request)
+        await request.read()
+        error = {"error": {"message": f"Incorrect API key provided: {key}", "auth": f"Bearer {key}"}}
+        if mode == "json_error_400":
+            return web.json_response(error, status=400)
+        if mode == "json_error_500":
+            return web.json_response(error, status=500)
+        if mode == "model_not_found_404":
+            return web.json_response({"error": {"code": "model_not_found", "message": f"no model {key}"}}, status=404)
+        if mode == "redirect_foreign_scheme":
+            raise web.HTTPFound(f"ftp://files.example/?token={key}")
+        if mode == "redirect_refused_port":
+            raise web.HTTPTemporaryRedirect(f"http://127.0.0.1:1/v1/responses?token={key}")
+        if mode == "redirect_loop":
+            raise web.HTTPTemporaryRedirect(f"{request.path}?token={key}")
+        if mode == "header_echo":
+            headers = {"X-Echo": key, "Retry-After": key, "WWW-Authenticate": f"Bearer {key}"}
+            return web.Response(status=503, text="busy", headers=headers)
+        if mode == "not_json_200":
+            return web.Response(text=f"<html>your key {key} is {{broken", content_type="application/json")
+        if mode == "unauthorized_401":
+            return web.Response(status=401, text=f"invalid key {key}")
+        if mode == "sse_chunks":
+            return await _stream(request, key)
+        return web.json_response(_answer(key, f"Here is your key: {key}" if mode == "answer_text" else None))
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/v1/responses", generate)
+    app.router.add_post("/v1/chat/completions", generate)
+    return app
+
+
+async def _stream(request: web.Request, key: str) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Key": key})
+    await response.prepare(request)
+    events = [
+        {"type": "response.output_text.delta", "delta": f"key {key} "},
+        {"type": "response.output_text.delta", "delta": "4"},
+        {"type": "response.completed", "response": _answer(key)},
+    ]
+    for event in events:
+        await response.write(f"id: {key}\nevent: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+    await response.write(f"data: {{broken {key}\n\n".encode())
+    await response.write_eof()
+    return response
+
+
+RAW_ANSWERS = {
+    "status_reason": "HTTP/1.1 500 {key}\r\nContent-Length: 0\r\n\r\n",
+    "status_malformed": "HTTP/1.1 {key}\r\nContent-Length: 0\r\n\r\n",
+    "status_garbage": "{key} {key}\r\nX: {key}\r\n\r\n",
+}
+
+
+async def _raw_handler(mode: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(Exception):
+        head = await reader.readuntil(b"\r\n\r\n")
+        key = ""
+        for line in head.decode("latin-1").split("\r\n"):
+            if line.lower().startswith("authorization:"):
+                key = line.split(":", 1)[1].strip().removeprefix("Bearer ")
+        writer.write(RAW_ANSWERS[mode].format(key=key).encode("latin-1", "replace"))
+        await writer.drain()
+    writer.close()
+
+
+async def _serve(server: HostileServer, sentinels: list[str], ready: threading.Event) -> None:
+    server.stop_event = asyncio.Event()
+    app = _handlers(lambda request: by_port[request.transport.get_extra_info("sockname")[1]])  # type: ignore[union-attr]
+    app[SENTINELS] = sentinels
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    by_port: dict[int, str] = {}
+    raw_servers = []
+    for mode in HTTP_MODES:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        by_port[port] = mode
+        server.ports[mode] = port
+    for mode in RAW_MODES:
+        raw = await asyncio.start_server(lambda r, w, m=mode: _raw_handler(m, r, w), "127.0.0.1", 0)
+        raw_servers.append(raw)
+        server.ports[mode] = raw.sockets[0].getsockname()[1]
+    ready.set()
+    await server.stop_event.wait()
+    for raw in raw_servers:
+        raw.close()
+    await runner.cleanup()
+
+
+def start_hostile_server(sentinels: list[str]) -> HostileServer:
+    """Serve every mode until ``stop()``; ``/metrics`` (scraped without a key) echoes ``sentinels``."""
+    server = HostileServer()
+    ready = threading.Event()
+
+    def run() -> None:
+        server.loop = asyncio.new_event_loop()
+        server.loop.run_until_complete(_serve(server, sentinels, ready))
+
+    server.thread = threading.Thread(target=run, daemon=True, name="hostile-server")
+    server.thread.start()
+    if not ready.wait(30):
+        raise RuntimeError("the hostile server did not start")
+    return server
