@@ -22,6 +22,8 @@ from gymbench.settings import build_settings, run_defining_settings
 from ..rollout.test_dataset import write_tasks
 from .test_collect_cli import FAST_SIM, rows
 
+pytestmark = pytest.mark.hostile  # a case of the adversarial sweep (issue 24): benches/hostile_count.sh
+
 CHANGED_ROWS = {
     "sim_preset": "+sim_preset=zero-latency",
     "sim": "+sim.seed=7",

@@ -21,6 +21,8 @@ from gymbench.collect.shards import shards_dir
 from ..rollout.test_dataset import write_tasks
 from .test_collect_cli import FAST_SIM, gymbench, rows
 
+pytestmark = pytest.mark.hostile  # a case of the adversarial sweep (issue 24): benches/hostile_count.sh
+
 SLOW_SIM = ["+sim.step_base_s=0.05", "+sim.step_per_seq_s=0", "+sim.output_tokens_mean=8", "+num_samples_in_parallel=1"]
 WAIT_S = 60
 """How long a test waits for a child to reach a point (a window for work, not a timing assertion)."""

@@ -25,6 +25,8 @@ from ..rollout.test_dataset import write_tasks
 from .test_collect_cli import rows
 from .test_sharded_collect import collect_args, pairs
 
+pytestmark = pytest.mark.hostile  # a case of the adversarial sweep (issue 24): benches/hostile_count.sh
+
 SIM = ["--step-base-s", "0.01", "--step-per-seq-s", "0", "--output-tokens-mean", "8"]
 
 

@@ -23,6 +23,8 @@ from gymbench.plugins import get_plugin_manager
 from gymbench.record import BenchmarkResult, Metric, ResultsRecord, load_record, save_to_store
 from gymbench.run import Run
 
+pytestmark = pytest.mark.hostile  # a case of the adversarial sweep (issue 24): benches/hostile_count.sh
+
 SECOND = "2026-11-22T07:39:55+00:00"
 
 

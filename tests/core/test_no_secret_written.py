@@ -27,6 +27,8 @@ from gymbench.jsonio import AtomicFile, write_json_atomic
 
 from ..hostile_server import MODES, HostileServer, start_hostile_server
 
+pytestmark = pytest.mark.hostile  # a case of the adversarial sweep (issue 24): benches/hostile_count.sh
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "gymbench" / "data" / "example_tasks.jsonl"
 KEYS = {

@@ -21,6 +21,8 @@ GOOD_HOOK = """
 from gymbench import Component, hookimpl
 from gymbench.testing import FakeBackend
 
+pytestmark = pytest.mark.hostile  # a case of the adversarial sweep (issue 24): benches/hostile_count.sh
+
 @hookimpl
 def gymbench_register_backends():
     return [Component("{name}-backend", lambda config: FakeBackend(), "a plugin that works")]

@@ -15,6 +15,8 @@ import pytest
 from gymbench.errors import GymbenchError
 from gymbench.settings import build_settings, load_settings_file
 
+pytestmark = pytest.mark.hostile  # a case of the adversarial sweep (issue 24): benches/hostile_count.sh
+
 
 @dataclass
 class Inner:
