@@ -115,7 +115,8 @@ class AtomicFile:
     object lives across calls where the rows arrive in pieces (a shard streamed back by Ray).
 
     Failing to create, write or rename is a :class:`GymbenchError` naming ``path``, ending with
-    ``then`` (what to do); an error raised by the block itself passes through unchanged.
+    ``then`` (what to do); an error raised by the block itself passes through unchanged. ``inputs``
+    are the files the command reads: a ``path`` that is one of them is refused (:func:`refuse_inputs`).
 
     A ``path`` that exists and is neither a file nor a folder (``/dev/null``, a FIFO, a terminal) is
     written through instead: renaming over it would replace the device node with a regular file
@@ -126,8 +127,14 @@ class AtomicFile:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, text: bool = False, then: str = "; choose another path"
+        self,
+        path: str | os.PathLike[str],
+        *,
+        text: bool = False,
+        then: str = "; choose another path",
+        inputs: Iterable[str | os.PathLike[str] | None] = (),
     ) -> None:
+        refuse_inputs(path, inputs)
         self.path = Path(path)
         self.then = then
         self.through = _special_file(self.path)
@@ -249,6 +256,30 @@ def _open_through(path: Path) -> int:
     if stat.S_ISSOCK(os.stat(path).st_mode):
         raise OSError(errno.EINVAL, "a socket, which cannot be written as a file")
     return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+
+
+def same_file(first: str | os.PathLike[str], second: str | os.PathLike[str]) -> bool:
+    """The same file, also through a symlink or a hard link (same device and inode), or the same
+    path once resolved where one of them does not exist yet."""
+    try:
+        if os.path.samefile(first, second):
+            return True
+    except (OSError, ValueError):  # one of them does not exist (yet), or a NUL in a name
+        pass
+    try:
+        return os.path.realpath(first) == os.path.realpath(second)
+    except (OSError, ValueError):
+        return False
+
+
+def refuse_inputs(
+    output: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], setting: str = "-o"
+) -> None:
+    """Every command that writes calls this first: ``output`` must not be (or link to) any of its
+    ``inputs``, or writing would destroy what it reads. ``None`` inputs (not given) are skipped."""
+    for source in inputs:
+        if source is not None and same_file(output, source):
+            raise GymbenchError(f"{output}: is also an input of this command ({source}); choose another {setting}")
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any, *, indent: int | None = 1) -> Path:

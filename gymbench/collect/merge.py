@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.errors import GymbenchError
-from gymbench.jsonio import AtomicFile
+from gymbench.jsonio import AtomicFile, refuse_inputs, same_file
 from gymbench.rollout.dataset import ROLLOUT_INDEX_BITS, TaskSlice, count_selected, input_identity
 from gymbench.rollout.identity import fingerprint_differences, read_run_fingerprint, run_fingerprint_path
 from gymbench.rollout.output import pair_key, read_pair
@@ -105,11 +105,10 @@ def merge_rollouts(sources: Sequence[Path], output: Path, expected: Expected | N
 def _check_paths(sources: Sequence[Path], output: Path) -> None:
     if not sources:
         raise GymbenchError("merge-rollouts needs at least one rollouts file")
-    resolved = {os.path.realpath(source) for source in sources}
-    if len(resolved) < len(sources):
-        raise GymbenchError("a rollouts file is named twice; every row in it would be a duplicate")
-    if os.path.realpath(output) in resolved:
-        raise GymbenchError(f"{output}: is also an input; write the merge to a new file")
+    refuse_inputs(output, sources)
+    for number, source in enumerate(sources):
+        if any(same_file(source, earlier) for earlier in sources[:number]):
+            raise GymbenchError(f"{source}: this rollouts file is named twice; every row in it would be a duplicate")
     for source in sources:
         if not source.is_file():
             raise GymbenchError(f"{source}: no such rollouts file")

@@ -67,7 +67,9 @@ def merge_command(settings: MergeSettings) -> int:
 
 def _merge(settings: MergeSettings, output: Path) -> int:
     from gymbench.collect.merge import Expected, check_parts_alike, merge_rollouts
+    from gymbench.jsonio import refuse_inputs
 
+    refuse_inputs(output, [*settings.files, settings.input])  # before --overwrite is even considered
     if output.is_file() and output.stat().st_size and not settings.overwrite:
         raise GymbenchError(f"{output}: already exists; add --overwrite to replace it, or choose another -o")
     sources = [Path(name) for name in settings.files]

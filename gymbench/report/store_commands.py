@@ -21,7 +21,7 @@ from gymbench.gate.paired import paired_detectable_change
 from gymbench.gate.pytest_benchmark import left_out, load_any, load_pytest_benchmark, to_pytest_benchmark
 from gymbench.gate.settings import CompareSettings, compare_settings
 from gymbench.gate.store import AB_CALIBRATION_DIR, BaselineStore, StoredRun, save_calibration
-from gymbench.jsonio import AtomicFile, check_writable_file
+from gymbench.jsonio import AtomicFile, check_writable_file, refuse_inputs
 from gymbench.record import ResultsRecord, utc_now, validate_record_dict
 from gymbench.report.html import render_report, write_report
 from gymbench.report.markdown import comparison_markdown, write_step_summary
@@ -147,8 +147,11 @@ def _print_noise(noise: NoiseTable, settings: CompareSettings, repeats: int | No
 
 
 def _run_report(args: argparse.Namespace, plugins: Plugins) -> int:
+    inputs = [spec for spec in (args.baseline, args.candidate) if spec and Path(spec).exists()]  # files, not names
+    refuse_inputs(args.output, inputs)
     check_writable_file(args.output, "report", "-o")
     if args.markdown:
+        refuse_inputs(args.markdown, [*inputs, args.output], "--markdown")
         check_writable_file(args.markdown, "markdown summary", "--markdown")
     single = _single_run(args)
     if single is not None:
@@ -211,6 +214,7 @@ def _run_import(args: argparse.Namespace, plugins: Plugins) -> int:
 
 
 def _run_export(args: argparse.Namespace, plugins: Plugins) -> int:
+    refuse_inputs(args.output, [args.path])
     check_writable_file(args.output, "export", "-o")
     record = load_any(args.path)
     data, skipped = to_pytest_benchmark(record, args.metric), left_out(record, args.metric)

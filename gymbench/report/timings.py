@@ -81,5 +81,5 @@ def run_timings(path: Path, output: Path | None, fmt: str) -> int:
     rows = timing_rows(path)
     if output is None:
         return write_timings(rows, sys.stdout, fmt)
-    with AtomicFile(output, text=True) as out:
+    with AtomicFile(output, text=True, then="; choose another -o", inputs=[path]) as out:
         return write_timings(rows, out, fmt)
