@@ -16,6 +16,7 @@ from gymbench.collect.driver import Collection, run_loop
 from gymbench.collect.output_lock import output_lock, remove_earlier_run
 from gymbench.collect.progress import CollectProgressBar, warn
 from gymbench.collect.summary import format_summary
+from gymbench.errors import GymbenchError
 from gymbench.jsonio import write_json_atomic
 from gymbench.plugins import Plugins
 from gymbench.rollout.engine import Collector
@@ -34,11 +35,31 @@ def run_collect(config: CollectConfig, plugins: Plugins) -> int:
         if config.overwrite and not config.resume:
             check_output_path(settings.input_path, output)  # never the tasks' own files
             remove_earlier_run(output)  # nothing of the earlier run (its shards above all) is continued
+        if _nothing_selected(config) and not _begun_in_shards(config):
+            return _collect_in_one_process(config, plugins)  # an empty output and summary, as NeMo Gym's slice
         if config.sharded or _begun_in_shards(config):
             from gymbench.collect.sharded import run_sharded_collect
 
             return run_sharded_collect(config, plugins)
         return _collect_in_one_process(config, plugins)
+
+
+def _nothing_selected(config: CollectConfig) -> bool:
+    """Warn (one line) when start_idx/end_idx/limit select no task of the input: the run then exits 0
+    with an empty output, as NeMo Gym's ``ng_collect_rollouts`` slices an empty list, sharded or not."""
+    from gymbench.collect.shards import selection_of
+    from gymbench.rollout.dataset import empty_selection
+
+    selection = selection_of(config)
+    if selection.start_idx == 0 and selection.stop is None or config.input_jsonl_fpath is None:
+        return False  # the whole file: never empty (an empty file is an error of its own)
+    try:
+        note = empty_selection(config.input_jsonl_fpath, selection)
+    except GymbenchError:
+        return False  # a missing or unreadable input: the collection says so in its own words
+    if note is not None:
+        warn(note)
+    return note is not None
 
 
 def _collect_in_one_process(config: CollectConfig, plugins: Plugins) -> int:

@@ -305,6 +305,24 @@ def count_selected(path: str | os.PathLike[str], selection: TaskSlice) -> int | 
     return rows * selection.num_repeats
 
 
+def empty_selection(path: str | os.PathLike[str], selection: TaskSlice) -> str | None:
+    """Why ``selection`` takes no task of the regular file ``path`` (a warning), or None when it
+    takes one. The scan ends at the first selected line; only an empty selection counts them all."""
+    if not check_input_file(path):
+        return None  # a pipe is read once, by the collection itself
+    with _open_input(path) as handle:
+        if next(iter(_SelectedLines(handle, selection)), None) is not None:
+            return None
+        handle.seek(0)
+        tasks = sum(1 for _ in _SelectedLines(handle, TaskSlice()))
+    if selection.start_idx >= tasks:
+        return f"start_idx {selection.start_idx} is past the end of {path} ({tasks} tasks): nothing to collect"
+    return (
+        f"the range of tasks [{selection.start_idx}, {selection.stop}) from end_idx={selection.end_idx} and "
+        f"limit={selection.limit} is empty ({path} has {tasks} tasks): nothing to collect"
+    )
+
+
 def input_identity(path: str | os.PathLike[str], selection: TaskSlice) -> dict[str, Any]:
     """What identifies the tasks a run reads, for a resume to check it continues the same run.
 
