@@ -12,10 +12,10 @@ import contextlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from gymbench.errors import GymbenchError
-from gymbench.plugins import Plugins
-from gymbench.secrets import install_output_filter, redact
+if TYPE_CHECKING:
+    from gymbench.plugins import Plugins
 
 
 class VersionAction(argparse.Action):
@@ -71,6 +71,22 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The program. Ctrl-C at any point (plugin loading, parsing, a command's imports, a simulator
+    starting, the run) ends in one line and exit status 130, never a traceback: the handler is
+    outside everything else, its own handlers included."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C while saying so
+            print("gymbench: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from gymbench.errors import GymbenchError
+    from gymbench.plugins import Plugins
+    from gymbench.secrets import install_output_filter, redact
+
     words = list(sys.argv[1:] if argv is None else argv)
     install_output_filter()  # every line printed from here on is redacted (gymbench.secrets)
     with contextlib.suppress(AttributeError, ValueError):  # not a text stream, or already closed
@@ -88,9 +104,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GymbenchError as exc:
         print(f"gymbench: error: {redact(str(exc))}", file=sys.stderr)
         return int(getattr(exc, "exit_status", 2))  # a server outage is not bad input: 1
-    except KeyboardInterrupt:
-        print("gymbench: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         # The reader went away (``gymbench show ... | head``): stop quietly, as other tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -173,13 +173,16 @@ def _measure_settings(config: pytest.Config) -> MeasureSettings:
 
 
 def _results_dir(config: pytest.Config, path: Path) -> Path:
-    """Where ``--gymbench-save`` writes must be writable before the suite runs."""
+    """Where ``--gymbench-save`` writes must be writable before the suite runs: the record goes to
+    ``<results dir>/<machine key>/``, so that folder is the one checked (a file in its place would
+    otherwise fail only at save, after the whole session)."""
     if config.getoption("--gymbench-save") is not None:
         from gymbench.errors import GymbenchError
+        from gymbench.fingerprint import machine_info
         from gymbench.jsonio import check_writable_dir
 
         try:
-            check_writable_dir(path, "results record")
+            check_writable_dir(path / str(machine_info()["key"]), "results record")
         except GymbenchError as exc:
             raise pytest.UsageError(f"--gymbench-results-dir: {exc}") from None
     return path

@@ -149,3 +149,51 @@ def test_importing_the_plugin_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _machine_key() -> str:
+    from gymbench.fingerprint import machine_info
+
+    return str(machine_info()["key"])
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("blocked", ["results_dir", "machine_key_dir", "parent"])
+def test_results_dir_that_cannot_hold_the_record_is_refused_at_session_start(
+    pytester: pytest.Pytester, tmp_path: Path, blocked: str
+) -> None:
+    """A file where the results dir, its parent or its machine-key folder should be: one usage line
+    before any benchmark runs, not a traceback at save after the whole session."""
+    pytester.makepyfile(test_bench=BENCH_FILE)
+    results = tmp_path / "results"
+    if blocked == "results_dir":
+        results.write_text("a file\n")
+    elif blocked == "parent":
+        tmp_path.joinpath("file").write_text("a file\n")
+        results = tmp_path / "file" / "results"
+    else:
+        results.mkdir()
+        (results / _machine_key()).write_text("a file\n")
+    result = pytester.runpytest("--gymbench-quick", "--gymbench-save", "x", "--gymbench-results-dir", str(results))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gymbench-results-dir:*cannot write the results record there*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert "passed" not in result.stdout.str()
+
+
+@pytest.mark.hostile
+def test_unwritable_results_dir_is_refused_at_session_start(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes through directory permissions")
+    pytester.makepyfile(test_bench=BENCH_FILE)
+    results = tmp_path / "results"
+    results.mkdir()
+    results.chmod(0o500)
+    try:
+        result = pytester.runpytest("--gymbench-quick", "--gymbench-save", "x", "--gymbench-results-dir", str(results))
+    finally:
+        results.chmod(0o700)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gymbench-results-dir:*cannot write the results record there*"])

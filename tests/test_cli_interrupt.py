@@ -1,0 +1,102 @@
+"""Ctrl-C at any point of ``gymbench collect``'s start-up: one line and exit 130, never a traceback.
+
+The child marks the moment ``gymbench.cli.main`` is about to run (before it, Python itself is still
+starting and a SIGINT kills it with the default disposition); each case then waits a seeded delay
+between 0 and the time the calibration run took from that mark to its first row, so the signal
+lands in plugin loading, parsing, a command's imports, the embedded simulator's start or the run.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gymbench.testing import terminal_sigint
+
+from .collect.test_collect_cli import FAST_SIM
+from .rollout.test_dataset import write_tasks
+
+pytestmark = pytest.mark.hostile
+
+CHILD = (
+    "import pathlib, sys; import gymbench.cli as cli; pathlib.Path(sys.argv[1]).touch(); "
+    "sys.exit(cli.main(sys.argv[2:]))"
+)
+
+
+def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path]:
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 40)
+    out, mark = tmp_path / "out.jsonl", tmp_path / "started"
+    args = [
+        "collect", f"+input_jsonl_fpath={tasks}", f"+output_jsonl_fpath={out}", "+num_samples_in_parallel=2",
+        "+save_results=false", "+progress=false", *FAST_SIM,
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(mark), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=terminal_sigint,
+    )
+    return process, mark, out
+
+
+def _wait_for(path: Path, process: subprocess.Popen[str], *, nonempty: bool = False) -> None:
+    deadline = time.monotonic() + 120
+    while not path.exists() or (nonempty and path.stat().st_size == 0):
+        assert time.monotonic() < deadline and process.poll() is None, "the child never got there"
+        time.sleep(0.002)
+
+
+@pytest.fixture(scope="module")
+def time_to_first_row(tmp_path_factory: pytest.TempPathFactory) -> float:
+    """From the mark to the first row written, in an uninterrupted run on this (loaded) machine."""
+    process, mark, out = _start(tmp_path_factory.mktemp("calibrate"))
+    _wait_for(mark, process)
+    started = time.monotonic()
+    _wait_for(out, process, nonempty=True)
+    took = time.monotonic() - started
+    process.send_signal(signal.SIGINT)
+    process.communicate(timeout=60)
+    return took
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_sigint_during_start_up_is_one_line_and_exit_130(tmp_path: Path, time_to_first_row: float, seed: int) -> None:
+    delay = 0.0 if seed == 0 else random.Random(seed).uniform(0, time_to_first_row)
+    process, mark, _ = _start(tmp_path)
+    _wait_for(mark, process)
+    time.sleep(delay)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode in (130, 0), (delay, process.returncode, stderr)
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, (delay, stderr)
+    assert sum("interrupt" in line.lower() for line in stderr.splitlines()) <= 1, (delay, stderr)
+
+
+def _interrupt(*_args: object, **_kwargs: object) -> str:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "argv"),
+    [
+        ("gymbench.secrets", "install_output_filter", ["plugins"]),  # before anything is parsed
+        ("gymbench.plugins.Plugins", "__init__", ["plugins"]),  # plugin loading
+        ("gymbench.settings", "split_overrides", ["collect"]),  # parsing
+    ],
+)
+def test_keyboard_interrupt_anywhere_in_main_is_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], module: str, name: str, argv: list[str]
+) -> None:
+    from gymbench.cli import main
+
+    monkeypatch.setattr(f"{module}.{name}", _interrupt)
+    assert main(argv) == 130
+    assert capsys.readouterr().err.strip() == "gymbench: interrupted"
