@@ -15,13 +15,14 @@ import pytest
 from gymbench.cli import main
 from gymbench.testing import install_entry_point_plugin
 
+pytestmark = pytest.mark.hostile  # a case of the adversarial sweep (issue 24): benches/hostile_count.sh
+
 _NAMES = itertools.count()
 
 GOOD_HOOK = """
 from gymbench import Component, hookimpl
 from gymbench.testing import FakeBackend
 
-pytestmark = pytest.mark.hostile  # a case of the adversarial sweep (issue 24): benches/hostile_count.sh
 
 @hookimpl
 def gymbench_register_backends():
