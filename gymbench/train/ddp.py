@@ -17,6 +17,7 @@ Every rank's figures are gathered to rank 0, which returns (or, under torchrun, 
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import sys
@@ -92,6 +93,7 @@ def run_rank(job: Mapping[str, Any], factory: ModelFactory | None = None) -> JSO
         # No rank tears gloo down while another still talks to it: without this, a rank that
         # finishes first sometimes aborts in teardown ("terminate called without an active exception").
         del session
+        gc.collect()  # DDP's reducer holds the process group: drop it before the group is destroyed
         dist.barrier()
         return {"ranks": gathered} if rank == 0 else None
     finally:
@@ -159,7 +161,13 @@ def main() -> int:
     result = run_rank(read_json_file(job_path, "data-parallel job"))
     if result is not None:
         write_json_atomic(result_path, result)
-    return 0
+    # The rank's work is done and its result is on disk. Interpreter finalization would now destroy
+    # gloo's C++ objects, whose worker threads may still be joinable: under load that aborts the rank
+    # ("terminate called without an active exception") and torchrun reports a failed job. Leave
+    # without finalization instead, as the work it would tidy up is already complete.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 class RankActor:
