@@ -5,6 +5,7 @@ The public API is what this module re-exports; everything else is internal.
 
 from __future__ import annotations
 
+from gymbench.engine_metrics import EngineMetrics
 from gymbench.errors import GymbenchError, PluginError, ResultsFileError, UnknownComponentError
 from gymbench.hookspecs import hookimpl
 from gymbench.measure import MeasureSettings, Recorder
@@ -30,6 +31,7 @@ __all__ = [
     "Command",
     "Component",
     "ConcurrencyStrategy",
+    "EngineMetrics",
     "Generation",
     "GenerationFailed",
     "GenerationRequest",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from gymbench.engine_metrics import EngineMetrics
     from gymbench.record import ResultsRecord
     from gymbench.types import Command, Component, RunInfo
 
@@ -71,6 +72,21 @@ def gymbench_register_models() -> list[Component]:
         and ``forward(inputs, targets)`` returning the loss. Import torch inside the factory, not
         at module level, and make the factory a module-level function: the CPU memory pass and
         OOM search send it pickled to a subprocess. Names are unique across plugins.
+    """
+
+
+@hookspec
+def gymbench_register_engine_metrics() -> list[EngineMetrics]:
+    """Register the Prometheus metric names of a model server (vLLM, SGLang, llama.cpp, TGI ...).
+
+    Called once per run (when the plugins are collected), never per poll. The server-counter probe
+    of ``gymbench tune`` and the ``/metrics`` scrape of ``gymbench collect`` read a server's queue,
+    batch, KV-cache use and token counters through the engine whose names its ``/metrics`` exposes
+    (the one with the most quantities readable); the record says which one, or that none was.
+
+    :return: a list of :class:`gymbench.EngineMetrics`, each naming the samples its engine uses for
+        each quantity. Names are unique across plugins; block a built-in with
+        ``GYMBENCH_BLOCK_PLUGINS=engine:vllm`` to replace it.
     """
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 import pluggy
 
 from gymbench import hookspecs
+from gymbench.engine_metrics import EngineMetrics
 from gymbench.errors import PluginError, UnknownComponentError
 from gymbench.types import Backend, Command, Component, ComponentFactory, ConcurrencyStrategy, RunInfo, Verifier
 
@@ -34,6 +35,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "gymbench.builtin.verifiers",
     "gymbench.builtin.strategies",
     "gymbench.builtin.commands",
+    "gymbench.builtin.engines",
     "gymbench.collect.plugin",
     "gymbench.tune.plugin",
     "gymbench.sim.plugin",
@@ -176,6 +178,9 @@ class Plugins:
                 self.commands: dict[str, Registered[Command]] = self._collect(
                     "gymbench_register_commands", Command, "command"
                 )
+                self.engines: dict[str, Registered[EngineMetrics]] = self._collect(
+                    "gymbench_register_engine_metrics", EngineMetrics, "engine"
+                )
                 break
             except _HookFailed as failed:
                 self.pm.unregister(name=failed.plugin)
@@ -189,6 +194,10 @@ class Plugins:
     def hook(self) -> pluggy.HookRelay:
         """The raw hooks; the methods below call them with their types spelt out."""
         return self.pm.hook
+
+    def engine_metrics(self) -> list[EngineMetrics]:
+        """Every engine's metric names, built-ins first (the first registered wins a tie)."""
+        return [registered.item for registered in self.engines.values()]
 
     def add_options(self, parser: argparse.ArgumentParser, command: str) -> None:
         self.pm.hook.gymbench_add_options(parser=parser, command=command)

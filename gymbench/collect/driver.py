@@ -148,7 +148,11 @@ class Collection:
             self._attach(name, self.plugins.backend(name, backend_config), backend_config)
             if self.watch_server:
                 self._watch = self._stack.enter_context(
-                    ServerWatch(backend_config.get("base_url"), self.config.scrape_metrics)
+                    ServerWatch(
+                        backend_config.get("base_url"),
+                        self.config.scrape_metrics,
+                        engines=self.plugins.engine_metrics(),
+                    )  # fmt: skip
                 )
         except BaseException:
             self.close()

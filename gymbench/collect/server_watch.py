@@ -1,10 +1,12 @@
 """The server's own view of a run: its Prometheus ``/metrics`` before, during and after.
 
-vLLM, SGLang and the simulator expose queue length, running requests, KV-cache use and token
-counters there; a report that shows them beside the client's figures tells a slow client from a
-full server. Scraping is cheap (one small GET before, one after, and one per ``interval_s`` on a
-background thread for the over-time plot); ``+scrape_metrics=false`` turns it off. Nothing
-exposed: nothing scraped and one line saying why.
+vLLM, SGLang, llama.cpp, TGI and the simulator expose queue length, running requests, KV-cache use
+and token counters there, each under its own names; the engine is recognised from the first scrape
+(:mod:`gymbench.engine_metrics`, names registered by plugins) and the record says which, or why
+none. A report that shows them beside the client's figures tells a slow client from a full server.
+Scraping is cheap (one small GET before, one after, and one per ``interval_s`` on a background
+thread for the over-time plot); ``+scrape_metrics=false`` turns it off. Nothing exposed: nothing
+scraped and one line saying why.
 """
 
 from __future__ import annotations
@@ -14,27 +16,20 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 
-from gymbench.tune.server_metrics import metrics_url
+from gymbench.engine_metrics import EngineMetrics, Recognition, averaged, recognise
+from gymbench.tune.server_metrics import metrics_url, registered_engines
 
 HIGHLIGHTS = {
-    "running": ("requests running", ("vllm:num_requests_running", "sglang:num_running_reqs"), "gauge"),
-    "waiting": ("requests waiting", ("vllm:num_requests_waiting", "sglang:num_queue_reqs"), "gauge"),
-    "kv_cache": (
-        "KV-cache use",
-        ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
-        "gauge",
-    ),  # fmt: skip
-    "generated_tokens": (
-        "tokens generated",
-        ("vllm:generation_tokens_total", "sglang:generation_tokens_total"),
-        "counter",
-    ),  # fmt: skip
-    "prompt_tokens": ("prompt tokens", ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total"), "counter"),
+    "running": ("requests running", "gauge"),
+    "waiting": ("requests waiting", "gauge"),
+    "kv_cache": ("KV-cache use", "gauge"),
+    "generated_tokens": ("tokens generated", "counter"),
+    "prompt_tokens": ("prompt tokens", "counter"),
 }
-"""What a summary shows first, by the names vLLM and SGLang use (the simulator uses vLLM's)."""
+"""What a summary shows first (each key a quantity of :class:`~gymbench.engine_metrics.EngineMetrics`)."""
 OVER_TIME = ("running", "waiting", "kv_cache")
 
 
@@ -63,20 +58,33 @@ def scrape(url: str, timeout_s: float = 2.0) -> tuple[dict[str, float] | None, s
     return (values, None) if values else (None, f"{url} exposes no metrics")
 
 
-def highlight(values: Mapping[str, float], key: str) -> float | None:
-    """A highlight's value: the first of its names the server uses, summed over label sets."""
-    for name in HIGHLIGHTS[key][1]:
-        found = [v for k, v in values.items() if k == name or k.startswith(name + "{")]
-        if found:
-            return sum(found)
-    return None
+def recognise_scraped(values: Mapping[str, float], engines: Sequence[EngineMetrics]) -> Recognition:
+    """The engine whose names the scraped samples (keyed ``name{labels}``) use."""
+    return recognise(engines, {key.split("{", 1)[0] for key in values})
+
+
+def highlight(values: Mapping[str, float], key: str, engine: EngineMetrics | None = None) -> float | None:
+    """A highlight's value by ``engine``'s names (recognised from ``values`` when not given), summed
+    over label sets (a share such as KV-cache use: averaged)."""
+    if engine is None:
+        engine = recognise_scraped(values, registered_engines()).engine
+    return averaged(engine, key, values) if engine is not None else None
 
 
 class ServerWatch:
     """``with ServerWatch(base_url) as watch: collect()``, then ``watch.record()``."""
 
-    def __init__(self, base_url: str | None, enabled: bool = True, interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        base_url: str | None,
+        enabled: bool = True,
+        interval_s: float = 1.0,
+        engines: Sequence[EngineMetrics] | None = None,
+    ) -> None:
+        """``engines``: the engines to recognise (default: every one the plugins register)."""
         self.url = metrics_url(base_url) if base_url else None
+        self.engines = engines
+        self.recognition: Recognition | None = None
         self.enabled = enabled
         self.interval_s = interval_s
         self.before: dict[str, float] | None = None
@@ -95,6 +103,8 @@ class ServerWatch:
         else:
             self.before, self.note = scrape(self.url)
         if self.before is not None:
+            engines = self.engines if self.engines is not None else registered_engines()
+            self.recognition = recognise_scraped(self.before, engines)
             self._started = time.monotonic()
             self._add_point(self.before)
             self._thread = threading.Thread(target=self._sample, name="gymbench-metrics", daemon=True)
@@ -120,18 +130,27 @@ class ServerWatch:
             if values is not None:
                 self._add_point(values)
 
+    @property
+    def engine(self) -> EngineMetrics | None:
+        return self.recognition.engine if self.recognition is not None else None
+
+    def _value(self, values: Mapping[str, float], key: str) -> float | None:
+        return averaged(self.engine, key, values) if self.engine is not None else None
+
     def _add_point(self, values: Mapping[str, float]) -> None:
-        point = {key: highlight(values, key) for key in OVER_TIME}
+        point = {key: self._value(values, key) for key in OVER_TIME}
         self.samples.append({"t_s": time.monotonic() - self._started, **point})
 
     def record(self) -> dict[str, object]:
         """What goes into the summary and the results record (``summary.server_metrics``)."""
         if self.before is None:
-            return {"url": self.url, "note": self.note}
+            return {"url": self.url, "note": self.note, "engine": None}
         after = self.after or {}
+        assert self.recognition is not None
         return {
             "url": self.url,
             "note": self.note,
+            **self.recognition.record(),
             "before": self.before,
             "after": after,
             "highlights": self._highlights(after),
@@ -140,15 +159,38 @@ class ServerWatch:
 
     def _highlights(self, after: Mapping[str, float]) -> list[dict[str, object]]:
         shown = []
-        for key, (label, _, kind) in HIGHLIGHTS.items():
-            end = highlight(after, key)
+        for key, (label, kind) in HIGHLIGHTS.items():
+            end = self._value(after, key)
             if end is None:
                 continue
-            start = highlight(self.before or {}, key) or 0.0
+            start = self._value(self.before or {}, key) or 0.0
             value = end - start if kind == "counter" else end
             peak = max((s[key] for s in self.samples if s.get(key) is not None), default=None)  # type: ignore[type-var]
             shown.append({"key": key, "label": label, "value": value, "peak": peak, "text": _text(key, value, peak)})
+        ttft = self._ttft_mean(after)
+        if ttft is not None:
+            shown.append({"key": "ttft_mean", "label": "server TTFT", "value": ttft, "peak": None,
+                          "text": f"{ttft * 1000:,.0f} ms mean during the run"})  # fmt: skip
         return shown
+
+    def _ttft_mean(self, after: Mapping[str, float]) -> float | None:
+        """Mean time to first token by the engine's own histogram, over the requests of the run."""
+        if self.engine is None:
+            return None
+        end = self.engine.ttft_totals(_by_name(after))
+        start = self.engine.ttft_totals(_by_name(self.before or {})) or (0.0, 0.0)
+        if end is None or end[1] <= start[1]:
+            return None
+        return (end[0] - start[0]) / (end[1] - start[1])
+
+
+def _by_name(values: Mapping[str, float]) -> dict[str, float]:
+    """Samples keyed ``name{labels}`` → each name's sum over its label sets."""
+    sums: dict[str, float] = {}
+    for key, value in values.items():
+        name = key.split("{", 1)[0]
+        sums[name] = sums.get(name, 0.0) + value
+    return sums
 
 
 def _text(key: str, value: float, peak: float | None) -> str:

@@ -66,7 +66,9 @@ def _collect_in_shards(config: CollectConfig, plugins: Plugins, run: Run, output
     with _shared_server(config) as server:
         jobs = [ShardJob(s.index, 0, shard_settings(config, s, server), _own_simulator(config)) for s in shards]
         launcher = make_launcher(config)
-        with ServerWatch(server.get("base_url") or config.base_url, config.scrape_metrics) as watch:
+        watch = ServerWatch(server.get("base_url") or config.base_url, config.scrape_metrics,
+                            engines=plugins.engine_metrics())  # fmt: skip
+        with watch:
             driver = _drive(launcher, jobs, config)
     result = sharded_result(config, shards, driver.outcomes, driver.tries, driver.collecting_s, _simulator_mode(config))
     result.metrics["worker_startup_s"] = Metric(driver.startup_s, "s", "lower")  # type: ignore[index]

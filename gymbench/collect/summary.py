@@ -83,5 +83,8 @@ def server_lines(server: dict[str, Any] | None) -> list[str]:
         return []
     if server.get("note"):
         return [f"server metrics: {server['note']}"]
+    if "engine" in server and server["engine"] is None:
+        return [f"server metrics: scraped, but {server.get('engine_note') or 'no engine recognised'}"]
     shown = [f"{item['label']} {item['text']}" for item in server.get("highlights", [])]
-    return ["server metrics (/metrics, after the run): " + ", ".join(shown)] if shown else []
+    engine = f" (engine: {server['engine']})" if server.get("engine") else ""
+    return ["server metrics (/metrics, after the run): " + ", ".join(shown) + engine] if shown else []

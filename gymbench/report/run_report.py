@@ -66,6 +66,10 @@ def server_parts(server: Mapping[str, Any] | None) -> list[str]:
     parts = ["<h2>The server's view (/metrics)</h2>"]
     if server.get("note"):
         parts.append(f'<p class="warn">{_e(server["note"])}</p>')
+    elif server.get("engine"):
+        parts.append(f"<p>engine recognised: {_e(server['engine'])}</p>")
+    elif "engine" in server:
+        parts.append(f'<p class="warn">{_e(server.get("engine_note") or "no engine recognised")}</p>')
     rows = [(item["label"], item["text"]) for item in server.get("highlights", [])]
     if rows:
         parts.append(_table(("metric", "value"), rows))

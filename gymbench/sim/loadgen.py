@@ -13,6 +13,8 @@ from typing import Any
 
 import aiohttp
 
+from gymbench.engine_metrics import EngineMetrics, recognise, sample_sums
+
 
 @dataclass
 class LoadResult:
@@ -41,8 +43,13 @@ async def closed_loop(
     body: dict[str, Any] | None = None,
     path: str = "/chat/completions",
     metrics_url: str | None = None,
+    engines: list[EngineMetrics] | None = None,
 ) -> LoadResult:
-    """Run ``concurrency`` clients for ``warmup_s + duration_s``; count what finishes in the window."""
+    """Run ``concurrency`` clients for ``warmup_s + duration_s``; count what finishes in the window.
+
+    With ``metrics_url``, the server's own generated-token counter is read at the window's edges, by
+    the names of the engine recognised among ``engines`` (default: those the plugins register).
+    """
     request = body or {"model": "gymbench-sim", "messages": [{"role": "user", "content": "What is 1 + 1?"}]}
     result = LoadResult(concurrency=concurrency, window_s=duration_s)
     loop = asyncio.get_running_loop()
@@ -72,9 +79,10 @@ async def closed_loop(
         """Server-side tokens are not quantised by whole requests finishing at once."""
         assert metrics_url is not None
         await asyncio.sleep(max(0.0, start - loop.time()))
-        first = await generation_tokens(session, metrics_url)
+        engine = await metrics_engine(session, metrics_url, engines)
+        first = await generation_tokens(session, metrics_url, engine)
         await asyncio.sleep(max(0.0, stop - loop.time()))
-        result.generated_tokens = await generation_tokens(session, metrics_url) - first
+        result.generated_tokens = await generation_tokens(session, metrics_url, engine) - first
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         probes = [count_tokens_in_window(session)] if metrics_url else []
@@ -82,13 +90,30 @@ async def closed_loop(
     return result
 
 
-async def generation_tokens(session: aiohttp.ClientSession, metrics_url: str) -> float:
+async def metrics_engine(
+    session: aiohttp.ClientSession, metrics_url: str, engines: list[EngineMetrics] | None = None
+) -> EngineMetrics:
+    """The engine whose names ``metrics_url`` serves (asked of the plugins once, before the window)."""
+    if engines is None:
+        from gymbench.plugins import Plugins
+
+        engines = Plugins().engine_metrics()
     async with session.get(metrics_url) as answer:
         text = await answer.text()
-    for line in text.splitlines():
-        if line.startswith("vllm:generation_tokens_total"):
-            return float(line.rsplit(" ", 1)[1])
-    raise ValueError(f"{metrics_url} does not report vllm:generation_tokens_total")
+    recognition = recognise(engines, sample_sums(text))
+    if recognition.engine is None:
+        raise ValueError(f"{metrics_url}: {recognition.reason}")
+    return recognition.engine
+
+
+async def generation_tokens(session: aiohttp.ClientSession, metrics_url: str, engine: EngineMetrics) -> float:
+    async with session.get(metrics_url) as answer:
+        text = await answer.text()
+    value = engine.value(sample_sums(text, engine.wanted()), "generated_tokens")
+    if value is None:
+        wanted = " or ".join(engine.names("generated_tokens")) or "a generated-token counter"
+        raise ValueError(f"{metrics_url} ({engine.name}) does not report {wanted}")
+    return value
 
 
 def run_closed_loop(base_url: str, concurrency: int, duration_s: float, **kwargs: Any) -> LoadResult:

@@ -198,7 +198,8 @@ async def watch(seen: Watch, clock: Callable[[], float], counters: Counters | No
                 next_poll += poll_s * jitter.uniform(0.5, 1.5)
                 reading = await asyncio.to_thread(counters.read)
                 if reading is not None:
-                    seen.waiting.append(reading.waiting)
+                    if reading.waiting is not None:
+                        seen.waiting.append(reading.waiting)
                     if reading.generation_tokens is not None:
                         seen.tokens.append((clock(), reading.generation_tokens))
             before = loop.time()

@@ -31,7 +31,7 @@ from gymbench.tune.report import (
     summary_text,
     tune_result,
 )
-from gymbench.tune.server_metrics import server_counters
+from gymbench.tune.server_metrics import find_server_counters
 from gymbench.tune.sweep import Strategies, TuneResult, adaptive_search, doubling_sweep, validate_stability
 
 T = TypeVar("T")
@@ -70,7 +70,11 @@ def with_prober(
     )
     with backend_settings(config, plugins, running_sim=running_sim) as (name, backend_config):
         backend = plugins.backend(name, backend_config)
-        counters = server_counters(backend_config.get("base_url")) if config.server_counters else None
+        if config.server_counters:
+            found = find_server_counters(backend_config.get("base_url"), plugins.engine_metrics())
+            counters, server = found.counters, found.record
+        else:
+            counters, server = None, {"engine": None, "engine_note": "not read (+server_counters=false)"}
         prober = Prober(
             source,
             backend,
@@ -80,6 +84,7 @@ def with_prober(
             config.precision_rule(),
             counters,
         )
+        prober.server = server
         progress = ProbeProgress(config.progress)
         prober.progress = progress
         try:
@@ -106,6 +111,7 @@ def tune_run(config: TuneConfig, plugins: Plugins, running_sim: Any = None) -> T
                 result.expected_rollouts_per_s,
                 strategies=strategies,
             )
+        result.server = prober.server
         return result
 
     return with_prober(config, plugins, work, running_sim)
@@ -137,6 +143,7 @@ def diagnose_run(config: DiagnoseConfig, plugins: Plugins) -> Diagnosis:
         high = await prober.probe(config.high, strategies.fixed(config.high))
         diagnosis = diagnose(low, high)
         diagnosis.backend_kind = backend_kind(chosen_backend(config)[0])
+        diagnosis.server = prober.server
         return diagnosis
 
     return with_prober(config, plugins, work)

@@ -42,6 +42,8 @@ class Diagnosis:
     evidence: list[str] = field(default_factory=list)
     symptoms: list[str] = field(default_factory=list)
     backend_kind: str = advice.MODEL_SERVER
+    server: dict[str, object] | None = None
+    """The server's /metrics as the probe read it (see ``TuneResult.server``)."""
 
     @property
     def next_step(self) -> str:

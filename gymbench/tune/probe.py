@@ -135,6 +135,8 @@ class Prober:
         self.sample_size = sample_size
         self.precision = precision or Precision()
         self.counters = counters
+        self.server: dict[str, object] | None = None
+        """What was found at the server's /metrics (the engine recognised, or why none), for the record."""
         self.clock = clock
         """Seconds, monotonic, for everything timed; a simulated-time test passes its loop's ``time``."""
         self.poll_s = poll_s

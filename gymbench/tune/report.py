@@ -162,6 +162,8 @@ def tune_result(result: TuneResult, params: dict[str, Any]) -> BenchmarkResult:
         "steps": [{"parallelism": s.parallelism, "why": s.why} for s in result.steps],
         "notes": result.notes,
     }
+    if result.server is not None:
+        extra["server_counters"] = result.server
     return BenchmarkResult(name="tune", params={**params, "method": result.method}, metrics=metrics, extra=extra)
 
 
@@ -173,6 +175,12 @@ def diagnose_result(diagnosis: Diagnosis, params: dict[str, Any]) -> BenchmarkRe
         if probe.latency_p50_s is not None:
             metrics[f"{label}_latency_p50"] = Metric(probe.latency_p50_s, "s", "lower")
     metrics["gain"] = Metric(diagnosis.gain, "ratio", "higher")
-    extra = {"verdict": diagnosis.verdict, "evidence": diagnosis.evidence, "symptoms": diagnosis.symptoms}
+    extra: dict[str, Any] = {
+        "verdict": diagnosis.verdict,
+        "evidence": diagnosis.evidence,
+        "symptoms": diagnosis.symptoms,
+    }
+    if diagnosis.server is not None:
+        extra["server_counters"] = diagnosis.server
     params = {**params, "low": diagnosis.low.parallelism, "high": diagnosis.high.parallelism}
     return BenchmarkResult(name="diagnose", params=params, metrics=metrics, extra=extra)

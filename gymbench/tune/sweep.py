@@ -99,6 +99,8 @@ class TuneResult:
     steps: list[Step] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     stability: StabilityResult | None = None
+    server: dict[str, object] | None = None
+    """The server's /metrics as the probe read it: ``engine`` (a name or null) and what was read or why not."""
 
     @property
     def knee(self) -> Knee:

@@ -39,7 +39,7 @@ def test_without_metrics_nothing_is_scraped_and_one_line_says_why(tmp_path: Path
             pass
         values, note = scrape(server.base_url + "/models")
         missing, why_missing = scrape(server.base_url.rsplit("/v1", 1)[0] + "/no-metrics")
-    assert off.record() == {"url": on.url, "note": "not scraped (+scrape_metrics=false)"}
+    assert off.record() == {"url": on.url, "note": "not scraped (+scrape_metrics=false)", "engine": None}
     assert on.record()["before"]  # /metrics sits at the server's root whatever the base URL's path
     assert values is None and "/v1/models is not Prometheus text" in (note or "")
     assert missing is None and why_missing is not None and why_missing.endswith("/no-metrics answered HTTP 404")

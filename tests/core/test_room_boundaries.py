@@ -35,6 +35,7 @@ CORE = {
     "gymbench.search_settings",
     "gymbench.lazy",
     "gymbench.units",
+    "gymbench.engine_metrics",
 }
 ROOMS = ("builtin", "rollout", "sim", "train", "gate")
 

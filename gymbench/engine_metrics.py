@@ -1,0 +1,157 @@
+"""What a model server's Prometheus ``/metrics`` means, engine by engine.
+
+vLLM, SGLang, llama.cpp and TGI each name the same few quantities differently (requests waiting,
+requests running, KV-cache use, tokens generated, prompt tokens). An :class:`EngineMetrics` says
+which sample names an engine uses for each; plugins register them through
+``gymbench_register_engine_metrics`` (the built-ins in :mod:`gymbench.builtin.engines`, a third
+party's the same way), and :func:`recognise` picks the engine whose names a server exposes. The
+plugin hook runs once per run; what reads ``/metrics`` at every poll holds the recognised engine and
+looks up its names only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+QUANTITIES = ("running", "waiting", "kv_cache", "generated_tokens", "prompt_tokens")
+"""The quantities gymbench reads from an engine, each an attribute of :class:`EngineMetrics`."""
+
+AVERAGED = frozenset({"kv_cache"})
+"""Shares (0-1), averaged over their label sets (data-parallel engines); the rest are summed."""
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """One engine's sample names for each quantity, as its ``/metrics`` text writes them.
+
+    A quantity may have several names (an engine that renamed it between versions, such as vLLM's
+    ``vllm:gpu_cache_usage_perc`` and ``vllm:kv_cache_usage_perc``): the first one a server exposes
+    is read, summed over its label sets. An empty tuple means the engine does not expose it. Name
+    samples as they appear (a counter with its ``_total``, a histogram's ``_sum``).
+    """
+
+    name: str
+    """What the record calls it (``"vllm"``); unique across plugins."""
+    prefix: str
+    """The prefix its own samples share (``"vllm:"``), named in the note when nothing is recognised."""
+    running: tuple[str, ...] = ()
+    """Gauge: requests being generated now (the batch)."""
+    waiting: tuple[str, ...] = ()
+    """Gauge: requests queued, not yet running (how much of the latency is queueing)."""
+    kv_cache: tuple[str, ...] = ()
+    """Gauge: share of the KV cache in use, 0-1."""
+    generated_tokens: tuple[str, ...] = ()
+    """Counter: output tokens generated since the server started."""
+    prompt_tokens: tuple[str, ...] = ()
+    """Counter: prompt tokens processed since the server started."""
+    ttft_seconds: tuple[str, ...] = ()
+    """Histogram family (without ``_sum``/``_count``) of time to first token, when the engine keeps one."""
+    tokens_counted_at_finish: bool = False
+    """The token counters advance only when a request finishes (llama.cpp, SGLang, TGI), so their
+    increase over a short window counts whole requests, not the tokens made in it."""
+    description: str = ""
+
+    def names(self, quantity: str) -> tuple[str, ...]:
+        names: tuple[str, ...] = getattr(self, quantity)
+        return names
+
+    def readable(self, present: Iterable[str]) -> list[str]:
+        """The quantities among :data:`QUANTITIES` that a server exposing ``present`` lets us read."""
+        seen = set(present)
+        return [q for q in QUANTITIES if any(name in seen for name in self.names(q))]
+
+    def unreadable(self) -> list[str]:
+        """The quantities this engine does not expose at all."""
+        return [q for q in QUANTITIES if not self.names(q)]
+
+    def value(self, sums: Mapping[str, float], quantity: str) -> float | None:
+        """``quantity`` from ``sums`` (sample name → value summed over label sets, see :func:`sample_sums`)."""
+        for name in self.names(quantity):
+            if name in sums:
+                return sums[name]
+        return None
+
+    def ttft_totals(self, sums: Mapping[str, float]) -> tuple[float, float] | None:
+        """(Σ seconds, count) of the time-to-first-token histogram, when exposed."""
+        for family in self.ttft_seconds:
+            if f"{family}_sum" in sums and f"{family}_count" in sums:
+                return sums[f"{family}_sum"], sums[f"{family}_count"]
+        return None
+
+    def wanted(self) -> frozenset[str]:
+        """Every sample name this engine's readings need: a poll parses only these."""
+        names = [n for q in QUANTITIES for n in self.names(q)]
+        names += [f"{family}_{end}" for family in self.ttft_seconds for end in ("sum", "count")]
+        return frozenset(names)
+
+
+@dataclass(frozen=True)
+class Recognition:
+    """Which engine a server's ``/metrics`` belongs to, or why none."""
+
+    engine: EngineMetrics | None
+    reason: str | None = None
+    """One line when no engine was recognised."""
+
+    def record(self) -> dict[str, object]:
+        """The fields a results record carries: ``engine`` (a name or null), and why, or what it lacks."""
+        if self.engine is None:
+            return {"engine": None, "engine_note": self.reason}
+        return {"engine": self.engine.name, "unreadable": self.engine.unreadable()}
+
+
+def recognise(engines: Sequence[EngineMetrics], sample_names: Iterable[str]) -> Recognition:
+    """The engine with the most quantities readable from ``sample_names``; the first registered on a tie."""
+    present = set(sample_names)
+    best: EngineMetrics | None = None
+    best_count = 0
+    for engine in engines:
+        count = len(engine.readable(present))
+        if count > best_count:
+            best, best_count = engine, count
+    if best is not None:
+        return Recognition(best)
+    known = ", ".join(e.name for e in engines) or "none registered"
+    prefixes = sorted({_prefix(name) for name in present})
+    seen = ", ".join(prefixes[:8]) + (", ..." if len(prefixes) > 8 else "") if prefixes else "no samples"
+    reason = f"no known engine's metric names among {len(present)} samples ({seen}); known engines: {known}"
+    return Recognition(None, reason)
+
+
+def _prefix(name: str) -> str:
+    """``vllm:num_requests_running`` → ``vllm:``; ``tgi_queue_size`` → ``tgi_``."""
+    if ":" in name:
+        return name.split(":", 1)[0] + ":"
+    return name.split("_", 1)[0] + "_"
+
+
+def sample_sums(text: str, only: frozenset[str] | None = None) -> dict[str, float]:
+    """Each sample name of Prometheus ``text`` → its value summed over label sets (``only``: just those).
+
+    A hand parser rather than ``prometheus_client``'s: the probe reads ``/metrics`` every poll, and
+    this skips every line but the few it needs. Lines that do not parse are skipped.
+    """
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if only is not None and name not in only:
+            continue
+        rest = line.rsplit("}", 1)[1] if "{" in line else line[len(name) :]
+        try:
+            value = float(rest.split()[0])  # a timestamp may follow the value
+        except (IndexError, ValueError):
+            continue
+        sums[name] = sums.get(name, 0.0) + value
+    return sums
+
+
+def averaged(engine: EngineMetrics, quantity: str, values: Mapping[str, float]) -> float | None:
+    """``quantity`` from samples keyed with their labels (``name{a="b"}``), summed or averaged."""
+    for name in engine.names(quantity):
+        found = [v for k, v in values.items() if k == name or k.startswith(name + "{")]
+        if found:
+            return sum(found) / len(found) if quantity in AVERAGED else sum(found)
+    return None
