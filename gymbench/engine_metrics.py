@@ -11,6 +11,7 @@ looks up its names only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -130,7 +131,8 @@ def sample_sums(text: str, only: frozenset[str] | None = None) -> dict[str, floa
     """Each sample name of Prometheus ``text`` → its value summed over label sets (``only``: just those).
 
     A hand parser rather than ``prometheus_client``'s: the probe reads ``/metrics`` every poll, and
-    this skips every line but the few it needs. Lines that do not parse are skipped.
+    this skips every line but the few it needs. Lines that do not parse, and values that are not
+    finite (NaN, ±Inf), are skipped.
     """
     sums: dict[str, float] = {}
     for line in text.splitlines():
@@ -139,10 +141,15 @@ def sample_sums(text: str, only: frozenset[str] | None = None) -> dict[str, floa
         name = line.split("{", 1)[0].split(" ", 1)[0]
         if only is not None and name not in only:
             continue
-        rest = line.rsplit("}", 1)[1] if "{" in line else line[len(name) :]
+        labelled = "{" in line
+        if labelled and "}" not in line:
+            continue
+        rest = line.rpartition("}")[2] if labelled else line[len(name) :]
         try:
             value = float(rest.split()[0])  # a timestamp may follow the value
         except (IndexError, ValueError):
+            continue
+        if not math.isfinite(value):
             continue
         sums[name] = sums.get(name, 0.0) + value
     return sums

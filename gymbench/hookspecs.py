@@ -85,8 +85,8 @@ def gymbench_register_engine_metrics() -> list[EngineMetrics]:
     (the one with the most quantities readable); the record says which one, or that none was.
 
     :return: a list of :class:`gymbench.EngineMetrics`, each naming the samples its engine uses for
-        each quantity. Names are unique across plugins; block a built-in with
-        ``GYMBENCH_BLOCK_PLUGINS=engine:vllm`` to replace it.
+        each quantity. Names are unique across plugins; ``GYMBENCH_BLOCK_PLUGINS=engine:vllm`` blocks
+        a built-in, so that an engine registered under another name reads those samples instead.
     """
 
 
