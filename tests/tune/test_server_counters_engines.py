@@ -1,0 +1,84 @@
+"""tune's server-counter probe reads each engine's names from a real HTTP ``/metrics`` on 127.0.0.1."""
+
+from __future__ import annotations
+
+import pytest
+
+from gymbench.plugins import Plugins, get_plugin_manager
+from gymbench.tune.server_metrics import find_server_counters
+from tests.core.test_engine_metrics import AcmePlugin
+from tests.engine_metrics_server import recorded, serving_metrics
+
+BUILTINS = Plugins(get_plugin_manager(load_entry_points=False)).engine_metrics()
+
+
+@pytest.mark.parametrize(
+    ("text", "engine", "waiting", "generated"),
+    [
+        ("vllm_v1", "vllm", 5.0, 20224.0),
+        ("vllm_v0", "vllm", 4.0, 20480.0),
+        ("sglang", "sglang", 9.0, None),
+        ("llamacpp", "llamacpp", 6.0, None),
+        ("tgi", "tgi", 5.0, None),
+    ],
+)
+def test_the_probe_reads_the_recognised_engines_queue_and_tokens(
+    text: str, engine: str, waiting: float, generated: float | None
+) -> None:
+    with serving_metrics(recorded(text)) as server:
+        found = find_server_counters(server.base_url, BUILTINS)
+        assert found.counters is not None
+        reading = found.counters.read()
+    assert found.record["engine"] == engine and found.record["url"] == server.metrics_url
+    assert reading is not None and reading.waiting == waiting and reading.generation_tokens == generated
+
+
+def test_counters_that_move_only_when_a_request_finishes_are_not_read_as_throughput() -> None:
+    with serving_metrics(recorded("llamacpp")) as server:
+        record = find_server_counters(server.base_url, BUILTINS).record
+    reads = record["reads"]
+    assert isinstance(reads, dict)
+    assert reads["waiting"] == "llamacpp:requests_deferred"
+    assert reads["generated_tokens"] == (
+        "llamacpp:tokens_predicted_total advances only when a request finishes, so throughput is read from the client"
+    )
+    assert record["unreadable"] == []  # it names a KV gauge (older builds); current ones leave it out
+
+
+def test_the_counters_follow_the_server_between_polls() -> None:
+    with serving_metrics(recorded("vllm_v0")) as server:
+        counters = find_server_counters(server.base_url, BUILTINS).counters
+        assert counters is not None
+        server.text = server.text.replace("} 20480.0", "} 20992.0").replace("} 4.0", "} 0.0")
+        later = counters.read()
+    assert later is not None and later.generation_tokens == 20992.0 and later.waiting == 0.0
+
+
+def test_an_unknown_engine_gives_no_counters_and_says_why() -> None:
+    with serving_metrics(recorded("unknown")) as server:
+        found = find_server_counters(server.base_url, BUILTINS)
+    assert found.counters is None and found.record["engine"] is None
+    assert "no known engine's metric names among 3 samples (nv_, process_)" in str(found.record["engine_note"])
+
+
+def test_an_unreachable_or_missing_server_is_said() -> None:
+    assert find_server_counters("http://127.0.0.1:9/v1", BUILTINS).record["engine_note"] == (
+        "http://127.0.0.1:9/metrics could not be read"
+    )
+    assert find_server_counters(None, BUILTINS).record == {
+        "url": None,
+        "engine": None,
+        "engine_note": "this backend names no server",
+    }
+
+
+def test_a_third_party_engine_is_read_and_the_hook_is_not_called_per_poll() -> None:
+    acme = AcmePlugin()
+    engines = Plugins(get_plugin_manager([acme], load_entry_points=False)).engine_metrics()
+    with serving_metrics(recorded("acme")) as server:
+        found = find_server_counters(server.base_url, engines)
+        assert found.counters is not None
+        readings = [found.counters.read() for _ in range(5)]
+    assert found.record["engine"] == "acme"
+    assert all(r is not None and r.waiting == 7.0 and r.generation_tokens == 5000.0 for r in readings)
+    assert acme.calls == 1
