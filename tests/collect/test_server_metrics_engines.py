@@ -52,7 +52,8 @@ def test_counters_and_the_servers_ttft_are_read_over_the_run() -> None:
     before = recorded("vllm_v0")
     model = '{model_name="meta-llama/Llama-3.1-8B-Instruct"}'
     after = before.replace("} 20480.0", "} 21480.0")
-    after = after.replace(f"_sum{model} 12.0", f"_sum{model} 14.0").replace(f"_count{model} 100.0", f"_count{model} 110.0")
+    after = after.replace(f"_sum{model} 12.0", f"_sum{model} 14.0")
+    after = after.replace(f"_count{model} 100.0", f"_count{model} 110.0")
     shown = highlights(scrape_run(before, after))
     assert shown["generated_tokens"] == 1000.0
     assert shown["ttft_mean"] == pytest.approx(0.2)  # 2 s over 10 requests
