@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from gymbench.builtin.semaphore import SemaphoreStrategy
+from gymbench.record import load_record
 from gymbench.rollout import engine
 from gymbench.rollout.verification import VerifySettings
 from gymbench.settings import build_settings
@@ -99,7 +100,9 @@ def test_cli_writes_table_plot_and_record(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "| parallelism | rollouts/s |" in done.stdout and "recommended num_samples_in_parallel=" in done.stdout
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert list((tmp_path / "results").glob("*/*_tune.json"))
+    tuned = load_record(next((tmp_path / "results").glob("*/*_tune.json")))
+    server = tuned.benchmarks[0].extra["server_counters"]  # the simulator serves vLLM's names
+    assert server["engine"] == "vllm" and server["reads"]["generated_tokens"] == "vllm:generation_tokens_total"
     diagnosed = subprocess.run(
         [sys.executable, "-m", "gymbench.cli", "diagnose", f"+input_jsonl_fpath={TASKS}", "+low=2", "+high=8",
          f"+results_dir={tmp_path / 'results'}",
@@ -108,6 +111,8 @@ def test_cli_writes_table_plot_and_record(tmp_path: Path) -> None:
     )  # fmt: skip
     assert diagnosed.returncode == 0, diagnosed.stderr
     assert "verdict: " in diagnosed.stdout and "next step:" in diagnosed.stdout
+    diagnosis = load_record(next((tmp_path / "results").glob("*/*_diagnose.json")))
+    assert diagnosis.benchmarks[0].extra["server_counters"]["engine"] == "vllm"
 
 
 def test_stability_validation_at_the_recommendation() -> None:
