@@ -32,6 +32,8 @@ def test_plugins_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plugins", "--json"]) == 0
     listing = json.loads(capsys.readouterr().out)
     assert {"name", "plugin", "description"} <= set(listing["verifier"][0])
+    engines = {row["name"]: row["plugin"] for row in listing["engine"]}  # whose /metrics names are known
+    assert engines == dict.fromkeys(("llamacpp", "sglang", "tgi", "vllm"), "gymbench.builtin.engines")
 
 
 def test_show_prints_a_record_and_errors_are_clean(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -31,6 +31,10 @@ def _run_plugins(args: argparse.Namespace, plugins: Plugins) -> int:
         {"name": reg.name, "plugin": reg.plugin, "description": reg.item.help}
         for reg in sorted(plugins.commands.values(), key=lambda r: r.name)
     ]
+    listing["engine"] = [
+        {"name": reg.name, "plugin": reg.plugin, "description": reg.item.description}
+        for reg in sorted(plugins.engines.values(), key=lambda r: r.name)
+    ]
     if args.json:
         json.dump(listing, sys.stdout, indent=2)
         print()

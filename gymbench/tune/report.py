@@ -52,6 +52,8 @@ def summary_text(result: TuneResult) -> str:
         f"ceiling: {_ceiling(result)}",
         f"throughput read from {_sources(result)}; {_per_rollout(result)}",
     ]
+    if result.server is not None:
+        lines.append(f"server counters: {server_counters_text(result.server)}")
     lines += [f"note: {note}" for note in result.notes]
     if result.stability is not None:
         s = result.stability
@@ -61,6 +63,15 @@ def summary_text(result: TuneResult) -> str:
             f"{s.error_rate:.1%}: {verdict}"
         )
     return "\n".join(lines)
+
+
+def server_counters_text(server: dict[str, object]) -> str:
+    """Which engine's /metrics the probe read, and what it read there (or why it read nothing)."""
+    if server.get("engine") is None:
+        return f"none read: {server.get('engine_note')}"
+    reads = server.get("reads")
+    said = "; ".join(f"{key}: {value}" for key, value in reads.items()) if isinstance(reads, dict) else ""
+    return f"engine {server['engine']}" + (f" ({said})" if said else "")
 
 
 def _plateau_spread(result: TuneResult) -> float:

@@ -82,3 +82,13 @@ def test_a_third_party_engine_is_read_and_the_hook_is_not_called_per_poll() -> N
     assert found.record["engine"] == "acme"
     assert all(r is not None and r.waiting == 7.0 and r.generation_tokens == 5000.0 for r in readings)
     assert acme.calls == 1
+
+
+def test_the_summary_says_what_was_read_or_why_nothing() -> None:
+    from gymbench.tune.report import server_counters_text
+
+    with serving_metrics(recorded("unknown")) as unknown, serving_metrics(recorded("llamacpp")) as llama:
+        none = server_counters_text(find_server_counters(unknown.base_url, BUILTINS).record)
+        some = server_counters_text(find_server_counters(llama.base_url, BUILTINS).record)
+    assert none.startswith("none read: no known engine's metric names among 3 samples")
+    assert some.startswith("engine llamacpp (waiting: llamacpp:requests_deferred; generated_tokens: ")

@@ -103,6 +103,7 @@ def test_cli_writes_table_plot_and_record(tmp_path: Path) -> None:
     tuned = load_record(next((tmp_path / "results").glob("*/*_tune.json")))
     server = tuned.benchmarks[0].extra["server_counters"]  # the simulator serves vLLM's names
     assert server["engine"] == "vllm" and server["reads"]["generated_tokens"] == "vllm:generation_tokens_total"
+    assert "server counters: engine vllm (waiting: vllm:num_requests_waiting; " in done.stdout
     diagnosed = subprocess.run(
         [sys.executable, "-m", "gymbench.cli", "diagnose", f"+input_jsonl_fpath={TASKS}", "+low=2", "+high=8",
          f"+results_dir={tmp_path / 'results'}",
