@@ -94,25 +94,27 @@ class Recognition:
     engine: EngineMetrics | None
     reason: str | None = None
     """One line when no engine was recognised."""
+    readable: tuple[str, ...] = ()
+    """The quantities this server's samples let us read (a build may leave one of its engine's out)."""
 
     def record(self) -> dict[str, object]:
         """The fields a results record carries: ``engine`` (a name or null), and why, or what it lacks."""
         if self.engine is None:
             return {"engine": None, "engine_note": self.reason}
-        return {"engine": self.engine.name, "unreadable": self.engine.unreadable()}
+        return {"engine": self.engine.name, "unreadable": [q for q in QUANTITIES if q not in self.readable]}
 
 
 def recognise(engines: Sequence[EngineMetrics], sample_names: Iterable[str]) -> Recognition:
     """The engine with the most quantities readable from ``sample_names``; the first registered on a tie."""
     present = set(sample_names)
     best: EngineMetrics | None = None
-    best_count = 0
+    best_readable: list[str] = []
     for engine in engines:
-        count = len(engine.readable(present))
-        if count > best_count:
-            best, best_count = engine, count
+        readable = engine.readable(present)
+        if len(readable) > len(best_readable):
+            best, best_readable = engine, readable
     if best is not None:
-        return Recognition(best)
+        return Recognition(best, readable=tuple(best_readable))
     known = ", ".join(e.name for e in engines) or "none registered"
     prefixes = sorted({_prefix(name) for name in present})
     seen = ", ".join(prefixes[:8]) + (", ..." if len(prefixes) > 8 else "") if prefixes else "no samples"

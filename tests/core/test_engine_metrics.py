@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gymbench import EngineMetrics, hookimpl
-from gymbench.engine_metrics import recognise, sample_sums
+from gymbench.engine_metrics import QUANTITIES, recognise, sample_sums
 from gymbench.errors import PluginError
 from gymbench.plugins import Plugins, get_plugin_manager
 from tests.engine_metrics_server import recorded
@@ -51,7 +51,7 @@ def test_each_builtin_engine_is_recognised_from_its_own_text(text: str, engine: 
     found = recognise(plugins().engine_metrics(), names)
     assert found.engine is not None and found.engine.name == engine
     assert found.engine.readable(names) == readable
-    assert found.record()["engine"] == engine
+    assert found.record() == {"engine": engine, "unreadable": [q for q in QUANTITIES if q not in readable]}
 
 
 def test_the_quantities_are_read_by_each_engines_names() -> None:
