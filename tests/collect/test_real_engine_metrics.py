@@ -31,6 +31,7 @@ BUILTINS = Plugins(get_plugin_manager(load_entry_points=False)).engine_metrics()
 @dataclass
 class Started:
     base_url: str
+    slots: int = 2
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def _wait_healthy(url: str, server: subprocess.Popen[bytes]) -> None:
 
 
 def _complete(base_url: str) -> int:
-    body = json.dumps({"prompt": "One two three", "max_tokens": 8, "temperature": 0}).encode()
+    body = json.dumps({"prompt": "One two three", "max_tokens": 64, "ignore_eos": True}).encode()
     request = urllib.request.Request(f"{base_url}/completions", body, {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=120) as answer:
         return int(json.load(answer)["usage"]["completion_tokens"])
@@ -86,12 +87,15 @@ def test_llamacpp_is_recognised_and_its_counters_read(llama: object) -> None:
     reading = found.counters.read()
     assert reading is not None and reading.waiting is not None  # requests_deferred
     assert reading.generation_tokens is None  # counted at request end: throughput comes from the client
-    with ServerWatch(base_url, interval_s=60, engines=BUILTINS) as watch:
-        with ThreadPoolExecutor(6) as pool:  # more requests than slots: some are deferred
-            generated = sum(pool.map(lambda _: _complete(base_url), range(6)))
+    requests = 3 * int(getattr(llama, "slots", 2))  # more requests than slots: the rest are deferred
+    with ServerWatch(base_url, interval_s=0.1, engines=BUILTINS) as watch:
+        with ThreadPoolExecutor(requests) as pool:
+            generated = sum(pool.map(lambda _: _complete(base_url), range(requests)))
     record = watch.record()
     shown = {item["key"]: item["value"] for item in record["highlights"]}
-    assert record["engine"] == "llamacpp" and generated > 0
+    assert record["engine"] == "llamacpp" and record["unreadable"] == ["kv_cache"] and generated > 0
     assert shown["generated_tokens"] == generated  # every request had finished by the last scrape
-    assert shown["prompt_tokens"] >= 0 and "running" in shown and "waiting" in shown
+    assert shown["running"] == 0 and shown["waiting"] == 0  # requests_processing, requests_deferred: all done
+    assert all(set(point) >= {"t_s", "running", "waiting"} for point in record["over_time"])
+    assert shown["prompt_tokens"] >= 0  # excludes prompt tokens served from llama.cpp's cache
     assert "kv_cache" not in shown  # current llama.cpp exposes no KV-cache gauge
