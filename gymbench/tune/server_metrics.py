@@ -54,7 +54,7 @@ def registered_engines() -> list[EngineMetrics]:
 
 class Counters:
     """A server's counters, read by ``fetch`` (its ``/metrics`` text, or None when unreadable)
-    through ``engine``'s names (recognised once, from the first text that names one, when not given:
+    through ``engine``'s names (when not given, recognised once, from the first text it reads:
     the poll itself only looks names up)."""
 
     def __init__(self, fetch: Callable[[], str | None], where: str = "", engine: EngineMetrics | None = None) -> None:
