@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gymbench import GenerationRequest
+from gymbench import Generation, GenerationRequest
 from gymbench.builtin.openai_backend import OpenAIBackend
 from gymbench.builtin.openai_shapes import read_server_timings
 from tests.builtin.conftest import Serve
@@ -14,7 +14,7 @@ KEPT = {"cache_n": 0, "prompt_n": 9, "prompt_ms": 12.5, "predicted_n": 4, "predi
         "predicted_per_token_ms": 4.0}  # fmt: skip
 
 
-async def generate(serve: Serve, fake: FakeLlama, api: str, stream: bool):  # type: ignore[no-untyped-def]
+async def generate(serve: Serve, fake: FakeLlama, api: str, stream: bool) -> Generation:
     settings = {"base_url": await serve(fake.app()), "model": "m", "api": api, "stream": stream}
     async with OpenAIBackend(settings) as client:
         return await client.generate(GenerationRequest(0, 0, {"input": "6 * 7?"}))
