@@ -162,3 +162,39 @@ def test_shards_add_up_and_the_table_reads_back_from_a_record() -> None:
     rows = comparison_rows(json.loads(json.dumps(summary)))
     assert rows[0] == ("TTFT vs prompt_ms", "100 ms / 100 ms", "20 ms / 20 ms", "80 ms / 80 ms", "80%")
     assert rows[1] == ("ITL vs predicted_per_token_ms", "6 ms / 6 ms", "5 ms / 5 ms", "-", "-")
+
+
+@pytest.mark.real_engine
+@pytest.mark.parametrize("stream", [False, True])
+def test_llama_cpp_reports_timings_that_agree_with_its_usage(
+    tmp_path: Path, request: pytest.FixtureRequest, stream: bool
+) -> None:
+    """On the real engine: every row carries the server's timings, its generated-token count is the
+    usage's, and the client's TTFT (or whole request) contains the server's prompt (and generation)
+    time, which holds however loaded the machine is: the client starts its clock before the server
+    can and stops it after the server has stamped the first (or last) token."""
+    try:
+        server = request.getfixturevalue("gymbench_llama_server")
+    except pytest.FixtureLookupError:
+        pytest.skip("no real engine: the gymbench_llama_server fixture is not installed in this checkout")
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    task = {"responses_create_params": {"input": "Count to ten.", "max_output_tokens": 12}, "expected_answer": "x"}
+    tasks.write_text((json.dumps(task) + "\n") * 8)
+
+    async def run() -> CollectStats:
+        backend = OpenAIBackend({"base_url": server.base_url, "model": server.model, "api": "chat", "stream": stream})
+        settings = CollectSettings(tasks, out, overwrite=True)
+        return await Collector(settings, backend, ExactMatchVerifier(), SemaphoreStrategy(4)).run()
+
+    stats = asyncio.run(run())
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert stats.completed == 8 and stats.summary()["server_timings"]["rows"] == 8
+    for row in rows:
+        server_timings, usage, timings = row["server_timings"], row["usage"], row["timings"]
+        assert server_timings["predicted_n"] == usage["completion_tokens"] > 0
+        assert server_timings["prompt_n"] + server_timings["cache_n"] == usage["prompt_tokens"]
+        if stream:
+            assert timings["ttft"] >= server_timings["prompt_ms"] / 1e3
+        else:
+            server_s = (server_timings["prompt_ms"] + server_timings.get("predicted_ms", 0.0)) / 1e3
+            assert timings["generation"] >= server_s
