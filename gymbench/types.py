@@ -51,6 +51,17 @@ class TokenUsage:
     completion_tokens: int = 0
 
 
+SERVER_TIMING_FIELDS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_token_ms", "cache_n")
+"""The per-request timings a server may report, as llama.cpp's ``timings`` names them: prompt
+tokens processed (``prompt_n``, after ``cache_n`` tokens reused from the prompt cache), the prompt's
+time up to the first token (``prompt_ms``), generated tokens (``predicted_n``) and the time from
+the first to the last of them (``predicted_ms``, ``predicted_per_token_ms``). A row keeps those the
+server gave under ``server_timings``; a server that reports none leaves the key out."""
+
+ServerTimings: TypeAlias = dict[str, float]
+"""Some of :data:`SERVER_TIMING_FIELDS`, each a finite number; never empty."""
+
+
 @dataclass(frozen=True)
 class Generation:
     """What a backend returns for one request."""
@@ -68,6 +79,8 @@ class Generation:
     """Requests the backend repeated (429, 5xx, resets) before this answer."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Further top-level fields for the output row (a NeMo Gym agent's own verification fields)."""
+    server_timings: ServerTimings | None = None
+    """The server's own timings of this request (llama.cpp's ``timings``), when it reported them."""
 
 
 class GenerationFailed(Exception):

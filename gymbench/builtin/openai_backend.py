@@ -7,6 +7,7 @@ the configuration names and is never stored anywhere else.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ import aiohttp
 import orjson
 
 from gymbench.builtin.http_client import RetryingClient
-from gymbench.builtin.openai_shapes import chat_body, read_chat, read_responses
+from gymbench.builtin.openai_shapes import chat_body, read_chat, read_responses, read_server_timings
 from gymbench.builtin.stream_assembly import ChatStream, ResponsesStream, StreamAssembler, sse_events
 from gymbench.errors import GymbenchError
 from gymbench.types import Generation, GenerationFailed, GenerationRequest, JSONObject
@@ -73,7 +74,7 @@ class OpenAIBackend:
         posted = await self.client.post(self.url, body, self._read, self._explain)
         generation: Generation = posted.value
         timings = {**generation.timings, "connection_wait": posted.connection_wait}
-        return Generation(generation.text, generation.response, generation.usage, timings, retries=posted.retries)
+        return dataclasses.replace(generation, timings=timings, retries=posted.retries)
 
     def _explain(self, status: int, text: str) -> str | None:
         """What to do about a 404, whose two usual causes need different fixes."""
@@ -94,17 +95,26 @@ class OpenAIBackend:
         except ValueError as exc:
             raise GenerationFailed("invalid_response", f"response is not JSON: {exc}") from None
         text, usage = read_responses(data) if self.api == "responses" else read_chat(data)
-        return Generation(text, data, usage, {"generation": time.perf_counter() - started})
+        elapsed = {"generation": time.perf_counter() - started}
+        return Generation(text, data, usage, elapsed, server_timings=read_server_timings(data.get("timings")))
 
     async def _read_stream(self, answer: aiohttp.ClientResponse, started: float) -> Generation:
-        """Assemble the streamed answer into the non-streamed shape; time the generated tokens."""
+        """Assemble the streamed answer into the non-streamed shape; time the generated tokens.
+
+        llama.cpp puts its ``timings`` on the last event (the usage chunk of a chat stream, the
+        ``response.completed`` event of a Responses stream; with ``timings_per_token`` on every
+        event, each a running total), so the last event's are the request's."""
         stream: StreamAssembler = ChatStream() if self.api == "chat" else ResponsesStream()
         stamps: list[float] = []
+        server_timings = None
         async for event in sse_events(answer.content):
             if stream.add(event):
                 stamps.append(time.perf_counter())
+            if "timings" in event:
+                server_timings = event["timings"]
         response, usage = stream.response(), stream.usage()
-        return Generation(stream.text, response, usage, _stream_timings(started, stamps))
+        timings = _stream_timings(started, stamps)
+        return Generation(stream.text, response, usage, timings, server_timings=read_server_timings(server_timings))
 
 
 def _stream_timings(started: float, stamps: list[float]) -> dict[str, float]:

@@ -6,10 +6,11 @@ takes them as they are; for servers that only speak chat completions they are tr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from gymbench.types import GenerationFailed, JSONObject, TokenUsage
+from gymbench.types import SERVER_TIMING_FIELDS, GenerationFailed, JSONObject, ServerTimings, TokenUsage
 
 CHAT_PASSTHROUGH = ("temperature", "top_p", "seed", "stop", "tool_choice", "parallel_tool_calls", "logprobs")
 
@@ -78,3 +79,22 @@ def read_responses(data: Any) -> tuple[str, TokenUsage]:
         return "".join(texts), TokenUsage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise GenerationFailed("invalid_response", f"not a Responses API response: {exc!r}") from None
+
+
+def read_server_timings(timings: Any) -> ServerTimings | None:
+    """llama.cpp's per-request ``timings`` object, kept to :data:`~gymbench.types.SERVER_TIMING_FIELDS`.
+
+    A field that is missing, not a number or negative is left out rather than read as 0, and so is
+    ``predicted_per_token_ms`` for fewer than two generated tokens (llama.cpp writes 0.0 there,
+    meaning "no gap to measure"): a zero would read as an infinitely fast server. ``None`` when
+    nothing usable is left (vLLM, SGLang and the OpenAI API report no per-request timings)."""
+    if not isinstance(timings, Mapping):
+        return None
+    kept: ServerTimings = {}
+    for name in SERVER_TIMING_FIELDS:
+        value = timings.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+            kept[name] = value
+    if kept.get("predicted_n", 2) < 2:
+        kept.pop("predicted_per_token_ms", None)
+    return kept or None

@@ -219,6 +219,21 @@ def check_run_identity(config: CollectConfig, settings: CollectSettings, regular
         write_run_fingerprint(settings.output_path, identity)
 
 
+def server_timing_metrics(summary: CollectSummary) -> dict[str, Metric]:
+    """The server's median prompt time and the share of TTFT spent before it, as metrics a gate can
+    hold (only when the server reported timings and the run streamed)."""
+    figures = summary.get("server_timings", {}).get("ttft_vs_prompt")
+    if not figures:
+        return {}
+    found = {}
+    prompt, share = figures["prompt_s"]["p50"], figures["share"]["p50"]
+    if prompt is not None:
+        found["server_prompt_p50"] = Metric(prompt, "s", "lower")
+    if share is not None:
+        found["ttft_before_prompt_share_p50"] = Metric(share, "ratio", "lower")
+    return found
+
+
 def collect_result(
     config: CollectConfig,
     backend_name: str,
@@ -254,6 +269,7 @@ def collect_result(
     goodput = summary["goodput"]
     if goodput is not None and goodput["share"] is not None:
         metrics["goodput"] = Metric(goodput["share"], "ratio", "higher")
+    metrics.update(server_timing_metrics(summary))
     return BenchmarkResult(
         name="collect",
         params={

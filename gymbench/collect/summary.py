@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gymbench.rollout.server_timings import COMPARISON_HEADERS, ServerComparison, comparison_rows
 from gymbench.rollout.stats import CollectSummary, Goodput
 from gymbench.units import duration, interval
 
@@ -32,6 +33,7 @@ def format_summary(summary: CollectSummary, output: Path) -> str:
         f"verification: {summary['verification_failures']} could not judge, {summary['verification_skipped']} "
         f"skipped by fast mode, cache {cache['hits']} hits / {cache['misses']} misses",
         *server_lines(summary.get("server_metrics")),
+        *server_timing_lines(summary.get("server_timings")),
         f"rollouts: {output}",
     ]
     return "\n".join(lines)
@@ -88,3 +90,15 @@ def server_lines(server: dict[str, Any] | None) -> list[str]:
     shown = [f"{item['label']} {item['text']}" for item in server.get("highlights", [])]
     engine = f" (engine: {server['engine']})" if server.get("engine") else ""
     return ["server metrics (/metrics, after the run): " + ", ".join(shown) + engine] if shown else []
+
+
+def server_timing_lines(found: ServerComparison | None) -> list[str]:
+    """The server's per-request timings against the client's (``gymbench.rollout.server_timings``)."""
+    if not found:
+        return []
+    rows = [COMPARISON_HEADERS, *comparison_rows(found)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    note = found.get("finding")
+    title = f"server timings (the server's own, {found.get('rows', 0)} rollouts):"
+    return [title, *lines, *([f"  {note}"] if note else [])]

@@ -15,6 +15,7 @@ from gymbench.errors import GymbenchError
 from gymbench.record import BenchmarkResult, ResultsRecord
 from gymbench.report.html import STYLE
 from gymbench.report.run_plots import over_time_figure, percentile_figure, png, server_figure, stage_figure, tune_figure
+from gymbench.rollout.server_timings import COMPARISON_HEADERS, comparison_rows
 from gymbench.units import duration, interval, quantity
 
 RUN_KINDS = ("collect", "tune")
@@ -57,6 +58,22 @@ def collect_parts(bench: BenchmarkResult) -> list[str]:
     if summary.get("stage_mean_s"):
         parts += ["<h2>Stage breakdown</h2>", _img(png(stage_figure(summary["stage_mean_s"])), "stage breakdown")]
     parts += server_parts(summary.get("server_metrics"))
+    parts += server_timing_parts(summary.get("server_timings"))
+    return parts
+
+
+def server_timing_parts(found: Mapping[str, Any] | None) -> list[str]:
+    """The server's per-request timings against the client's, and the finding when there is one."""
+    if not found:
+        return []
+    parts = [
+        "<h2>Server timings against the client's</h2>",
+        f"<p>{found.get('rows', 0)} rollouts carried the server's own timings. The difference is time the "
+        "server did not count as work: the network, the wait for a free slot, and the client.</p>",
+        _table(COMPARISON_HEADERS, comparison_rows(found)),
+    ]
+    if found.get("finding"):
+        parts.append(f'<p class="warn">{_e(found["finding"])}</p>')
     return parts
 
 

@@ -1,8 +1,9 @@
 """``gymbench timings ROLLOUTS``: one line per rollout with its timings, as CSV or JSON.
 
 For a spreadsheet, pandas or another tool's plots: the same latencies the summary's percentiles
-are made of (``gymbench.rollout.latency`` defines them), the stage times, the token counts and
-the outcome. Rows are streamed, so a million-rollout file needs no more memory than a small one.
+are made of (``gymbench.rollout.latency`` defines them), the stage times, the token counts, the
+outcome, and the server's own timings where it reported them (``server_prompt_ms`` and the rest,
+empty otherwise). Rows are streamed, so a million-rollout file needs no more memory than a small one.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from gymbench.jsonio import AtomicFile
 from gymbench.rollout.latency import LATENCY_METRICS, rollout_latencies
 from gymbench.rollout.stats import STAGES
 from gymbench.rollouts_file import RolloutsFile
+from gymbench.types import SERVER_TIMING_FIELDS
 
 IDENTITY = ("task_index", "rollout_index", "attempt", "status", "failure_kind", "reward", "prompt_tokens",
             "completion_tokens")  # fmt: skip
 STAGE_COLUMNS = tuple(f"{stage}_s" for stage in STAGES if stage not in LATENCY_METRICS)
-COLUMNS = (*IDENTITY, *(f"{name}_s" for name in LATENCY_METRICS), *STAGE_COLUMNS)
+SERVER_COLUMNS = tuple(f"server_{name}" for name in SERVER_TIMING_FIELDS)
+COLUMNS = (*IDENTITY, *(f"{name}_s" for name in LATENCY_METRICS), *STAGE_COLUMNS, *SERVER_COLUMNS)
 FORMATS = ("csv", "json")
 ADVICE = "; point this at the output_jsonl_fpath of `gymbench collect`"
 
@@ -55,6 +58,8 @@ def timing_row(row: Mapping[str, Any]) -> dict[str, Any]:
     latencies = rollout_latencies(timings, tokens) if row.get("status") == "ok" else {}
     found.update({f"{name}_s": latencies.get(name) for name in LATENCY_METRICS})
     found.update({column: timings.get(column.removesuffix("_s")) for column in STAGE_COLUMNS})
+    server = row.get("server_timings") or {}
+    found.update({column: server.get(column.removeprefix("server_")) for column in SERVER_COLUMNS})
     return found
 
 

@@ -60,6 +60,8 @@ def build_row(
             "completion_tokens": generation.usage.completion_tokens,
         }
         row["failure"] = None
+        if generation.server_timings:
+            row["server_timings"] = dict(generation.server_timings)
         for key, value in generation.extra.items():
             row.setdefault(key, value)
     else:
@@ -92,7 +94,10 @@ def count_row(
             stats.verify_failures += 1
         stats.latency.add(timings["total"])
         tokens = generation.usage.completion_tokens
-        stats.add_latencies(rollout_latencies(timings, tokens), tokens)
+        latencies = rollout_latencies(timings, tokens)
+        stats.add_latencies(latencies, tokens)
+        if generation.server_timings:
+            stats.server.add(generation.server_timings, latencies)
     elif failure is not None:
         stats.failed += 1
         stats.failure_kinds[failure.kind] += 1

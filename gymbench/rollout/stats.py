@@ -1,26 +1,23 @@
 """Running statistics of a collection: counts, rewards, tokens, latency quantiles, stage times.
 
-Latencies go into a fixed-size reservoir sample, so a million-row run keeps the same memory as a
-thousand-row one while its percentiles stay accurate.
+Latencies go into fixed-size reservoir samples (:mod:`gymbench.rollout.reservoir`).
 """
 
 from __future__ import annotations
 
-import random
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-import numpy as np
-
 from gymbench.rollout.latency import LATENCY_METRICS, Slo, percentile_table
+from gymbench.rollout.reservoir import Reservoir
+from gymbench.rollout.server_timings import ServerComparison, ServerTimingsStats
 from gymbench.rollout.timeline import Timeline
 from gymbench.types import JSONObject
 
 STAGES = ("slot_wait", "connection_wait", "ttft", "generation", "verification", "total")
-RESERVOIR = 20_000
 COUNTS = (
     "completed", "failed", "skipped", "retries", "reward_sum", "rewarded", "verify_failures", "verify_skipped",
     "cache_hits", "cache_misses", "prompt_tokens", "completion_tokens",
@@ -66,40 +63,8 @@ class CollectSummary(_SummaryFields, total=False):
 
     server_metrics: dict[str, object]
     """The server's /metrics before, after and over the run, when they were scraped."""
-
-
-@dataclass
-class Reservoir:
-    size: int = RESERVOIR
-    seen: int = 0
-    values: list[float] = field(default_factory=list)
-    rng: random.Random = field(default_factory=lambda: random.Random(0))
-
-    def absorb(self, other: Reservoir) -> None:
-        """Another reservoir's samples (a shard's), weighted by how many each side saw."""
-        total = self.seen + other.seen
-        if len(self.values) + len(other.values) <= self.size:
-            self.values.extend(other.values)
-        elif total:
-            mine = round(self.size * self.seen / total)
-            self.values = self.rng.sample(self.values, min(mine, len(self.values))) + self.rng.sample(
-                other.values, min(self.size - mine, len(other.values))
-            )
-        self.seen = total
-
-    def add(self, value: float) -> None:
-        self.seen += 1
-        if len(self.values) < self.size:
-            self.values.append(value)
-            return
-        slot = self.rng.randrange(self.seen)
-        if slot < self.size:
-            self.values[slot] = value
-
-    def percentiles(self, qs: tuple[float, ...]) -> list[float | None]:
-        if not self.values:
-            return [None] * len(qs)
-        return [float(x) for x in np.percentile(self.values, qs)]
+    server_timings: ServerComparison
+    """The server's per-request timings against the client's TTFT, ITL and e2e, when it reported them."""
 
 
 @dataclass
@@ -128,6 +93,8 @@ class CollectStats:
     slo: Slo = field(default_factory=Slo)
     slo_met: int = 0
     timeline: Timeline = field(default_factory=Timeline)
+    server: ServerTimingsStats = field(default_factory=ServerTimingsStats)
+    """The server's own timings beside the client's (rows whose server reported them)."""
 
     @property
     def request_latency(self) -> Reservoir:
@@ -156,6 +123,7 @@ class CollectStats:
         for name, reservoir in other.latencies.items():
             self.latencies[name].absorb(reservoir)
         self.slo_met += other.slo_met
+        self.server.absorb(other.server)
 
     def add_timings(self, timings: dict[str, float]) -> None:
         for stage, value in timings.items():
@@ -188,6 +156,13 @@ class CollectStats:
         return {name: percentile_table(found.values) for name, found in self.latencies.items() if found.values}
 
     def summary(self) -> CollectSummary:
+        summary = self._summary()
+        server = self.server.summary()
+        if server is not None:
+            summary["server_timings"] = server
+        return summary
+
+    def _summary(self) -> CollectSummary:
         elapsed = max(self.elapsed_s, 1e-9)
         p50, p90, p99 = self.latency.percentiles((50, 90, 99))
         r50, r90, r99 = self.request_latency.percentiles((50, 90, 99))
