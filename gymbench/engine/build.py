@@ -27,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from gymbench.errors import GymbenchError
 
@@ -176,27 +177,28 @@ def _compile(work: Path, log: Path, progress: Progress | None) -> Path:
 def _step(
     what: str,
     command: list[str],
-    out: object,
+    out: BinaryIO,
     log: Path,
     env: dict[str, str],
     progress: Progress | None = None,
 ) -> None:
     """Run one build step into the log; a failure is one line: the step, its last log line, the log."""
-    assert hasattr(out, "write")
-    out.write(f"$ {' '.join(command)}\n".encode())  # type: ignore[attr-defined]
-    out.flush()  # type: ignore[attr-defined]
+    out.write(f"$ {' '.join(command)}\n".encode())
+    out.flush()
     try:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     except OSError as exc:
-        raise GymbenchError(f"building llama-server: {what} could not start {command[0]} ({exc.strerror or exc})")
+        raise GymbenchError(
+            f"building llama-server: {what} could not start {command[0]} ({exc.strerror or exc})"
+        ) from None
     assert process.stdout is not None
     for line in process.stdout:
-        out.write(line)  # type: ignore[attr-defined]
+        out.write(line)
         match = _STEP.match(line)
         if match and progress is not None:
             progress(int(match[1]), int(match[2]))
     if process.wait() != 0:
-        out.flush()  # type: ignore[attr-defined]
+        out.flush()
         raise GymbenchError(
             f"building llama-server failed while {what} (exit {process.returncode}): {_last_line(log)}; "
             f"full log: {log}; {_HINTS.get(what, INSTALL_HINT)}, or set {SERVER_ENV}=/path/to/llama-server"

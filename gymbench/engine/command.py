@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from gymbench.engine.model import MODEL_SIZES
 from gymbench.settings import doc
@@ -94,14 +94,16 @@ def serve(binary: Path, model: Path, settings: EngineSettings) -> int:
             time.sleep(0.5)
     from gymbench.errors import GymbenchError
 
-    raise GymbenchError(f"llama-server stopped (status {server.process.returncode}); its last lines: {server.log_tail()}")
+    raise GymbenchError(
+        f"llama-server stopped (status {server.process.returncode}); its last lines: {server.log_tail()}"
+    )
 
 
 def bar_progress() -> Progress:
     """A tqdm bar over the compile's ``[n/N]`` steps, made on the first step (none when nothing is built)."""
     from tqdm import tqdm
 
-    bars: list[tqdm[None]] = []
+    bars: list[tqdm[NoReturn]] = []
 
     def progress(done: int, total: int) -> None:
         if not bars:

@@ -162,8 +162,7 @@ def wait_until_ready(server: LlamaServer, timeout_s: float) -> None:
             return
         time.sleep(0.2)
     raise GymbenchError(
-        f"llama-server on port {server.port} was not ready after {timeout_s:.0f} s; "
-        f"its last lines: {server.log_tail()}"
+        f"llama-server on port {server.port} was not ready after {timeout_s:.0f} s; its last lines: {server.log_tail()}"
     )
 
 

@@ -36,7 +36,7 @@ CORE = {
     "gymbench.lazy",
     "gymbench.units",
 }
-ROOMS = ("builtin", "rollout", "sim", "train", "gate")
+ROOMS = ("builtin", "rollout", "sim", "train", "gate", "engine")
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -130,7 +130,9 @@ def _fake_pip_and_cmake(tools: Path, tmp_path: Path, cmake_body: str) -> None:
 def test_a_failed_build_is_one_line_with_its_last_log_line_and_the_log(
     cache: Path, tools: Path, tmp_path: Path
 ) -> None:
-    _fake_pip_and_cmake(tools, tmp_path, 'case "$1" in --build) echo "[1/212] cc a.c"; echo "error: boom"; exit 1;; esac\n')
+    _fake_pip_and_cmake(
+        tools, tmp_path, 'case "$1" in --build) echo "[1/212] cc a.c"; echo "error: boom"; exit 1;; esac\n'
+    )
     with pytest.raises(GymbenchError) as caught:
         build.find_server()
     message = str(caught.value)
