@@ -8,8 +8,9 @@ version, the cmake flags and the processor (the flags ask for code native to thi
 1. ``GYMBENCH_LLAMA_SERVER=/path/to/llama-server``: use that binary;
 2. the cache, ``<user cache>/gymbench/llama-cpp/<key>/llama-server``;
 3. build it there: download the sdist, cmake with Ninja, the ``llama-server`` target only, one
-   static binary, into a temporary folder renamed into place at the end under a lock (two builds
-   at once wait for each other, and a killed build leaves no half-made binary in the cache).
+   static binary, in a temporary folder, under a lock (two builds at once wait for each other);
+   the binary is written into the cache whole, last, so a killed build leaves nothing that looks
+   finished.
 """
 
 from __future__ import annotations
@@ -132,8 +133,8 @@ def build_server(root: Path, progress: Progress | None = None) -> Path:
         with tempfile.TemporaryDirectory(dir=root, prefix=f"{key}.building-") as work:
             started = time.monotonic()
             binary = _compile(Path(work), log, progress)
-            _write_cache_entry(Path(work) / "out", binary, time.monotonic() - started)
-            os.replace(Path(work) / "out", root / key)
+            _check_libraries(binary)
+            _install(binary, root / key, time.monotonic() - started)
     return root / key / BINARY
 
 
@@ -227,20 +228,25 @@ def _extract(work: Path) -> Path:
     return found[0].parent
 
 
-def _write_cache_entry(folder: Path, binary: Path, seconds: float) -> None:
-    folder.mkdir()
-    shutil.copy2(binary, folder / BINARY)
-    _check_libraries(folder / BINARY)
+def _install(binary: Path, folder: Path, seconds: float) -> None:
+    """``build.json``, then the binary, each written whole (the binary last: its presence means done)."""
+    from gymbench.jsonio import AtomicFile
+
+    folder.mkdir(exist_ok=True)
     info = {
         "llama_cpp_python": LLAMA_CPP_PYTHON_VERSION,
         "cmake_flags": list(CMAKE_FLAGS),
         "machine": platform.machine(),
         "build_seconds": round(seconds, 1),
-        "binary_bytes": (folder / BINARY).stat().st_size,
+        "binary_bytes": binary.stat().st_size,
         "cpus": os.cpu_count(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
-    (folder / "build.json").write_text(json.dumps(info, indent=2) + "\n")
+    with AtomicFile(folder / "build.json", text=True) as out:
+        out.write(json.dumps(info, indent=2) + "\n")
+    with AtomicFile(folder / BINARY) as out:
+        shutil.copyfile(binary, out.temporary)  # by path: the bytes pass no output filter
+        os.chmod(out.temporary, 0o755)
 
 
 def _check_libraries(binary: Path) -> None:

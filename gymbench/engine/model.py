@@ -177,8 +177,8 @@ def model_key(size: ModelSize) -> str:
 
 
 def cached_model(size_name: str, cache_root: Path) -> Path:
-    """The model of this size under ``cache_root/models/``, written there the first time (to a
-    temporary name renamed at the end, so a half-written file is never taken for a model)."""
+    """The model of this size under ``cache_root/models/``, written there the first time (whole or
+    not at all, so a half-written file is never taken for a model)."""
     if size_name not in MODEL_SIZES:
         raise GymbenchError(f"unknown model size {size_name!r}; expected one of: {', '.join(MODEL_SIZES)}")
     size = MODEL_SIZES[size_name]
@@ -186,13 +186,11 @@ def cached_model(size_name: str, cache_root: Path) -> Path:
     if path.is_file():
         return path
     _require_model_packages()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    try:
-        write_model(partial, size, name=f"gymbench-{size_name}")
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
+    from gymbench.jsonio import AtomicFile
+
+    with AtomicFile(path, then="; set XDG_CACHE_HOME to a writable folder") as out:
+        write_model(out.temporary, size, name=f"gymbench-{size_name}")  # by path: gguf opens it itself
+        os.chmod(out.temporary, 0o644)  # a model, like any file written here (mkstemp makes it 0600)
     return path
 
 
