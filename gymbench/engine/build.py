@@ -78,11 +78,16 @@ def cached_server(root: Path | None = None) -> Path:
     return (root or cache_root()) / build_key() / BINARY
 
 
-def find_server(*, build: bool = True, root: Path | None = None, progress: Progress | None = None) -> Path:
-    """The ``llama-server`` to run: the override, else the cached one, else (``build``) a new build."""
+def find_server(
+    *, build: bool = True, root: Path | None = None, progress: Progress | None = None, binary: str | None = None
+) -> Path:
+    """The ``llama-server`` to run: ``binary`` (a setting), else the environment's override, else the
+    cached one, else (``build``) a new build."""
+    if binary:
+        return checked_override(binary, "+server_binary")
     override = os.environ.get(SERVER_ENV)
     if override:
-        return checked_override(override)
+        return checked_override(override, SERVER_ENV)
     cached = cached_server(root)
     if _runnable(cached):
         return cached
@@ -91,13 +96,11 @@ def find_server(*, build: bool = True, root: Path | None = None, progress: Progr
     return build_server(root or cache_root(), progress)
 
 
-def checked_override(value: str) -> Path:
+def checked_override(value: str, named_by: str = SERVER_ENV) -> Path:
     path = Path(value).expanduser()
     if not _runnable(path):
         state = "is not an executable file" if path.exists() else "does not exist"
-        raise GymbenchError(
-            f"{SERVER_ENV}={value}: {state}; point it at a llama-server binary, or unset it to build one"
-        )
+        raise GymbenchError(f"{named_by}={value}: {state}; point it at a llama-server binary, or unset it to build one")
     return path.resolve()
 
 

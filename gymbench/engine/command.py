@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
+from gymbench.engine.build import SERVER_ENV
 from gymbench.engine.model import MODEL_SIZES
 from gymbench.settings import doc
 
@@ -40,6 +41,10 @@ class EngineSettings:
         default=128, metadata=doc("longest reply when a request sets no max_tokens (llama-server -n)")
     )
     build_only: bool = field(default=False, metadata=doc("build (or find) llama-server, print its path and exit"))
+    server_binary: str | None = field(
+        default=None,
+        metadata=doc(f"a llama-server to run instead of the cached build (as {SERVER_ENV}=PATH)", path=True),
+    )
 
     def __post_init__(self) -> None:
         from gymbench.settings import at_least, require
@@ -67,7 +72,7 @@ def run(args: argparse.Namespace, plugins: Plugins) -> int:
     from gymbench.settings import settings_from_args
 
     settings = settings_from_args(EngineSettings, args)
-    binary = find_server(progress=bar_progress())
+    binary = find_server(progress=bar_progress(), binary=settings.server_binary)
     if settings.build_only:
         print(binary)
         return 0

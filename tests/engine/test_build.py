@@ -165,3 +165,14 @@ def test_a_build_lands_in_the_cache_with_its_record(cache: Path, tools: Path, tm
     assert "-G Ninja" in log and "-DGGML_NATIVE=ON" in log and "--target llama-server" in log
     assert build.find_server() == binary  # the second time: from the cache
     assert json.loads((binary.parent / "build.json").read_text()) == info
+
+
+def test_the_server_binary_setting_wins_over_the_environment(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mine = executable(tmp_path / "mine" / "llama-server", "#!/bin/sh\n")
+    monkeypatch.setenv(build.SERVER_ENV, str(tmp_path / "missing"))
+    assert main(["engine", "llama-cpp", f"+server_binary={mine}", "--build-only"]) == 0
+    assert capsys.readouterr().out.strip() == str(mine.resolve())
+    assert main(["engine", "llama-cpp", "--build-only", "--server-binary", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err.startswith(f"gymbench: error: +server_binary={tmp_path / 'nope'}: does not exist")
