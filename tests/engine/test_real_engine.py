@@ -44,6 +44,7 @@ def test_collect_100_rows(gymbench_llama_server: LlamaServer, tmp_path: Path, st
     assert len(rows) == 100 and len({row["task_index"] for row in rows}) == 100
     assert all(row["status"] == "ok" and row["usage"]["completion_tokens"] == REPLY_TOKENS for row in rows)
     assert all(row["usage"]["prompt_tokens"] > 0 for row in rows)
+    assert all(("ttft" in row["timings"]) == stream for row in rows)  # time to first token: streamed only
     (record_path,) = (tmp_path / "results").glob("*/*_collect.json")
     server = json.loads(record_path.read_text())["benchmarks"][0]["extra"]["summary"]["server_metrics"]
     assert server["url"] == gymbench_llama_server.metrics_url
