@@ -37,7 +37,7 @@ CORE = {
     "gymbench.units",
     "gymbench.engine_metrics",
 }
-ROOMS = ("builtin", "rollout", "sim", "train", "gate")
+ROOMS = ("builtin", "rollout", "sim", "train", "gate", "engine")
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -103,6 +103,11 @@ def sim_argv(workdir: Path, field: str) -> list[str]:
     return ["sim-server", "+describe=true"]
 
 
+def engine_argv(workdir: Path, field: str) -> list[str]:
+    """Accepted values stop at the binary named here, which is missing: nothing is built or started."""
+    return ["engine", "llama-cpp", f"+server_binary={workdir / 'no-llama-server'}"]
+
+
 def train_schema() -> type[Any]:
     from gymbench.train.settings import TrainSettings
 
@@ -112,6 +117,7 @@ def train_schema() -> type[Any]:
 def schemas() -> list[tuple[str, type[Any], Any, set[str], tuple[int, ...]]]:
     """(command, schema, stopper, fields left out, statuses)."""
     from gymbench.collect.config import CollectConfig, ServerConfig
+    from gymbench.engine.command import EngineSettings
     from gymbench.sim.command import SimServeSettings
     from gymbench.tune.config import DiagnoseConfig, TuneConfig
 
@@ -123,6 +129,7 @@ def schemas() -> list[tuple[str, type[Any], Any, set[str], tuple[int, ...]]]:
         # an accepted results_dir or save would start training: those are in destination_cases()
         ("train", train_schema(), train_argv, {"results_dir", "save"}, (2,)),
         ("sim-server", SimServeSettings, sim_argv, {"describe"}, (0, 2)),
+        ("engine", EngineSettings, engine_argv, {"server_binary"}, (2,)),
     ]
 
 

@@ -1,0 +1,122 @@
+"""``gymbench engine llama-cpp``: a real inference engine on this machine in one command.
+
+Builds (once, cached) llama.cpp's ``llama-server``, makes (once, cached) a tiny random-weights
+model, serves it on 127.0.0.1 and prints the lines to point ``gymbench collect`` and ``gymbench
+tune`` at it, then serves until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NoReturn
+
+from gymbench.engine.build import SERVER_ENV
+from gymbench.engine.model import MODEL_SIZES
+from gymbench.settings import doc
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from gymbench.engine.build import Progress
+    from gymbench.plugins import Plugins
+
+ENGINES = ("llama-cpp",)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    model_size: str = field(
+        default="tiny",
+        metadata=doc("the random-weights model: " + "; ".join(f"{k}: {v.layers} layers, hidden {v.hidden}"
+                                                            for k, v in MODEL_SIZES.items())),
+    )  # fmt: skip
+    slots: int = field(default=4, metadata=doc("requests served at once (llama-server -np)"))
+    threads: int = field(default=1, metadata=doc("CPU threads for the model (llama-server -t)"))
+    host: str = field(default="127.0.0.1", metadata=doc("address to bind"))
+    port: int = field(default=0, metadata=doc("port (0: any free port)"))
+    context: int = field(default=4096, metadata=doc("tokens of context per slot"))
+    max_tokens: int = field(
+        default=128, metadata=doc("longest reply when a request sets no max_tokens (llama-server -n)")
+    )
+    build_only: bool = field(default=False, metadata=doc("build (or find) llama-server, print its path and exit"))
+    server_binary: str | None = field(
+        default=None,
+        metadata=doc(f"a llama-server to run instead of the cached build (as {SERVER_ENV}=PATH)", path=True),
+    )
+
+    def __post_init__(self) -> None:
+        from gymbench.settings import at_least, require
+
+        require(self.model_size in MODEL_SIZES, "model_size", self.model_size, " or ".join(MODEL_SIZES))
+        at_least("slots", self.slots, 1)
+        at_least("threads", self.threads, 1)
+        at_least("port", self.port, 0, 65535)
+        at_least("context", self.context, 64)
+        at_least("max_tokens", self.max_tokens, 1)
+        require(bool(self.host.strip()), "host", self.host, "an address to bind, e.g. 127.0.0.1")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from gymbench.settings import add_settings_arguments
+
+    parser.add_argument("engine", choices=ENGINES, help="the engine to run")
+    parser.epilog = "example: gymbench engine llama-cpp --slots 8 --threads 2"
+    add_settings_arguments(parser, EngineSettings)
+
+
+def run(args: argparse.Namespace, plugins: Plugins) -> int:
+    from gymbench.engine.build import cache_root, find_server
+    from gymbench.engine.model import cached_model
+    from gymbench.settings import settings_from_args
+
+    settings = settings_from_args(EngineSettings, args)
+    binary = find_server(progress=bar_progress(), binary=settings.server_binary)
+    if settings.build_only:
+        print(binary)
+        return 0
+    model = cached_model(settings.model_size, cache_root())
+    return serve(binary, model, settings)
+
+
+def serve(binary: Path, model: Path, settings: EngineSettings) -> int:
+    import time
+
+    from gymbench.engine.server import start_llama_server
+
+    server = start_llama_server(
+        binary, model, slots=settings.slots, threads=settings.threads, port=settings.port, host=settings.host,
+        context=settings.context, max_tokens=settings.max_tokens,
+    )  # fmt: skip
+    with server:
+        print(f"llama.cpp's llama-server is serving {model.name} on {server.base_url} (Ctrl-C to stop)")
+        print(f"  metrics: {server.metrics_url}   log: {server.log_path}   binary: {binary}")
+        print(f"  {server.collect_command()}")
+        print(f"  {server.tune_command()}")
+        sys.stdout.flush()
+        while server.process.poll() is None:
+            time.sleep(0.5)
+    from gymbench.errors import GymbenchError
+
+    raise GymbenchError(
+        f"llama-server stopped (status {server.process.returncode}); its last lines: {server.log_tail()}"
+    )
+
+
+def bar_progress() -> Progress:
+    """A tqdm bar over the compile's ``[n/N]`` steps, made on the first step (none when nothing is built)."""
+    from tqdm import tqdm
+
+    bars: list[tqdm[NoReturn]] = []
+
+    def progress(done: int, total: int) -> None:
+        if not bars:
+            print("building llama.cpp's llama-server (once; cached afterwards)", file=sys.stderr)
+            bars.append(tqdm(total=total, unit="step", desc="llama-server", file=sys.stderr))
+        bar = bars[0]
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    return progress

@@ -1,0 +1,174 @@
+"""Run ``llama-server`` on 127.0.0.1 for as long as a ``with`` block (or a command) needs it.
+
+Continuous batching over ``slots`` slots, each with the model's whole context, Prometheus
+``/metrics`` on, and a bounded wait for ``/health``: a server that dies while loading is an error
+carrying its last log lines, never a hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from gymbench.errors import GymbenchError
+
+MODEL_ALIAS = "gymbench-tiny"
+"""The model name the server answers to (``+model=...``), whatever the file is called."""
+READY_TIMEOUT_S = 180.0
+
+
+@dataclass
+class LlamaServer:
+    """A running ``llama-server``: where to reach it and how to stop it."""
+
+    host: str
+    port: int
+    slots: int
+    model: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    _log_dir: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
+
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible base URL, for ``+base_url=``."""
+        return self.root_url + "/v1"
+
+    @property
+    def metrics_url(self) -> str:
+        return self.root_url + "/metrics"
+
+    def collect_command(self) -> str:
+        """A ready-to-paste ``gymbench collect`` line against this server."""
+        return (
+            f"gymbench collect +backend=openai +base_url={self.base_url} +model={self.model} +api=chat "
+            "+input_jsonl_fpath=gymbench/data/example_tasks.jsonl +output_jsonl_fpath=rollouts.jsonl "
+            f"+num_samples_in_parallel={self.slots}"
+        )
+
+    def tune_command(self) -> str:
+        """A ready-to-paste ``gymbench tune`` line: a short sweep around the slot count."""
+        return (
+            f"gymbench tune +backend=openai +base_url={self.base_url} +model={self.model} +api=chat "
+            "+input_jsonl_fpath=gymbench/data/example_tasks.jsonl"
+        )
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return " | ".join(line.strip() for line in text.splitlines()[-lines:] if line.strip()) or "(no output)"
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Terminate, then kill what is still there after ``grace_s``."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._log_dir is not None:
+            self._log_dir.cleanup()
+            self._log_dir = None
+
+    def __enter__(self) -> LlamaServer:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def server_command(
+    binary: Path, model: Path, *, host: str, port: int, slots: int, threads: int, context: int, max_tokens: int
+) -> list[str]:
+    """Each of ``slots`` slots gets ``context`` tokens: llama.cpp divides ``-c`` among them."""
+    return [
+        str(binary), "-m", str(model), "--alias", MODEL_ALIAS, "--host", host, "--port", str(port),
+        "-np", str(slots), "--cont-batching", "--metrics", "-c", str(context * slots), "-t", str(threads),
+        "-n", str(max_tokens),
+    ]  # fmt: skip
+
+
+def start_llama_server(
+    binary: Path,
+    model: Path,
+    *,
+    slots: int = 4,
+    threads: int = 1,
+    port: int = 0,
+    context: int = 4096,
+    max_tokens: int = 128,
+    host: str = "127.0.0.1",
+    log_path: Path | None = None,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+) -> LlamaServer:
+    """Start the server and return once ``/health`` says ok (``port`` 0: a free one).
+
+    The log goes to ``log_path`` (default: a temporary file removed when the server stops)."""
+    log_dir = None
+    if log_path is None:
+        log_dir = tempfile.TemporaryDirectory(prefix="gymbench-llama-server-")
+        log_path = Path(log_dir.name) / "llama-server.log"
+    port = port or free_port(host)
+    command = server_command(
+        binary, model, host=host, port=port, slots=slots, threads=threads, context=context, max_tokens=max_tokens
+    )
+    with open(log_path, "wb") as log:
+        try:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            raise GymbenchError(f"cannot start {binary} ({exc.strerror or exc})") from None
+    server = LlamaServer(host, port, slots, MODEL_ALIAS, process, log_path, log_dir)
+    try:
+        wait_until_ready(server, ready_timeout_s)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until_ready(server: LlamaServer, timeout_s: float) -> None:
+    """Poll ``/health`` (503 while the model loads, 200 once it serves) until ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = server.process.poll()
+        if status is not None:
+            raise GymbenchError(
+                f"llama-server exited with status {status} before it was ready; its last lines: {server.log_tail()}"
+            )
+        if _healthy(server.root_url + "/health"):
+            return
+        time.sleep(0.2)
+    raise GymbenchError(
+        f"llama-server on port {server.port} was not ready after {timeout_s:.0f} s; its last lines: {server.log_tail()}"
+    )
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
