@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from gymbench.engine.build import SERVER_ENV
 from gymbench.engine.model import MODEL_SIZES
+from gymbench.engine.server import HTTP_THREADS
 from gymbench.settings import doc
 
 if TYPE_CHECKING:
@@ -40,6 +41,12 @@ class EngineSettings:
     max_tokens: int = field(
         default=128, metadata=doc("longest reply when a request sets no max_tokens (llama-server -n)")
     )
+    http_threads: int = field(
+        default=HTTP_THREADS,
+        metadata=doc(
+            "HTTP threads (llama-server --threads-http); fewer than the client's connections stall requests up to 5 s"
+        ),
+    )
     build_only: bool = field(default=False, metadata=doc("build (or find) llama-server, print its path and exit"))
     server_binary: str | None = field(
         default=None,
@@ -55,6 +62,7 @@ class EngineSettings:
         at_least("port", self.port, 0, 65535)
         at_least("context", self.context, 64)
         at_least("max_tokens", self.max_tokens, 1)
+        at_least("http_threads", self.http_threads, 1)
         require(bool(self.host.strip()), "host", self.host, "an address to bind, e.g. 127.0.0.1")
 
 
@@ -88,6 +96,7 @@ def serve(binary: Path, model: Path, settings: EngineSettings) -> int:
     server = start_llama_server(
         binary, model, slots=settings.slots, threads=settings.threads, port=settings.port, host=settings.host,
         context=settings.context, max_tokens=settings.max_tokens,
+        http_threads=settings.http_threads,
     )  # fmt: skip
     with server:
         print(f"llama.cpp's llama-server is serving {model.name} on {server.base_url} (Ctrl-C to stop)")

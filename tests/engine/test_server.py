@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gymbench.engine.server import server_command, start_llama_server
+from gymbench.engine.server import HTTP_THREADS, server_command, start_llama_server
 from gymbench.errors import GymbenchError
 
 FAKE_SERVER = textwrap.dedent(f"""\
@@ -42,6 +42,8 @@ def test_the_command_line_asks_for_continuous_batching_over_the_slots() -> None:
     text = " ".join(command)
     assert "-np 4" in text and "--cont-batching" in text and "--metrics" in text
     assert "-c 16384" in text and "-t 2" in text and "-m /m.gguf" in text and "--port 8080" in text
+    # more HTTP threads than any parallelism tried: llama-server's default (slots + 4) stalls the rest
+    assert command[command.index("--threads-http") + 1] == str(HTTP_THREADS) and HTTP_THREADS >= 128
 
 
 def test_a_started_server_answers_and_is_stopped(tmp_path: Path) -> None:
