@@ -8,6 +8,7 @@ tune`` at it, then serves until Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
@@ -98,6 +99,9 @@ def serve(binary: Path, model: Path, settings: EngineSettings) -> int:
         context=settings.context, max_tokens=settings.max_tokens,
         http_threads=settings.http_threads,
     )  # fmt: skip
+    # SIGTERM (kill, a CI runner's cancel) leaves through the with block, which stops the server,
+    # as Ctrl-C does; exit status 143 is the shell's for a SIGTERM.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with server:
         print(f"llama.cpp's llama-server is serving {model.name} on {server.base_url} (Ctrl-C to stop)")
         print(f"  metrics: {server.metrics_url}   log: {server.log_path}   binary: {binary}")
@@ -111,6 +115,10 @@ def serve(binary: Path, model: Path, settings: EngineSettings) -> int:
     raise GymbenchError(
         f"llama-server stopped (status {server.process.returncode}); its last lines: {server.log_tail()}"
     )
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> NoReturn:
+    raise SystemExit(128 + signum)
 
 
 def bar_progress() -> Progress:

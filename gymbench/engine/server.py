@@ -8,8 +8,10 @@ carrying its last log lines, never a hang.
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -121,6 +123,18 @@ def server_command(
     ]  # fmt: skip
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, the kernel sends it SIGTERM when its parent dies.
+
+    A ``gymbench engine`` or pytest session killed with SIGKILL runs no clean-up of its own; without
+    this its llama-server would go on serving (and holding a core) with nobody to stop it."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def start_llama_server(
     binary: Path,
     model: Path,
@@ -156,7 +170,9 @@ def start_llama_server(
     )
     with open(log_path, "wb") as log:
         try:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+            )
         except OSError as exc:
             raise GymbenchError(f"cannot start {binary} ({exc.strerror or exc})") from None
     server = LlamaServer(host, port, slots, MODEL_ALIAS, process, log_path, log_dir)

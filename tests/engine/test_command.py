@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -52,3 +55,33 @@ def test_only_known_engines(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["engine", "vllm"])
     assert "invalid choice: 'vllm'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_stopped_or_killed_command_takes_its_server_with_it(tmp_path: Path, signum: signal.Signals) -> None:
+    """Ctrl-C and SIGTERM stop the server on the way out; SIGKILL runs nothing, and the kernel then
+    sends the server SIGTERM (PR_SET_PDEATHSIG). Either way no llama-server is left serving."""
+    psutil = pytest.importorskip("psutil")
+    binary = tmp_path / "llama-server"
+    binary.write_text(FAKE_SERVER)
+    binary.chmod(0o755)
+    environment = {**os.environ, "GYMBENCH_LLAMA_SERVER": str(binary), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    command = subprocess.Popen(
+        [sys.executable, "-m", "gymbench.cli", "engine", "llama-cpp"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, text=True,
+    )  # fmt: skip
+    try:
+        assert command.stdout is not None
+        line = command.stdout.readline()  # blocks until the server answered /health (or the command died)
+        assert "is serving" in line, line + command.stderr.read() if command.stderr else line
+        (server,) = psutil.Process(command.pid).children()
+        command.send_signal(signum)
+        command.wait(timeout=120)
+        gone, alive = psutil.wait_procs([server], timeout=120)
+        assert server in gone and not alive
+        if signum != signal.SIGKILL:
+            assert command.returncode == 128 + signum or command.returncode == 130
+            assert command.stderr is not None and "Traceback" not in command.stderr.read()
+    finally:
+        if command.poll() is None:
+            command.kill()
