@@ -71,14 +71,18 @@ def _quantiles(values: list[float]) -> dict[str, float]:
     return {"p50_ms": round(float(q[0]), 3), "p90_ms": round(float(q[1]), 3), "p99_ms": round(float(q[2]), 3)}
 
 
-def check_points(config: SimConfig, measured: Measurements, prompt_words: int, max_tokens: int) -> list[dict[str, Any]]:
-    """Each measured load beside the fitted simulator's throughput at the same ``p``."""
+def check_points(
+    config: SimConfig, fit: StepFit, measured: Measurements, prompt_words: int, max_tokens: int
+) -> list[dict[str, Any]]:
+    """Each measured load beside the fitted step time and the fitted simulator's throughput at the same ``p``."""
     rows = []
     sim_prompt = count_tokens(prompt_text(prompt_words))
     for point in measured.points:
         simulated = simulated_closed_loop(config, point.concurrency, prompt_tokens=sim_prompt, output_tokens=max_tokens)
         latencies = [a.done - a.sent for a in point.answers]
         per_token = [_number(a.timings, "predicted_per_token_ms") or 0.0 for a in point.answers]
+        prompt_n = float(np.mean([_number(a.timings, "prompt_n") or 0.0 for a in point.answers]))
+        running = min(point.concurrency, measured.facts.slots)
         rows.append(
             {
                 "concurrency": point.concurrency,
@@ -88,6 +92,8 @@ def check_points(config: SimConfig, measured: Measurements, prompt_words: int, m
                 "simulated_requests_per_s": round(simulated.requests_per_s, 4),
                 "error_pct": round(100 * (simulated.requests_per_s / point.requests_per_s - 1), 2),
                 "predicted_per_token_ms_mean": round(float(np.mean(per_token)), 4),
+                "fitted_per_token_ms": round(fit.decode_ms(running, prompt_n, max_tokens), 4),
+                "prompt_n_mean": round(prompt_n, 2),
                 "latency_ms_mean": round(1e3 * float(np.mean(latencies)), 3),
                 "ttft": _quantiles([a.first_token - a.sent for a in point.answers if a.first_token is not None]),
             }
@@ -134,7 +140,7 @@ def build_profile(
             "decode_rms_residual_ms": _rms(fit.decode_residuals_ms),
         },
         "prefill": [{"prompt_n": p.prompt_n, "prompt_ms": round(p.prompt_ms, 3)} for p in prefill],
-        "check": check_points(config, measured, prompt_words, max_tokens),
+        "check": check_points(config, fit, measured, prompt_words, max_tokens),
     }
     return sim, record
 
