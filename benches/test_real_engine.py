@@ -35,9 +35,9 @@ from tests.sim.real_llama import running_llama_server
 pytestmark = pytest.mark.real_engine
 
 GRID = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-CONFIGS = {"slot-bound": 4, "compute-bound": 32}
+CONFIGS = {"slot-bound": 4, "compute-bound": 64}
 """Configuration → llama-server's ``-np``."""
-PROMPT_WORDS, MAX_TOKENS = 24, 32
+PROMPT_WORDS, MAX_TOKENS = 24, 64
 KNEE_SHARE = 0.97
 
 

@@ -29,7 +29,8 @@ import aiohttp
 from gymbench.errors import GymbenchError
 
 FILLER = "the quick brown fox jumps over the lazy dog while a robot paints a small red house "
-PREFILL_WORDS = (16, 128, 384)
+PREFILL_WORDS = (8, 48, 144)
+"""Prompt lengths of the prefill phase (cut to fit a slot's context: about 4 tokens a word, at most)."""
 PREFILL_REPEATS = 3
 
 
@@ -170,7 +171,8 @@ class _Refused(Exception):
 async def measure_prefill(session: aiohttp.ClientSession, facts: EngineFacts) -> list[Answer]:
     """One client, prompts of a few lengths, the prompt cache off, one token out."""
     answers = []
-    for words in PREFILL_WORDS:
+    fits = (facts.context_per_slot or 4096) // 4
+    for words in sorted({min(words, fits) for words in PREFILL_WORDS}):
         for repeat in range(PREFILL_REPEATS):
             body = workload_body(facts.model, words, 1) | {"cache_prompt": False}
             body["messages"][0]["content"] = prompt_text(words, salt=f"r{repeat}")
@@ -237,12 +239,19 @@ async def measure(
     """All three phases against ``base_url``; ``on_phase(label, seconds)`` after each step (a bar)."""
     began = time.perf_counter()
     timeout = aiohttp.ClientTimeout(total=max(120.0, 4 * (warmup_s + window_s)))
-    connector = aiohttp.TCPConnector(limit=0)
+    # A connection per request: llama.cpp's server closes one after a streamed answer, and a
+    # pooled connection reused just then fails the next request before it is sent.
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector, headers=dict(headers)) as session:
         try:
             facts = await read_facts(session, base_url, model, slots)
             prefill = await measure_prefill(session, facts)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, _Refused) as exc:
+        except _Refused as exc:
+            from gymbench.sim.profile import public_url
+
+            where = public_url(root_of(base_url))
+            raise GymbenchError(f"the engine at {where} refused a prefill request: {exc}") from None
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             from gymbench.sim.profile import public_url
 
             where = public_url(root_of(base_url))

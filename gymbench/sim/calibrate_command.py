@@ -31,7 +31,7 @@ class CalibrateSettings:
         default=None, metadata=doc("closed-loop client counts to measure, e.g. 1,2,4,8 (default: around the slots)")
     )
     prompt_words: int = field(default=24, metadata=doc("words in the workload's prompt"))
-    max_tokens: int = field(default=32, metadata=doc("output tokens per request (ignore_eos: always this many)"))
+    max_tokens: int = field(default=64, metadata=doc("output tokens per request (ignore_eos: always this many)"))
     warmup_s: float = field(default=2.0, metadata=doc("seconds at each load before measuring"))
     window_s: float = field(default=8.0, metadata=doc("seconds measured at each load"))
     progress: bool = field(default=True, metadata=doc("show a progress bar"))
@@ -135,10 +135,10 @@ def _summary(sim: dict[str, Any], record: dict[str, Any], path: str) -> None:
         f"engine: {record['engine']}, {sim['max_num_seqs']} slots; step = {fit['a_ms']:g} ms + "
         f"{fit['b_ms_per_seq']:g} ms/seq; prefill {fit['c_ms_per_engine_prompt_token'] * 1e3:g} µs/token"
     )
-    print(f"{'p':>4} {'engine req/s':>13} {'simulated':>10} {'error':>7}")
+    print(f"{'p':>4} {'engine req/s':>13} {'simulated':>10} {'error':>7} {'failed':>7}")
     for row in record["check"]:
         print(
             f"{row['concurrency']:>4} {row['requests_per_s']:>13.3f} {row['simulated_requests_per_s']:>10.3f} "
-            f"{row['error_pct']:>+6.1f}%"
+            f"{row['error_pct']:>+6.1f}% {row['errors']:>7}"
         )
     print(f"wrote {path}: run the simulator from it with gymbench sim-server +profile={path}")

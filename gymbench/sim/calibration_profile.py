@@ -34,13 +34,16 @@ def prefill_points(answers: list[Answer]) -> list[PrefillPoint]:
 
 
 def decode_points(points: list[LoadPoint], slots: int, max_tokens: int) -> list[DecodePoint]:
+    """One point per load, its requests' mean: every load weighs the same in the fit (a load above
+    the slots answers many more requests, and would otherwise outweigh the slope's few)."""
     found = []
     for point in points:
-        for answer in point.answers:
-            per_token = _number(answer.timings, "predicted_per_token_ms")
-            prompt_n = _number(answer.timings, "prompt_n") or 0.0
-            if per_token:
-                found.append(DecodePoint(min(point.concurrency, slots), per_token, prompt_n, float(max_tokens)))
+        timed = [a.timings for a in point.answers if _number(a.timings, "predicted_per_token_ms")]
+        if not timed:
+            continue
+        per_token = float(np.mean([_number(t, "predicted_per_token_ms") for t in timed]))
+        prompt_n = float(np.mean([_number(t, "prompt_n") or 0.0 for t in timed]))
+        found.append(DecodePoint(min(point.concurrency, slots), per_token, prompt_n, float(max_tokens)))
     return found
 
 
