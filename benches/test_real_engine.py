@@ -74,7 +74,7 @@ def test_calibrated_simulator_tracks_the_engine(gymbench: Recorder, name: str, t
         profile = tmp_path / f"{name}.yaml"
         settings = CalibrateSettings(base_url=url, output=str(profile), prompt_words=PROMPT_WORDS,
                                      max_tokens=MAX_TOKENS, window_s=min(window_s, 8.0), progress=False)  # fmt: skip
-        assert calibrate(settings) == 0
+        assert calibrate(settings) == 0  # unstreamed, as the truth's requests are
         config = config_from_preset(None, {}, str(profile))
         points = grid(gymbench.quick, slots)
         measured = {p: truth(url, config.model, p, window_s) for p in points}

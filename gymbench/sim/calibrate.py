@@ -6,8 +6,9 @@ Three phases, each short enough that the whole takes a minute or two against a s
    ``default_generation_settings.n_ctx``), the model from ``/v1/models``;
 2. **prefill**: one client, prompts of a few lengths, one output token, the prompt cache off: the
    server's ``prompt_ms`` against ``prompt_n`` gives the cost of a prompt token;
-3. **decode**: closed loops of ``p`` streaming clients at a few ``p`` around the slot count, each
-   request the workload's (a fixed prompt, ``max_tokens`` output tokens with ``ignore_eos``): the
+3. **decode**: closed loops of ``p`` clients at a few ``p`` around the slot count, each
+   request the workload's (streamed or not, as the workload is: on a small machine streaming's
+   per-token work slows the engine itself) (a fixed prompt, ``max_tokens`` output tokens with ``ignore_eos``): the
    server's ``predicted_per_token_ms`` against the running sequences gives the step's fixed and
    per-sequence cost; the clients' own TTFT and throughput are kept as the record and the check.
 
@@ -234,14 +235,15 @@ async def measure(
     warmup_s: float,
     window_s: float,
     headers: Mapping[str, str],
+    stream: bool = False,
     on_phase: Callable[[str, float], None] = lambda label, seconds: None,
 ) -> Measurements:
     """All three phases against ``base_url``; ``on_phase(label, seconds)`` after each step (a bar)."""
     began = time.perf_counter()
     timeout = aiohttp.ClientTimeout(total=max(120.0, 4 * (warmup_s + window_s)))
-    # A connection per request: llama.cpp's server closes one after a streamed answer, and a
-    # pooled connection reused just then fails the next request before it is sent.
-    connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    # Streamed: a connection per request. llama.cpp's server closes one after a streamed answer,
+    # and a pooled connection reused just then fails the next request before it is sent.
+    connector = aiohttp.TCPConnector(limit=0, force_close=stream)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector, headers=dict(headers)) as session:
         try:
             facts = await read_facts(session, base_url, model, slots)
@@ -258,7 +260,7 @@ async def measure(
             raise GymbenchError(f"cannot measure the engine at {where}: {_reason(exc)}; is it running?") from None
         on_phase("prefill", time.perf_counter() - began)
         url = f"{facts.root_url}/v1/chat/completions"
-        body = workload_body(facts.model, prompt_words, max_tokens, stream=True)
+        body = workload_body(facts.model, prompt_words, max_tokens, stream=stream)
         points = []
         for p in concurrencies or default_concurrencies(facts.slots):
             point = await measure_closed_loop(session, url, body, p, warmup_s, window_s)

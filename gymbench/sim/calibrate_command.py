@@ -32,6 +32,10 @@ class CalibrateSettings:
     )
     prompt_words: int = field(default=24, metadata=doc("words in the workload's prompt"))
     max_tokens: int = field(default=64, metadata=doc("output tokens per request (ignore_eos: always this many)"))
+    stream: bool = field(
+        default=False,
+        metadata=doc("stream the requests, as your workload does (the client then measures TTFT itself)"),
+    )
     warmup_s: float = field(default=2.0, metadata=doc("seconds at each load before measuring"))
     window_s: float = field(default=8.0, metadata=doc("seconds measured at each load"))
     progress: bool = field(default=True, metadata=doc("show a progress bar"))
@@ -100,6 +104,7 @@ def calibrate(settings: CalibrateSettings) -> int:
                 warmup_s=settings.warmup_s,
                 window_s=settings.window_s,
                 headers=headers,
+                stream=settings.stream,
                 on_phase=lambda label, _: _advance(bar, label),
             )
         )

@@ -98,7 +98,7 @@ def check_points(
                 "fitted_per_token_ms": round(fit.decode_ms(running, prompt_n, max_tokens), 4),
                 "prompt_n_mean": round(prompt_n, 2),
                 "latency_ms_mean": round(1e3 * float(np.mean(latencies)), 3),
-                "ttft": _quantiles([a.first_token - a.sent for a in point.answers if a.first_token is not None]),
+                "ttft": _quantiles([_ttft(a) for a in point.answers]),
             }
         )
     return rows
@@ -146,6 +146,15 @@ def build_profile(
         "check": check_points(config, fit, measured, prompt_words, max_tokens),
     }
     return sim, record
+
+
+def _ttft(answer: Answer) -> float:
+    """The client's TTFT when streamed; else its latency less the server's generation time (the
+    wait for a slot, the prefill and the network: what a streaming client would have waited)."""
+    if answer.first_token is not None:
+        return answer.first_token - answer.sent
+    generation_ms = _number(answer.timings, "predicted_ms") or 0.0
+    return max(0.0, answer.done - answer.sent - generation_ms / 1e3)
 
 
 def _rms(values: list[float]) -> float:

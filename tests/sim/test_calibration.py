@@ -144,12 +144,16 @@ def test_public_url_strips_credentials_and_query() -> None:
 # --- the command, against a stand-in of llama.cpp's server
 
 
-def test_calibrate_sim_writes_a_profile_the_simulator_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("stream", ["false", "true"])
+def test_calibrate_sim_writes_a_profile_the_simulator_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], stream: str
+) -> None:
     out = tmp_path / "engine.yaml"
     with fake_llama_server(StepModel(slots=3)) as url:
         authed = url.replace("http://", "http://me:hunter2@")
         code = main(["calibrate-sim", "--from", authed, f"+output={out}", "+concurrencies=1,2,3,5",
-                     "+warmup_s=0.2", "+window_s=0.6", "+max_tokens=4", "+progress=false"])  # fmt: skip
+                     "+warmup_s=0.2", "+window_s=0.6", "+max_tokens=4", "+progress=false",
+                     f"+stream={stream}"])  # fmt: skip
     printed = capsys.readouterr()
     assert code == 0, printed.err
     document = yaml.safe_load(out.read_text())
@@ -191,9 +195,9 @@ def test_calibrating_a_real_llama_server(tmp_path: Path, capsys: pytest.CaptureF
         code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1,2,3",
                      "+warmup_s=1", "+window_s=3", "+max_tokens=8", "+progress=false"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
-    sim = load_profile(out)
-    assert sim["max_num_seqs"] == 2
-    assert sim["step_base_s"] > 0 and sim["step_per_seq_s"] >= 0 and sim["prefill_per_token_s"] > 0
+    sim = config_from_preset(None, {}, str(out))
+    assert sim.max_num_seqs == 2
+    assert sim.step_base_s + sim.step_per_seq_s > 0 and sim.step_per_seq_s >= 0 and sim.prefill_per_token_s > 0
     record = yaml.safe_load(out.read_text())["calibration"]
     assert record["engine"].startswith("llama.cpp") and len(record["check"]) == 3
     assert all(row["requests"] > 0 for row in record["check"])
