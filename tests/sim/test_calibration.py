@@ -201,3 +201,28 @@ def test_calibrating_a_real_llama_server(tmp_path: Path, capsys: pytest.CaptureF
     record = yaml.safe_load(out.read_text())["calibration"]
     assert record["engine"].startswith("llama.cpp") and len(record["check"]) == 3
     assert all(row["requests"] > 0 for row in record["check"])
+
+
+def test_a_throughput_ceiling_the_timings_miss_is_fitted_as_a_per_request_cost() -> None:
+    """Loads measured from a simulator that pays 3 ms per request more than the timings say: the fit
+    finds the 3 ms; loads the timings explain already give zero."""
+    from gymbench.sim.calibrate import EngineFacts, LoadPoint, Measurements, prompt_text
+    from gymbench.sim.calibration_profile import fit_per_request_cost
+    from gymbench.sim.capacity import describe
+    from gymbench.sim.config import SimConfig
+    from gymbench.sim.text import count_tokens
+
+    words, out = 24, 64
+    prompt = count_tokens(prompt_text(words))
+    timed = SimConfig(max_num_seqs=64, step_base_s=0.0003, step_per_seq_s=0.0002, prefill_per_token_s=0.0,
+                      output_tokens_dist="max_tokens", output_tokens_mean=out)  # fmt: skip
+    for hidden_ms in (3.0, 0.0):
+        truth = timed.replace(prefill_per_token_s=hidden_ms / 1e3 / prompt)
+        capacity = describe(truth, prompt_tokens=prompt, max_tokens=out)
+        points = []
+        for n in (1, 2, 16, 32, 64, 80):
+            point = LoadPoint(n, 1000.0)
+            point.answers = [None] * round(1000 * capacity.throughput_at(truth, n))  # type: ignore[list-item]
+            points.append(point)
+        measured = Measurements(EngineFacts("", "m", 64, None, ""), [], points, 0.0)
+        assert fit_per_request_cost(timed, measured, words, out) == pytest.approx(hidden_ms, abs=0.05)
