@@ -213,7 +213,8 @@ async def measure_closed_loop(
 def default_concurrencies(slots: int) -> list[int]:
     """A few points below the slot count (the decode fit's slope), the slot count, and one above
     (the plateau the slots set)."""
-    return sorted({1, 2, max(1, slots // 4), max(1, slots // 2), slots, min(2 * slots, slots + 16)})
+    below = {p for p in (1, 2, 4, 8, slots // 4, slots // 2) if 1 <= p <= slots}
+    return sorted(below | {slots, min(2 * slots, slots + 16)})
 
 
 @dataclass

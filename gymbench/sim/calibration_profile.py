@@ -119,7 +119,8 @@ def build_profile(
         )
     fit = fit_steps(prefill, decode)
     sim = sim_settings(fit, measured, prompt_words, max_tokens)
-    per_request_ms = fit_per_request_cost(SimConfig(**sim), measured, prompt_words, max_tokens)
+    effective_seqs, per_request_ms = fit_throughput(SimConfig(**sim), measured, prompt_words, max_tokens)
+    sim["max_num_seqs"] = effective_seqs
     sim["prefill_per_token_s"] = round(
         sim["prefill_per_token_s"] + per_request_ms / 1e3 / count_tokens(prompt_text(prompt_words)), 9
     )
@@ -146,6 +147,9 @@ def build_profile(
             "per_request_ms": round(per_request_ms, 4),
             "per_request_note": "work per request outside the step timings (HTTP, tokenizing), fitted to the "
             "measured throughput; charged as prefill (prefill_per_token_s includes it)",
+            "effective_seqs": effective_seqs,
+            "effective_seqs_note": "max_num_seqs: the engine's slots, or fewer where the machine fills first "
+            "(fitted to the measured throughput)",
             "prefill_rms_residual_ms": _rms(fit.prefill_residuals_ms),
             "decode_rms_residual_ms": _rms(fit.decode_residuals_ms),
         },
@@ -155,15 +159,19 @@ def build_profile(
     return sim, record
 
 
-def fit_per_request_cost(config: SimConfig, measured: Measurements, prompt_words: int, max_tokens: int) -> float:
-    """Milliseconds of engine time per request that the server's step timings do not show.
+def fit_throughput(config: SimConfig, measured: Measurements, prompt_words: int, max_tokens: int) -> tuple[int, float]:
+    """(sequences, milliseconds per request) that bring the simulator's closed-loop throughput
+    (its own formula, :mod:`gymbench.sim.capacity`) closest to the measured one, in log ratio over
+    every measured load; the step's ``a`` and ``b`` stay as the timings gave them.
 
-    On a small machine the server's HTTP threads (parsing, tokenizing, detokenizing, JSON) take
-    CPU from the compute thread: the step timings stay as they were, but the throughput the
-    clients see levels off early. The simulator charges a request's prefill to the step it lands
-    in, so this cost is added there: the one number that brings the simulator's closed-loop
-    throughput (its own formula, :mod:`gymbench.sim.capacity`) closest to the measured one, in
-    log ratio, over every measured load. Zero when the timings explain the throughput already.
+    Milliseconds per request: on a small machine the server's HTTP threads (parsing, tokenizing,
+    detokenizing, JSON) take CPU from the compute thread, so the clients' throughput levels off
+    before the step timings say it should. The simulator charges a request's prefill to the step
+    it lands in, so this cost is added there. Sequences: where the machine rather than the slots
+    sets the ceiling (every core busy from a few clients on), the curve bends sharply at that
+    concurrency, which the step model ``a + b·n`` cannot draw with all the slots running: the
+    *effective* slot count, at most the engine's, draws it. The slots stay unless fewer fit
+    clearly better (by more than 1% of the misfit).
     """
     from scipy.optimize import minimize_scalar
 
@@ -171,16 +179,31 @@ def fit_per_request_cost(config: SimConfig, measured: Measurements, prompt_words
 
     sim_prompt = count_tokens(prompt_text(prompt_words))
     loads = [(p.concurrency, p.requests_per_s) for p in measured.points if p.requests_per_s > 0]
-
-    def misfit(per_request_ms: float) -> float:
-        trial = config.replace(prefill_per_token_s=config.prefill_per_token_s + per_request_ms / 1e3 / sim_prompt)
-        capacity = describe(trial, prompt_tokens=sim_prompt, max_tokens=max_tokens)
-        return sum(np.log(capacity.throughput_at(trial, n) / rate) ** 2 for n, rate in loads)
-
     step_ms = 1e3 * (config.step_base_s + config.step_per_seq_s)
-    found = minimize_scalar(misfit, bounds=(0.0, 4 * max_tokens * step_ms + 1.0), method="bounded")
-    best = float(found.x)
-    return best if misfit(best) < misfit(0.0) else 0.0
+
+    def misfit(seqs: int, per_request_ms: float) -> float:
+        extra = per_request_ms / 1e3 / sim_prompt
+        trial = config.replace(max_num_seqs=seqs, prefill_per_token_s=config.prefill_per_token_s + extra)
+        capacity = describe(trial, prompt_tokens=sim_prompt, max_tokens=max_tokens)
+        return float(sum(np.log(capacity.throughput_at(trial, n) / rate) ** 2 for n, rate in loads))
+
+    def best_cost(seqs: int) -> tuple[float, float]:
+        found = minimize_scalar(
+            lambda ms: misfit(seqs, ms), bounds=(0.0, 4 * max_tokens * step_ms + 1.0), method="bounded"
+        )
+        cost = float(found.x) if misfit(seqs, float(found.x)) < misfit(seqs, 0.0) else 0.0
+        return misfit(seqs, cost), cost
+
+    slots = config.max_num_seqs
+    at_slots = best_cost(slots)
+    chosen, (error, cost) = slots, at_slots
+    for seqs in range(1, slots):
+        trial_error, trial_cost = best_cost(seqs)
+        if trial_error < error:
+            chosen, error, cost = seqs, trial_error, trial_cost
+    if error > 0.99 * at_slots[0]:
+        return slots, at_slots[1]
+    return chosen, cost
 
 
 def _ttft(answer: Answer) -> float:

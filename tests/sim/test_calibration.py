@@ -207,7 +207,7 @@ def test_a_throughput_ceiling_the_timings_miss_is_fitted_as_a_per_request_cost()
     """Loads measured from a simulator that pays 3 ms per request more than the timings say: the fit
     finds the 3 ms; loads the timings explain already give zero."""
     from gymbench.sim.calibrate import EngineFacts, LoadPoint, Measurements, prompt_text
-    from gymbench.sim.calibration_profile import fit_per_request_cost
+    from gymbench.sim.calibration_profile import fit_throughput
     from gymbench.sim.capacity import describe
     from gymbench.sim.config import SimConfig
     from gymbench.sim.text import count_tokens
@@ -225,4 +225,29 @@ def test_a_throughput_ceiling_the_timings_miss_is_fitted_as_a_per_request_cost()
             point.answers = [None] * round(1000 * capacity.throughput_at(truth, n))  # type: ignore[list-item]
             points.append(point)
         measured = Measurements(EngineFacts("", "m", 64, None, ""), [], points, 0.0)
-        assert fit_per_request_cost(timed, measured, words, out) == pytest.approx(hidden_ms, abs=0.05)
+        seqs, cost = fit_throughput(timed, measured, words, out)
+        assert seqs == 64 and cost == pytest.approx(hidden_ms, abs=0.05)
+
+
+def test_a_machine_that_fills_before_the_slots_is_fitted_as_fewer_effective_sequences() -> None:
+    """Loads from an engine whose ceiling comes at 6 clients though it has 64 slots."""
+    from gymbench.sim.calibrate import EngineFacts, LoadPoint, Measurements, prompt_text
+    from gymbench.sim.calibration_profile import fit_throughput
+    from gymbench.sim.capacity import describe
+    from gymbench.sim.config import SimConfig
+    from gymbench.sim.text import count_tokens
+
+    words, out = 24, 64
+    prompt = count_tokens(prompt_text(words))
+    timed = SimConfig(max_num_seqs=64, step_base_s=0.0003, step_per_seq_s=0.0002, prefill_per_token_s=0.0,
+                      output_tokens_dist="max_tokens", output_tokens_mean=out)  # fmt: skip
+    truth = timed.replace(max_num_seqs=6)
+    capacity = describe(truth, prompt_tokens=prompt, max_tokens=out)
+    points = []
+    for n in (1, 2, 4, 8, 16, 32, 64, 80):
+        point = LoadPoint(n, 1000.0)
+        point.answers = [None] * round(1000 * capacity.throughput_at(truth, n))  # type: ignore[list-item]
+        points.append(point)
+    measured = Measurements(EngineFacts("", "m", 64, None, ""), [], points, 0.0)
+    seqs, cost = fit_throughput(timed, measured, words, out)
+    assert seqs == 6 and cost == pytest.approx(0.0, abs=0.05)
