@@ -158,14 +158,15 @@ def test_calibrate_sim_writes_a_profile_the_simulator_loads(
     assert code == 0, printed.err
     document = yaml.safe_load(out.read_text())
     sim, record = document["sim"], document["calibration"]
-    assert sim["max_num_seqs"] == 3 and sim["model"] == "tiny" and sim["kv_cache_tokens"] == 3 * 512
+    assert record["engine_limits"]["slots"] == 3 and 1 <= sim["max_num_seqs"] <= 3
+    assert sim["model"] == "tiny" and sim["kv_cache_tokens"] == 3 * 512
     assert sim["step_base_s"] > 0 and sim["step_per_seq_s"] > 0 and sim["prefill_per_token_s"] > 0
     assert record["fit"]["c_ms_per_engine_prompt_token"] == pytest.approx(0.02, rel=0.05)  # prefill is exact
     assert [row["concurrency"] for row in record["check"]] == [1, 2, 3, 5]
     assert all(row["simulated_requests_per_s"] > 0 and "p50_ms" in row["ttft"] for row in record["check"])
     assert "hunter2" not in out.read_text() and record["engine_url"].startswith("http://127.0.0.1:")
     assert {"date", "machine", "engine", "prefill"} <= set(record)
-    assert config_from_preset(None, {}, str(out)).max_num_seqs == 3
+    assert config_from_preset(None, {}, str(out)).max_num_seqs == sim["max_num_seqs"]
     assert "engine req/s" in printed.out and f"+profile={out}" in printed.out
 
 
@@ -196,9 +197,9 @@ def test_calibrating_a_real_llama_server(tmp_path: Path, capsys: pytest.CaptureF
                      "+warmup_s=1", "+window_s=3", "+max_tokens=8", "+progress=false"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
     sim = config_from_preset(None, {}, str(out))
-    assert sim.max_num_seqs == 2
-    assert sim.step_base_s + sim.step_per_seq_s > 0 and sim.step_per_seq_s >= 0 and sim.prefill_per_token_s > 0
     record = yaml.safe_load(out.read_text())["calibration"]
+    assert record["engine_limits"]["slots"] == 2 and 1 <= sim.max_num_seqs <= 2  # slots == -np
+    assert sim.step_base_s + sim.step_per_seq_s > 0 and sim.step_per_seq_s >= 0 and sim.prefill_per_token_s > 0
     assert record["engine"].startswith("llama.cpp") and len(record["check"]) == 3
     assert all(row["requests"] > 0 for row in record["check"])
 
