@@ -122,12 +122,17 @@ def backend_settings(
 
             server = stack.enter_context(running_sim_server(choice.simulator))
             warn(
-                f"no server set: using the simulated server (preset {config.sim_preset}) at {server.url}; "
+                f"no server set: using the simulated server ({_sim_named(config)}) at {server.url}; "
                 "for a real one set +base_url=... +model=... (an OpenAI-compatible server), or "
                 "+agent_name=NAME (a NeMo Gym agent, found through its head server) or +agent_url=..."
             )
         address = {"base_url": server.base_url, "model": config.model or server.config.model}
         yield choice.name, CheckedOptions(_with_values(choice.options, address))
+
+
+def _sim_named(config: ServerConfig) -> str:
+    profile = f", profile {config.sim_profile}" if config.sim_profile else ""
+    return f"preset {config.sim_preset}{profile}"
 
 
 def _with_values(options: Any, values: dict[str, Any]) -> Any:
@@ -145,7 +150,7 @@ def checked_backend(config: ServerConfig, plugins: Plugins) -> tuple[str, dict[s
 
 
 def simulator_config(config: ServerConfig) -> SimConfig | None:
-    """The simulator's configuration (``sim_preset``, ``+sim.*``, serving ``model`` when one is named)
+    """The simulator's configuration (``sim_preset``, ``sim_profile``, ``+sim.*``, serving ``model`` when one is named)
     when no server is set, else None. Typed and checked like every setting; built once for ``config``."""
 
     def build() -> SimConfig | None:
@@ -154,7 +159,7 @@ def simulator_config(config: ServerConfig) -> SimConfig | None:
         from gymbench.sim.config import config_from_preset
 
         overrides = {"model": config.model, **config.sim} if config.model else config.sim
-        return config_from_preset(config.sim_preset, overrides)
+        return config_from_preset(config.sim_preset, overrides, config.sim_profile)
 
     return _built_once(config, "simulator", build)
 

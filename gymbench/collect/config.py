@@ -41,6 +41,12 @@ class ServerConfig(ConnectionSettings, OpenAIServer, NemoGymAgent):
     )
     backend_options: dict[str, Any] = field(default_factory=dict, metadata=doc("extra backend settings"))
     sim_preset: str = field(default="vllm-like", metadata=doc("simulator preset when no backend is set"))
+    sim_profile: str | None = field(
+        default=None,
+        metadata=doc(
+            "calibrated simulator profile (YAML from gymbench calibrate-sim), laid over sim_preset", path=True
+        ),
+    )
     sim: dict[str, Any] = field(default_factory=dict, metadata=doc("simulator settings, e.g. +sim.max_num_seqs=8"))
     strategy: str = field(
         default="semaphore",

@@ -2,7 +2,8 @@
 
 Its settings are the engine's (:class:`~gymbench.sim.config.SimConfig`) plus where to listen,
 read the same way as every other command's: ``+key=value``, ``--key value`` or ``--config FILE``.
-A preset is applied first and anything given explicitly wins over it.
+A preset is applied first, then a calibrated profile (``+profile=engine.yaml``, see
+:mod:`gymbench.sim.profile`), and anything given explicitly wins over both.
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ if TYPE_CHECKING:
 class SimServeSettings(SimConfig):
     preset: str | None = field(
         default=None, metadata=doc("start from a preset: " + "; ".join(f"{k}: {v}" for k, v in PRESET_HELP.items()))
+    )
+    profile: str | None = field(
+        default=None,
+        metadata=doc(
+            "a calibrated simulator profile (YAML from gymbench calibrate-sim), laid over the preset", path=True
+        ),
     )
     host: str = field(default="127.0.0.1", metadata=doc("address to bind"))
     port: int = field(default=8000, metadata=doc("port (0: any free port)"))
@@ -51,15 +58,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> SimServeSettings:
-    """Two passes: the first finds the preset, the second lays the user's settings over it."""
+    """Two passes: the first finds the preset and profile, the second lays the user's settings over them."""
     from gymbench.errors import GymbenchError
     from gymbench.settings import settings_from_args
-    from gymbench.sim.config import DEFAULT_PRESET, PRESETS
+    from gymbench.sim.config import DEFAULT_PRESET, PRESETS, load_profile
 
-    preset = settings_from_args(SimServeSettings, args).preset or DEFAULT_PRESET
+    first = settings_from_args(SimServeSettings, args)
+    preset = first.preset or DEFAULT_PRESET
     if preset not in PRESETS:
         raise GymbenchError(f"unknown simulator preset {preset!r}; known presets: {', '.join(PRESETS)}")
-    return settings_from_args(SimServeSettings, args, base=PRESETS[preset])
+    fitted = load_profile(first.profile) if first.profile else {}
+    return settings_from_args(SimServeSettings, args, base={**PRESETS[preset], **fitted})
 
 
 def run(args: argparse.Namespace, plugins: Plugins) -> int:

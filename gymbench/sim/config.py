@@ -201,8 +201,11 @@ PRESET_HELP = {
 DEFAULT_PRESET = "vllm-like"
 
 
-def config_from_preset(preset: str | None = None, overrides: Mapping[str, Any] | None = None) -> SimConfig:
-    """A configuration from a preset plus explicit overrides, each of them type-checked (a number
+def config_from_preset(
+    preset: str | None = None, overrides: Mapping[str, Any] | None = None, profile: str | None = None
+) -> SimConfig:
+    """A configuration from a preset, then a calibrated profile's settings (a YAML file, see
+    :mod:`gymbench.sim.profile`), then explicit overrides, each of them type-checked (a number
     given as text is read as a setting on the command line is; unknown keys are an error)."""
     from gymbench.settings import build_settings
 
@@ -213,4 +216,26 @@ def config_from_preset(preset: str | None = None, overrides: Mapping[str, Any] |
     for key in overrides or {}:
         if key not in known:
             raise GymbenchError(f"unknown simulator setting {key!r}; settings are: {', '.join(sorted(known))}")
-    return build_settings(SimConfig, (), PRESETS[name], dict(overrides or {}), where="simulator")
+    fitted = load_profile(profile) if profile else {}
+    return build_settings(SimConfig, (), PRESETS[name], fitted, dict(overrides or {}), where="simulator")
+
+
+def load_profile(path: str) -> dict[str, Any]:
+    """A calibrated profile's settings (:mod:`gymbench.sim.profile`), each checked: a bad one is one
+    error naming the file and the key (``engine.yaml: sim.step_base_s: ...``)."""
+    from gymbench.settings import SettingsFile, build_settings
+    from gymbench.sim.profile import read_profile
+
+    settings = read_profile(path)
+    known = {f.name for f in dataclasses.fields(SimConfig)}
+    for key, value in settings.items():  # one at a time, so the message names the key
+        if key not in known:
+            raise GymbenchError(
+                f"{path}: sim.{key}: unknown simulator setting; settings are: {', '.join(sorted(known))}"
+            )
+        try:
+            build_settings(SimConfig, (), SettingsFile({key: value}, str(path)))
+        except GymbenchError as exc:
+            message = str(exc).removeprefix(f"{path}: ").removeprefix("invalid simulator configuration: ")
+            raise GymbenchError(f"{path}: sim.{key}: {message}") from None
+    return settings

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.hostile  # a case of the adversarial sweep (issue 24): 
 CHANGED_ROWS = {
     "sim_preset": "+sim_preset=zero-latency",
     "sim": "+sim.seed=7",
+    "sim_profile": "+sim_profile=engine.yaml",
     "verify_fraction": "+verify_fraction=0.5",
     "verify_first_n": "+verify_first_n=1",
     "verify_only_cheap": "+verify_only_cheap=true",

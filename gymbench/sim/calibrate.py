@@ -1,0 +1,273 @@
+"""Measuring a real engine for a simulator profile (``gymbench calibrate-sim``).
+
+Three phases, each short enough that the whole takes a minute or two against a small model:
+
+1. **facts**: the slot count and context size from llama.cpp's ``/props`` (``total_slots``,
+   ``default_generation_settings.n_ctx``), the model from ``/v1/models``;
+2. **prefill**: one client, prompts of a few lengths, one output token, the prompt cache off: the
+   server's ``prompt_ms`` against ``prompt_n`` gives the cost of a prompt token;
+3. **decode**: closed loops of ``p`` clients at a few ``p`` around the slot count, each
+   request the workload's (streamed or not, as the workload is: on a small machine streaming's
+   per-token work slows the engine itself) (a fixed prompt, ``max_tokens`` output tokens with ``ignore_eos``): the
+   server's ``predicted_per_token_ms`` against the running sequences gives the step's fixed and
+   per-sequence cost; the clients' own TTFT and throughput are kept as the record and the check.
+
+The fit is :mod:`gymbench.sim.calibration_fit`; the profile's check runs the fitted simulator at
+the same ``p`` in simulated time (:mod:`gymbench.sim.virtual_load`) beside the measured throughput.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from gymbench.errors import GymbenchError
+
+FILLER = "the quick brown fox jumps over the lazy dog while a robot paints a small red house "
+PREFILL_WORDS = (8, 48, 144)
+"""Prompt lengths of the prefill phase (cut to fit a slot's context: about 4 tokens a word, at most)."""
+PREFILL_REPEATS = 3
+
+
+def prompt_text(words: int, salt: str = "") -> str:
+    """``words`` words of plain English (a tokenizer's ordinary case), optionally made unique."""
+    filler = FILLER.split()
+    text = " ".join(filler[i % len(filler)] for i in range(words))
+    return f"{salt} {text}" if salt else text
+
+
+def workload_body(model: str, prompt_words: int, max_tokens: int, stream: bool = False) -> dict[str, Any]:
+    """The calibration's request, and the bench's: a fixed prompt and exactly ``max_tokens`` out.
+
+    ``ignore_eos`` (llama.cpp, vLLM) keeps every output at ``max_tokens`` even from a model that
+    would stop early, as the profile's ``output_tokens_dist: max_tokens`` assumes; servers that do
+    not know it ignore it.
+    """
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt_text(prompt_words)}],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 0.0,
+    }
+    if stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    return body
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    root_url: str
+    model: str
+    slots: int
+    context_per_slot: int | None
+    engine: str
+
+
+@dataclass
+class Answer:
+    sent: float
+    first_token: float | None
+    done: float
+    timings: Mapping[str, Any]
+
+
+@dataclass
+class LoadPoint:
+    concurrency: int
+    window_s: float
+    answers: list[Answer] = field(default_factory=list)
+    errors: int = 0
+
+    @property
+    def requests_per_s(self) -> float:
+        return len(self.answers) / self.window_s
+
+
+def root_of(base_url: str) -> str:
+    """The server's root (``/props`` lives there) from an OpenAI base URL ending in ``/v1`` or not."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+async def read_facts(
+    session: aiohttp.ClientSession, base_url: str, model: str | None, slots: int | None
+) -> EngineFacts:
+    root = root_of(base_url)
+    props = await _get_json(session, f"{root}/props")
+    found_slots = props.get("total_slots") if props else None
+    if slots is None and not isinstance(found_slots, int):
+        from gymbench.sim.profile import public_url
+
+        raise GymbenchError(
+            f"{public_url(root)}/props gives no total_slots (not a llama.cpp server, or --props is off); "
+            "give the engine's slot count (max running sequences) as +slots=N"
+        )
+    settings = (props or {}).get("default_generation_settings") or {}
+    context = settings.get("n_ctx") if isinstance(settings.get("n_ctx"), int) else None
+    if model is None:
+        listing = await _get_json(session, f"{root}/v1/models") or {}
+        data = listing.get("data") or [{}]
+        model = str(data[0].get("id") or "model")
+    build = (props or {}).get("build_info")
+    engine = f"llama.cpp {build}" if build else ("llama.cpp" if props else "unknown OpenAI-compatible engine")
+    count = slots if slots is not None else int(found_slots or 0)
+    return EngineFacts(root, model, count, context, engine)
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | None:
+    """The JSON object at ``url``; None when the server has no such endpoint (a refused connection
+    is raised: the engine is not there at all)."""
+    async with session.get(url) as answer:
+        if answer.status != 200:
+            return None
+        try:
+            data = await answer.json(content_type=None)
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
+
+
+async def send(session: aiohttp.ClientSession, url: str, body: Mapping[str, Any]) -> Answer:
+    """One request, streamed or not; the client's TTFT and the server's ``timings``."""
+    loop = asyncio.get_running_loop()
+    sent = loop.time()
+    first: float | None = None
+    timings: Mapping[str, Any] = {}
+    async with session.post(url, json=body) as answer:
+        if answer.status != 200:
+            raise _Refused(answer.status, (await answer.text())[:200])
+        if not body.get("stream"):
+            data = await answer.json(content_type=None)
+            return Answer(sent, None, loop.time(), data.get("timings") or {})
+        async for raw in answer.content:
+            line = raw.strip()
+            if not line.startswith(b"data:") or line == b"data: [DONE]":
+                continue
+            chunk = json.loads(line[5:])
+            if first is None and any((c.get("delta") or {}).get("content") for c in chunk.get("choices") or []):
+                first = loop.time()
+            timings = chunk.get("timings") or timings
+    return Answer(sent, first, loop.time(), timings)
+
+
+def _reason(exc: BaseException) -> str:
+    """The error without the address (which may carry credentials, and is named anyway)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect ({exc.os_error.strerror or exc.os_error})"
+    return str(exc) or type(exc).__name__
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"HTTP {status}: {text}")
+
+
+async def measure_prefill(session: aiohttp.ClientSession, facts: EngineFacts) -> list[Answer]:
+    """One client, prompts of a few lengths, the prompt cache off, one token out."""
+    answers = []
+    fits = (facts.context_per_slot or 4096) // 4
+    for words in sorted({min(words, fits) for words in PREFILL_WORDS}):
+        for repeat in range(PREFILL_REPEATS):
+            body = workload_body(facts.model, words, 1) | {"cache_prompt": False}
+            body["messages"][0]["content"] = prompt_text(words, salt=f"r{repeat}")
+            answers.append(await send(session, f"{facts.root_url}/v1/chat/completions", body))
+    return answers
+
+
+async def measure_closed_loop(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: Mapping[str, Any],
+    concurrency: int,
+    warmup_s: float,
+    window_s: float,
+) -> LoadPoint:
+    """``concurrency`` clients for ``warmup_s + window_s``; the answers that finish in the window."""
+    loop = asyncio.get_running_loop()
+    start = loop.time() + warmup_s
+    stop = start + window_s
+    point = LoadPoint(concurrency, window_s)
+
+    async def client() -> None:
+        while loop.time() < stop:
+            try:
+                answer = await send(session, url, body)
+            except (aiohttp.ClientError, asyncio.TimeoutError, _Refused, ValueError):
+                point.errors += 1
+                await asyncio.sleep(0.05)
+                continue
+            if start <= answer.done < stop:
+                point.answers.append(answer)
+
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    return point
+
+
+def default_concurrencies(slots: int) -> list[int]:
+    """A few points below the slot count (the decode fit's slope), the slot count, and one above
+    (the plateau the slots set)."""
+    below = {p for p in (1, 2, 4, 8, slots // 4, slots // 2) if 1 <= p <= slots}
+    return sorted(below | {slots, min(2 * slots, slots + 16)})
+
+
+@dataclass
+class Measurements:
+    facts: EngineFacts
+    prefill: list[Answer]
+    points: list[LoadPoint]
+    wall_s: float
+
+
+async def measure(
+    base_url: str,
+    *,
+    model: str | None,
+    slots: int | None,
+    concurrencies: Sequence[int] | None,
+    prompt_words: int,
+    max_tokens: int,
+    warmup_s: float,
+    window_s: float,
+    headers: Mapping[str, str],
+    stream: bool = False,
+    on_phase: Callable[[str, float], None] = lambda label, seconds: None,
+) -> Measurements:
+    """All three phases against ``base_url``; ``on_phase(label, seconds)`` after each step (a bar)."""
+    began = time.perf_counter()
+    timeout = aiohttp.ClientTimeout(total=max(120.0, 4 * (warmup_s + window_s)))
+    # Streamed: a connection per request. llama.cpp's server closes one after a streamed answer,
+    # and a pooled connection reused just then fails the next request before it is sent.
+    connector = aiohttp.TCPConnector(limit=0, force_close=stream)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector, headers=dict(headers)) as session:
+        try:
+            facts = await read_facts(session, base_url, model, slots)
+            prefill = await measure_prefill(session, facts)
+        except _Refused as exc:
+            from gymbench.sim.profile import public_url
+
+            where = public_url(root_of(base_url))
+            raise GymbenchError(f"the engine at {where} refused a prefill request: {exc}") from None
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            from gymbench.sim.profile import public_url
+
+            where = public_url(root_of(base_url))
+            raise GymbenchError(f"cannot measure the engine at {where}: {_reason(exc)}; is it running?") from None
+        on_phase("prefill", time.perf_counter() - began)
+        url = f"{facts.root_url}/v1/chat/completions"
+        body = workload_body(facts.model, prompt_words, max_tokens, stream=stream)
+        points = []
+        for p in concurrencies or default_concurrencies(facts.slots):
+            point = await measure_closed_loop(session, url, body, p, warmup_s, window_s)
+            if not point.answers:
+                raise GymbenchError(f"no request finished at p={p} in {window_s:g} s ({point.errors} failed): "
+                                    "is the engine answering? raise +window_s for a slow one")  # fmt: skip
+            points.append(point)
+            on_phase(f"p={p}: {point.requests_per_s:.2f} req/s", warmup_s + window_s)
+    return Measurements(facts, prefill, points, time.perf_counter() - began)

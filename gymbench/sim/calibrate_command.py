@@ -1,0 +1,149 @@
+"""``gymbench calibrate-sim --from URL``: measure a real engine, write a simulator profile.
+
+A command of its own rather than a mode of ``sim-server``: it talks to another server and writes
+a file, and none of the simulator's own settings apply to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gymbench.settings import at_least, doc, require
+
+if TYPE_CHECKING:
+    from gymbench.plugins import Plugins
+
+
+@dataclass(frozen=True)
+class CalibrateSettings:
+    base_url: str | None = field(
+        default=None, metadata=doc("the engine to measure (also --from), e.g. http://127.0.0.1:8080/v1")
+    )
+    output: str = field(default="engine.yaml", metadata=doc("profile to write", path=True))
+    model: str | None = field(default=None, metadata=doc("model to request (default: the server's first)"))
+    api_key_env: str | None = field(default=None, metadata=doc("environment variable holding the engine's API key"))
+    slots: int | None = field(
+        default=None, metadata=doc("the engine's slot count, when /props does not give it (llama.cpp's -np)")
+    )
+    concurrencies: str | None = field(
+        default=None, metadata=doc("closed-loop client counts to measure, e.g. 1,2,4,8 (default: around the slots)")
+    )
+    prompt_words: int = field(default=24, metadata=doc("words in the workload's prompt"))
+    max_tokens: int = field(default=64, metadata=doc("output tokens per request (ignore_eos: always this many)"))
+    stream: bool = field(
+        default=False,
+        metadata=doc("stream the requests, as your workload does (the client then measures TTFT itself)"),
+    )
+    warmup_s: float = field(default=2.0, metadata=doc("seconds at each load before measuring"))
+    window_s: float = field(default=8.0, metadata=doc("seconds measured at each load"))
+    progress: bool = field(default=True, metadata=doc("show a progress bar"))
+
+    def __post_init__(self) -> None:
+        require(bool(self.base_url), "base_url", self.base_url, "the engine's URL: --from http://HOST:PORT/v1")
+        at_least("slots", self.slots, 1)
+        at_least("prompt_words", self.prompt_words, 1)
+        at_least("max_tokens", self.max_tokens, 2)
+        require(self.warmup_s >= 0, "warmup_s", self.warmup_s, "seconds, 0 or more")
+        require(self.window_s > 0, "window_s", self.window_s, "seconds above 0")
+        parse_concurrencies(self.concurrencies)
+
+    def points(self) -> list[int] | None:
+        return parse_concurrencies(self.concurrencies)
+
+
+def parse_concurrencies(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        values = sorted({int(part) for part in str(text).split(",") if part.strip()})
+    except ValueError:
+        values = []
+    require(bool(values) and values[0] >= 1, "concurrencies", text, "client counts of 1 or more, e.g. 1,2,4,8")
+    return values
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from gymbench.settings import add_settings_arguments
+
+    parser.epilog = "example: gymbench calibrate-sim --from http://127.0.0.1:8080/v1 +output=engine.yaml"
+    add_settings_arguments(parser, CalibrateSettings)
+    parser.add_argument("--from", dest="setting_base_url", metavar="URL", help="the engine to measure (as +base_url)")
+
+
+def run(args: argparse.Namespace, plugins: Plugins) -> int:
+    from gymbench.settings import settings_from_args
+
+    return calibrate(settings_from_args(CalibrateSettings, args))
+
+
+def calibrate(settings: CalibrateSettings) -> int:
+    import asyncio
+
+    from gymbench.jsonio import check_writable_file
+    from gymbench.secrets import secret_from_env
+    from gymbench.sim.calibrate import default_concurrencies, measure
+    from gymbench.sim.calibration_profile import build_profile
+    from gymbench.sim.profile import write_profile
+
+    assert settings.base_url is not None
+    check_writable_file(settings.output, "the profile", "output")
+    key = secret_from_env(settings.api_key_env)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    bar = _bar(settings, len(settings.points() or default_concurrencies(settings.slots or 4)))
+    try:
+        measured = asyncio.run(
+            measure(
+                settings.base_url,
+                model=settings.model,
+                slots=settings.slots,
+                concurrencies=settings.points(),
+                prompt_words=settings.prompt_words,
+                max_tokens=settings.max_tokens,
+                warmup_s=settings.warmup_s,
+                window_s=settings.window_s,
+                headers=headers,
+                stream=settings.stream,
+                on_phase=lambda label, _: _advance(bar, label),
+            )
+        )
+    finally:
+        bar.close()
+    sim, record = build_profile(
+        measured,
+        base_url=settings.base_url,
+        prompt_words=settings.prompt_words,
+        max_tokens=settings.max_tokens,
+        warmup_s=settings.warmup_s,
+        window_s=settings.window_s,
+    )
+    path = write_profile(settings.output, sim, record)
+    _summary(sim, record, str(path))
+    return 0
+
+
+def _bar(settings: CalibrateSettings, points: int) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=points + 1, desc="calibrating", unit="phase", disable=None if settings.progress else True)
+
+
+def _advance(bar: Any, label: str) -> None:
+    bar.set_postfix_str(label)
+    bar.update(1)
+
+
+def _summary(sim: dict[str, Any], record: dict[str, Any], path: str) -> None:
+    fit = record["fit"]
+    print(
+        f"engine: {record['engine']}, {sim['max_num_seqs']} slots; step = {fit['a_ms']:g} ms + "
+        f"{fit['b_ms_per_seq']:g} ms/seq; prefill {fit['c_ms_per_engine_prompt_token'] * 1e3:g} µs/token"
+    )
+    print(f"{'p':>4} {'engine req/s':>13} {'simulated':>10} {'error':>7} {'failed':>7}")
+    for row in record["check"]:
+        print(
+            f"{row['concurrency']:>4} {row['requests_per_s']:>13.3f} {row['simulated_requests_per_s']:>10.3f} "
+            f"{row['error_pct']:>+6.1f}% {row['errors']:>7}"
+        )
+    print(f"wrote {path}: run the simulator from it with gymbench sim-server +profile={path}")

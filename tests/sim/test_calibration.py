@@ -1,0 +1,254 @@
+"""A simulator calibrated from a real engine (issue 23, item 5): the fit, the profile, the command.
+
+Nothing here reads a wall clock: the fit is checked on synthetic measurements, the profile's
+effect on the simulator in simulated time, and the command against a stand-in of llama.cpp's
+server whose timings are computed from a known model.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gymbench.cli import main
+from gymbench.errors import GymbenchError
+from gymbench.sim.calibration_fit import DecodePoint, PrefillPoint, fit_steps
+from gymbench.sim.config import config_from_preset, load_profile
+from gymbench.sim.profile import public_url, write_profile
+from gymbench.sim.virtual_load import simulated_closed_loop
+
+from .fake_llama import StepModel, fake_llama_server
+
+PROFILE = {"max_num_seqs": 4, "step_base_s": 0.004, "step_per_seq_s": 0.002, "prefill_per_token_s": 0.0,
+           "output_tokens_dist": "max_tokens", "output_tokens_mean": 16}  # fmt: skip
+
+
+def profile_file(tmp_path: Path, sim: dict | None = None, **extra: object) -> Path:
+    path = tmp_path / "engine.yaml"
+    write_profile(path, sim or PROFILE, {"engine": "test"})
+    if extra:
+        document = yaml.safe_load(path.read_text())
+        path.write_text(yaml.safe_dump(document | extra))
+    return path
+
+
+# --- the fit
+
+
+def test_the_fit_recovers_known_coefficients_from_synthetic_measurements() -> None:
+    a, b, c, out = 3.0, 0.7, 0.015, 32
+    prefill = [PrefillPoint(n, a + c * n + noise) for n in (20, 150, 400) for noise in (-0.05, 0.05)]
+    decode = [
+        DecodePoint(k, a + b * k + c * 30 * (k - 1) / out + noise, 30, out)
+        for k in (1, 2, 4, 8, 16)
+        for noise in (-0.02, 0.0, 0.02)
+    ]
+    fit = fit_steps(prefill, decode)
+    assert fit.base_ms == pytest.approx(a, rel=0.02)
+    assert fit.per_seq_ms == pytest.approx(b, rel=0.02)
+    assert fit.per_prompt_token_ms == pytest.approx(c, rel=0.02)
+    assert max(abs(r) for r in fit.decode_residuals_ms) < 0.05
+
+
+def test_the_fit_never_gives_a_negative_cost() -> None:
+    """A step time that falls with more sequences (noise) fits as zero slope, not a negative one."""
+    decode = [DecodePoint(k, 5.0 - 0.01 * k, 10, 16) for k in (1, 2, 4)]
+    fit = fit_steps([], decode)
+    assert fit.per_seq_ms == 0.0 and fit.base_ms > 0
+
+
+# --- the profile in the simulator
+
+
+def test_a_profile_sets_the_simulator_and_explicit_settings_still_win(tmp_path: Path) -> None:
+    path = profile_file(tmp_path)
+    config = config_from_preset(None, {}, str(path))
+    assert (config.max_num_seqs, config.step_base_s, config.step_per_seq_s) == (4, 0.004, 0.002)
+    assert config_from_preset(None, {"max_num_seqs": 8}, str(path)).max_num_seqs == 8
+
+
+def test_the_profile_changes_the_simulators_throughput_as_the_fit_says(tmp_path: Path) -> None:
+    """Below the slots a request takes L steps of a + b·p; beyond them the slots are the limit."""
+    config = config_from_preset(None, {}, str(profile_file(tmp_path)))
+    out = 16
+    for p in (1, 2, 4):
+        step = 0.004 + 0.002 * p
+        load = simulated_closed_loop(config, p, prompt_tokens=8, output_tokens=out, window_s=20)
+        assert load.requests_per_s == pytest.approx(p / (out * step), rel=0.02)
+        assert load.mean_latency_s == pytest.approx(out * step, rel=0.01)
+    at_slots = simulated_closed_loop(config, 4, prompt_tokens=8, output_tokens=out, window_s=20).requests_per_s
+    beyond = simulated_closed_loop(config, 12, prompt_tokens=8, output_tokens=out, window_s=20)
+    assert beyond.requests_per_s == pytest.approx(at_slots, rel=0.02)
+    assert beyond.mean_ttft_s > 2 * out * (0.004 + 0.002 * 4)  # queued for about two slot turns
+
+
+def test_sim_server_describe_reads_the_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = profile_file(tmp_path)
+    assert main(["sim-server", f"+profile={path}", "--describe", "--json"]) == 0
+    import json
+
+    described = json.loads(capsys.readouterr().out)
+    assert described["config"]["max_num_seqs"] == 4 and described["config"]["step_per_seq_s"] == 0.002
+    assert described["capacity"]["limited_by"] == "max_num_seqs"
+
+
+@pytest.mark.parametrize(
+    ("sim", "extra", "expected"),
+    [
+        ({"step_base_s": -1.0}, {}, r"engine\.yaml: sim\.step_base_s: .*must not be negative"),
+        ({"max_seqs": 3}, {}, r"engine\.yaml: sim\.max_seqs: unknown simulator setting"),
+        ({"max_num_seqs": "many"}, {}, r"engine\.yaml: sim\.max_num_seqs: .*'many'"),
+        (PROFILE, {"format": "other/9"}, r"engine\.yaml: format: expected"),
+        (PROFILE, {"extra": 1}, r"engine\.yaml: unknown key 'extra'"),
+    ],
+)
+def test_a_bad_profile_is_one_error_naming_the_file_and_key(
+    tmp_path: Path, sim: dict, extra: dict, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = profile_file(tmp_path, sim, **extra)
+    with pytest.raises(GymbenchError, match=expected):
+        load_profile(path)
+    assert main(["sim-server", f"+profile={path}", "--describe"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gymbench: error:") and "\n" not in err and str(path) in err
+
+
+def test_a_missing_profile_and_collects_setting(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text('{"responses_create_params": {"input": "1+1"}, "expected_answer": "2"}\n')
+    code = main(["collect", f"+input_jsonl_fpath={tasks}", f"+output_jsonl_fpath={tmp_path / 'o.jsonl'}",
+                 f"+sim_profile={tmp_path / 'none.yaml'}", "+progress=false", "+save_results=false"])  # fmt: skip
+    assert code == 2 and "none.yaml: no such settings file" in capsys.readouterr().err
+
+
+def test_collects_embedded_simulator_takes_the_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = profile_file(tmp_path, PROFILE | {"model": "calibrated-tiny", "step_base_s": 0.001})
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text('{"responses_create_params": {"input": "1+1"}, "expected_answer": "2"}\n' * 3)
+    out = tmp_path / "o.jsonl"
+    code = main(["collect", f"+input_jsonl_fpath={tasks}", f"+output_jsonl_fpath={out}", f"+sim_profile={path}",
+                 "+progress=false", "+save_results=false"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    assert f"profile {path}" in capsys.readouterr().err
+    assert len(out.read_text().splitlines()) == 3
+
+
+def test_public_url_strips_credentials_and_query() -> None:
+    assert public_url("http://user:pw@10.0.0.1:8080/v1?key=s#x") == "http://10.0.0.1:8080/v1"
+
+
+# --- the command, against a stand-in of llama.cpp's server
+
+
+@pytest.mark.parametrize("stream", ["false", "true"])
+def test_calibrate_sim_writes_a_profile_the_simulator_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], stream: str
+) -> None:
+    out = tmp_path / "engine.yaml"
+    with fake_llama_server(StepModel(slots=3)) as url:
+        authed = url.replace("http://", "http://me:hunter2@")
+        code = main(["calibrate-sim", "--from", authed, f"+output={out}", "+concurrencies=1,2,3,5",
+                     "+warmup_s=0.2", "+window_s=0.6", "+max_tokens=4", "+progress=false",
+                     f"+stream={stream}"])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    document = yaml.safe_load(out.read_text())
+    sim, record = document["sim"], document["calibration"]
+    assert record["engine_limits"]["slots"] == 3 and 1 <= sim["max_num_seqs"] <= 3
+    assert sim["model"] == "tiny" and sim["kv_cache_tokens"] == 3 * 512
+    assert sim["step_base_s"] > 0 and sim["step_per_seq_s"] > 0 and sim["prefill_per_token_s"] > 0
+    assert record["fit"]["c_ms_per_engine_prompt_token"] == pytest.approx(0.02, rel=0.05)  # prefill is exact
+    assert [row["concurrency"] for row in record["check"]] == [1, 2, 3, 5]
+    assert all(row["simulated_requests_per_s"] > 0 and "p50_ms" in row["ttft"] for row in record["check"])
+    assert "hunter2" not in out.read_text() and record["engine_url"].startswith("http://127.0.0.1:")
+    assert {"date", "machine", "engine", "prefill"} <= set(record)
+    assert config_from_preset(None, {}, str(out)).max_num_seqs == sim["max_num_seqs"]
+    assert "engine req/s" in printed.out and f"+profile={out}" in printed.out
+
+
+def test_calibrate_sim_without_slots_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from aiohttp import web  # noqa: F401 - the stand-in needs it
+
+    with fake_llama_server(StepModel(slots=2)) as url:
+        code = main(["calibrate-sim", "--from", url.replace("/v1", "/nothing/v1"), f"+output={tmp_path / 'p.yaml'}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "gives no total_slots" in err and "+slots=N" in err and "\n" not in err
+
+
+# --- the real engine
+
+
+def llama_server_binary() -> str | None:
+    found = os.environ.get("GYMBENCH_LLAMA_SERVER") or "/work/scratch/llama/build/bin/llama-server"
+    return found if shutil.which(found) else None
+
+
+@pytest.mark.real_engine
+def test_calibrating_a_real_llama_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from .real_llama import running_llama_server
+
+    with running_llama_server(slots=2) as url:
+        out = tmp_path / "engine.yaml"
+        code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1,2,3",
+                     "+warmup_s=1", "+window_s=3", "+max_tokens=8", "+progress=false"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    sim = config_from_preset(None, {}, str(out))
+    record = yaml.safe_load(out.read_text())["calibration"]
+    assert record["engine_limits"]["slots"] == 2 and 1 <= sim.max_num_seqs <= 2  # slots == -np
+    assert sim.step_base_s + sim.step_per_seq_s > 0 and sim.step_per_seq_s >= 0 and sim.prefill_per_token_s > 0
+    assert record["engine"].startswith("llama.cpp") and len(record["check"]) == 3
+    assert all(row["requests"] > 0 for row in record["check"])
+
+
+def test_a_throughput_ceiling_the_timings_miss_is_fitted_as_a_per_request_cost() -> None:
+    """Loads measured from a simulator that pays 3 ms per request more than the timings say: the fit
+    finds the 3 ms; loads the timings explain already give zero."""
+    from gymbench.sim.calibrate import EngineFacts, LoadPoint, Measurements, prompt_text
+    from gymbench.sim.calibration_profile import fit_throughput
+    from gymbench.sim.capacity import describe
+    from gymbench.sim.config import SimConfig
+    from gymbench.sim.text import count_tokens
+
+    words, out = 24, 64
+    prompt = count_tokens(prompt_text(words))
+    timed = SimConfig(max_num_seqs=64, step_base_s=0.0003, step_per_seq_s=0.0002, prefill_per_token_s=0.0,
+                      output_tokens_dist="max_tokens", output_tokens_mean=out)  # fmt: skip
+    for hidden_ms in (3.0, 0.0):
+        truth = timed.replace(prefill_per_token_s=hidden_ms / 1e3 / prompt)
+        capacity = describe(truth, prompt_tokens=prompt, max_tokens=out)
+        points = []
+        for n in (1, 2, 16, 32, 64, 80):
+            point = LoadPoint(n, 1000.0)
+            point.answers = [None] * round(1000 * capacity.throughput_at(truth, n))  # type: ignore[list-item]
+            points.append(point)
+        measured = Measurements(EngineFacts("", "m", 64, None, ""), [], points, 0.0)
+        seqs, cost = fit_throughput(timed, measured, words, out)
+        assert seqs == 64 and cost == pytest.approx(hidden_ms, abs=0.05)
+
+
+def test_a_machine_that_fills_before_the_slots_is_fitted_as_fewer_effective_sequences() -> None:
+    """Loads from an engine whose ceiling comes at 6 clients though it has 64 slots."""
+    from gymbench.sim.calibrate import EngineFacts, LoadPoint, Measurements, prompt_text
+    from gymbench.sim.calibration_profile import fit_throughput
+    from gymbench.sim.capacity import describe
+    from gymbench.sim.config import SimConfig
+    from gymbench.sim.text import count_tokens
+
+    words, out = 24, 64
+    prompt = count_tokens(prompt_text(words))
+    timed = SimConfig(max_num_seqs=64, step_base_s=0.0003, step_per_seq_s=0.0002, prefill_per_token_s=0.0,
+                      output_tokens_dist="max_tokens", output_tokens_mean=out)  # fmt: skip
+    truth = timed.replace(max_num_seqs=6)
+    capacity = describe(truth, prompt_tokens=prompt, max_tokens=out)
+    points = []
+    for n in (1, 2, 4, 8, 16, 32, 64, 80):
+        point = LoadPoint(n, 1000.0)
+        point.answers = [None] * round(1000 * capacity.throughput_at(truth, n))  # type: ignore[list-item]
+        points.append(point)
+    measured = Measurements(EngineFacts("", "m", 64, None, ""), [], points, 0.0)
+    seqs, cost = fit_throughput(timed, measured, words, out)
+    assert seqs == 6 and cost == pytest.approx(0.0, abs=0.05)
