@@ -31,7 +31,3 @@ def sim_factory() -> Iterator[Callable[..., SimServerHandle]]:
 def fast_sim(sim_factory: Callable[..., SimServerHandle]) -> SimServerHandle:
     return sim_factory(**FAST)
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    """``real_engine`` until the engine's pytest plugin declares it for every suite."""
-    config.addinivalue_line("markers", "real_engine: needs llama.cpp's llama-server (skipped when absent)")
