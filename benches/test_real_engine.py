@@ -1,36 +1,59 @@
-"""The calibrated simulator against the real engine it was calibrated from (issue 23, item 5).
+"""llama.cpp's server as ground truth (issue 23, items 4 and 5): a brute-force truth, then ``gymbench
+tune`` and ``gymbench diagnose`` against it, and the simulator calibrated from the engine against it.
 
-For each llama.cpp configuration (slot-bound: ``-np`` below the compute knee; compute-bound: many
-slots, the step's per-sequence cost the limit) the bench starts ``llama-server`` (one compute
-thread), calibrates a profile from it (``gymbench calibrate-sim``), then measures the truth: a
-closed loop of ``p`` clients at each ``p`` of the grid, requests finishing in a window after a
-warm-up (:func:`gymbench.sim.loadgen.closed_loop`). The calibrated simulator runs the same
-closed loop in simulated time. Recorded per ``p``: the truth's and the simulator's requests/s and
-the error; then each curve's knee (the smallest ``p`` with at least 97% of its plateau) and the
-knee error. Targets: every per-``p`` error within ±10%, the knee within ±10%.
+For each llama.cpp configuration (``slot-bound``: 4 slots, below the compute knee; ``compute-bound``:
+64 slots, so that the single compute thread's step time is the limit) the module starts
+``llama-server`` once (1 compute thread, ``--threads-http 256``) and measures the truth: a closed
+loop of ``p`` clients (:func:`gymbench.sim.loadgen.closed_loop`, not gymbench's collection code) at
+each ``p`` of the grid, counting the requests that finish in a window after a 2 s warm-up. The true
+knee is the smallest ``p`` reaching 97% of the plateau (:func:`gymbench.curves.knee_of`,
+log2-interpolated between grid points; the grid's own point is printed too). Then:
 
+- ``test_tune_and_diagnose_against_the_truth``: ``gymbench tune`` (the sweep, then the adaptive
+  search) with the same requests as NeMo Gym rows; each knee's error against the truth, and the
+  truth's throughput at the recommendation ÷ the truth's plateau (interpolated on the grid).
+  ``gymbench diagnose`` below the knee (should read "parallelism") and above it (the model server).
+  Targets: knee within ±5%, recommendation ≥ 95% of the plateau.
+- ``test_calibrated_simulator_tracks_the_engine``: ``gymbench calibrate-sim`` against the same
+  server, then the calibrated simulator's closed loop (simulated time) at each ``p``; per-``p``
+  error and knee error. Targets: every point within ±10%, the knee within ±10%.
+
+The requests: one fixed 24-word prompt, 64 output tokens (``ignore_eos``), not streamed, chat API.
 The window is 30 s per point (the issue's); ``GYMBENCH_TRUTH_WINDOW_S`` shortens it and
-``GYMBENCH_TRUTH_P=1,4,16`` takes a subset of the grid. Quick mode: 3 s windows at three points.
-Skipped, with the reason, when no ``llama-server`` binary or GGUF model is at hand
-(``GYMBENCH_LLAMA_SERVER``, ``GYMBENCH_LLAMA_MODEL``).
+``GYMBENCH_TRUTH_P=1,4,16`` takes a subset of the grid. Quick mode: 3 s windows at three points, the
+sweep alone. Skipped, with the reason, where no real engine can be had (the cached build, or
+``GYMBENCH_LLAMA_SERVER``; see docs/engine.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gymbench import Recorder
-from gymbench.sim.calibrate import workload_body
+from gymbench.curves import knee_of
+from gymbench.engine.build import cache_root, find_server
+from gymbench.engine.model import cached_model
+from gymbench.engine.server import LlamaServer, start_llama_server
+from gymbench.errors import GymbenchError
+from gymbench.settings import build_settings
+from gymbench.sim.calibrate import prompt_text, workload_body
 from gymbench.sim.calibrate_command import CalibrateSettings, calibrate
 from gymbench.sim.config import config_from_preset
 from gymbench.sim.loadgen import closed_loop
 from gymbench.sim.text import count_tokens
 from gymbench.sim.virtual_load import simulated_closed_loop
-from tests.sim.real_llama import running_llama_server
+from gymbench.testing import make_plugins
+from gymbench.tune.command import diagnose_run, tune_run
+from gymbench.tune.config import DiagnoseConfig, TuneConfig
 
 pytestmark = pytest.mark.real_engine
 
@@ -38,13 +61,23 @@ GRID = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CONFIGS = {"slot-bound": 4, "compute-bound": 64}
 """Configuration → llama-server's ``-np``."""
 PROMPT_WORDS, MAX_TOKENS = 24, 64
-KNEE_SHARE = 0.97
 
 
-def knee(curve: dict[int, float]) -> int:
-    """The smallest ``p`` reaching ``KNEE_SHARE`` of the curve's plateau (its highest point)."""
-    plateau = max(curve.values())
-    return min(p for p, value in curve.items() if value >= KNEE_SHARE * plateau)
+@dataclass
+class Truth:
+    name: str
+    slots: int
+    server: LlamaServer
+    window_s: float
+    curve: dict[int, float]
+
+    @property
+    def knee(self) -> float:
+        return knee_of(self.curve)
+
+    @property
+    def plateau(self) -> float:
+        return max(self.curve.values())
 
 
 def grid(quick: bool, slots: int) -> list[int]:
@@ -54,48 +87,127 @@ def grid(quick: bool, slots: int) -> list[int]:
     return sorted({1, slots, 2 * slots}) if quick else list(GRID)
 
 
-def truth(url: str, model: str, p: int, window_s: float) -> float:
-    body = workload_body(model, PROMPT_WORDS, MAX_TOKENS)
-    result = asyncio.run(closed_loop(url, p, window_s, warmup_s=2.0, body=body))
+def truth_at(server: LlamaServer, p: int, window_s: float) -> float:
+    body = workload_body(server.model, PROMPT_WORDS, MAX_TOKENS)
+    result = asyncio.run(closed_loop(server.base_url, p, window_s, warmup_s=2.0, body=body))
     assert result.completed > 0, f"no request finished at p={p} ({result.errors} failed)"
     return result.requests_per_s
 
 
-def load_average() -> float:
-    return os.getloadavg()[0]
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def truth(request: pytest.FixtureRequest) -> Iterator[Truth]:
+    name, slots = request.param, CONFIGS[request.param]
+    gymbench_quick = bool(request.config.getoption("--gymbench-quick"))
+    window_s = float(os.environ.get("GYMBENCH_TRUTH_WINDOW_S", 3 if gymbench_quick else 30))
+    try:
+        server = start_llama_server(find_server(), cached_model("tiny", cache_root()), slots=slots, threads=1,
+                                    context=512, max_tokens=MAX_TOKENS)  # fmt: skip
+    except GymbenchError as exc:
+        pytest.skip(f"no real engine: {exc}")
+    with server:
+        print(f"\n{name} (-np {slots}, -t 1): the truth, {window_s:g} s per point, load {os.getloadavg()[0]:.1f}")
+        curve = {}
+        for p in grid(gymbench_quick, slots):
+            curve[p] = truth_at(server, p, window_s)
+            print(f"  p={p:>3}  {curve[p]:8.2f} requests/s")
+        found = Truth(name, slots, server, window_s, curve)
+        grid_knee = min(p for p, v in curve.items() if v >= 0.97 * found.plateau)
+        print(f"  true knee {found.knee:.1f} (grid point {grid_knee}), plateau {found.plateau:.2f} requests/s,"
+              f" load {os.getloadavg()[0]:.1f}")  # fmt: skip
+        yield found
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
-def test_calibrated_simulator_tracks_the_engine(gymbench: Recorder, name: str, tmp_path: Path) -> None:
-    slots = CONFIGS[name]
-    window_s = float(os.environ.get("GYMBENCH_TRUTH_WINDOW_S", 3 if gymbench.quick else 30))
-    gymbench.record("load_before", load_average(), "load", "lower")
-    with running_llama_server(slots=slots, context=512 * slots) as url:
-        profile = tmp_path / f"{name}.yaml"
-        settings = CalibrateSettings(base_url=url, output=str(profile), prompt_words=PROMPT_WORDS,
-                                     max_tokens=MAX_TOKENS, window_s=min(window_s, 8.0), progress=False)  # fmt: skip
-        assert calibrate(settings) == 0  # unstreamed, as the truth's requests are
-        config = config_from_preset(None, {}, str(profile))
-        points = grid(gymbench.quick, slots)
-        measured = {p: truth(url, config.model, p, window_s) for p in points}
-    sim_prompt = count_tokens(workload_body(config.model, PROMPT_WORDS, MAX_TOKENS)["messages"][0]["content"])
+def record_truth(gymbench: Recorder, truth: Truth) -> None:
+    for p, value in truth.curve.items():
+        gymbench.record(f"truth_rps_p{p}", value, "requests/s", "higher")
+    gymbench.record("truth_knee", truth.knee, "parallelism", "higher")
+    gymbench.record("truth_plateau", truth.plateau, "requests/s", "higher")
+    gymbench.record("load", os.getloadavg()[0], "load", "lower")
+
+
+def tasks_file(directory: Path, rows: int = 64) -> Path:
+    """The truth's request as NeMo Gym rows (no verifier: a rollout is one request)."""
+    path = directory / "tasks.jsonl"
+    row = {"responses_create_params": {"input": [{"role": "user", "content": prompt_text(PROMPT_WORDS)}],
+                                       "max_output_tokens": MAX_TOKENS, "temperature": 0.0}}  # fmt: skip
+    path.write_text("".join(json.dumps({**row, "task_id": f"t{i}"}) + "\n" for i in range(rows)))
+    return path
+
+
+def interpolated(curve: dict[int, float], p: float) -> float:
+    """The truth at ``p`` between grid points (log2-linear), the last point beyond the grid."""
+    ps = sorted(curve)
+    if p <= ps[0]:
+        return curve[ps[0]] * p / ps[0]  # a closed loop below its first point scales with p
+    for lo, hi in zip(ps, ps[1:], strict=False):
+        if lo <= p <= hi:
+            share = (math.log2(p) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+            return curve[lo] + share * (curve[hi] - curve[lo])
+    return curve[ps[-1]]
+
+
+def common(server: LlamaServer, tasks: Path) -> list[str]:
+    return [f"input_jsonl_fpath={tasks}", "backend=openai", f"base_url={server.base_url}",
+            f"model={server.model}", "api=chat", "stream=false", "extra_body.ignore_eos=true",
+            "save_results=false", "progress=false"]  # fmt: skip
+
+
+def test_tune_and_diagnose_against_the_truth(gymbench: Recorder, truth: Truth, tmp_path: Path) -> None:
+    record_truth(gymbench, truth)
+    running, slots, true_knee, plateau = truth.server, truth.slots, truth.knee, truth.plateau
+    points = list(truth.curve)
+    print(f"\n{truth.name}: tune and diagnose")
+
+    tasks = tasks_file(tmp_path)
+    batches = ["min_batches=3", "max_batches=8"] if gymbench.quick else []
+    methods = ["sweep"] if gymbench.quick else ["sweep", "adaptive"]
+    for method in methods:
+        settings = [*common(running, tasks), "plot=", f"method={method}", "start=1", *batches]
+        result = tune_run(build_settings(TuneConfig, settings), make_plugins())
+        knee = result.knee.parallelism
+        delivered = interpolated(truth.curve, result.recommended) / plateau
+        print(f"  tune {method}: knee {knee:.1f} ({knee / true_knee - 1:+.0%}), recommended {result.recommended}"
+              f" delivering {delivered:.1%} of the true plateau, {result.wall_s:.0f} s")  # fmt: skip
+        gymbench.record(f"{method}_knee", knee, "parallelism", "higher")
+        gymbench.record(f"{method}_knee_error", knee / true_knee - 1, "ratio", "lower")
+        gymbench.record(f"{method}_recommended", result.recommended, "parallelism", "higher")
+        gymbench.record(f"{method}_delivered_share", delivered, "ratio", "higher")
+        gymbench.record(f"{method}_wall", result.wall_s, "s", "lower")
+        assert 1 <= result.recommended <= 4 * max(points)
+
+    verdicts: dict[str, Any] = {}
+    for where, (low, high) in {"below": (1, max(2, slots // 2)), "above": (slots, 4 * slots)}.items():
+        settings = [*common(running, tasks), f"low={low}", f"high={high}", *batches]
+        diagnosis = diagnose_run(build_settings(DiagnoseConfig, settings), make_plugins())
+        verdicts[where] = diagnosis.verdict
+        print(f"  diagnose {low}→{high}: {diagnosis.verdict} (gain {diagnosis.gain:.2f}×)")
+        gymbench.record(f"diagnose_{where}_gain", diagnosis.gain, "ratio", "higher")
+    print(f"  verdicts: {verdicts}")
+
+
+def test_calibrated_simulator_tracks_the_engine(gymbench: Recorder, truth: Truth, tmp_path: Path) -> None:
+    record_truth(gymbench, truth)
+    profile = tmp_path / f"{truth.name}.yaml"
+    settings = CalibrateSettings(base_url=truth.server.base_url, output=str(profile), prompt_words=PROMPT_WORDS,
+                                 max_tokens=MAX_TOKENS, window_s=min(truth.window_s, 8.0), progress=False)  # fmt: skip
+    assert calibrate(settings) == 0  # unstreamed, as the truth's requests are
+    config = config_from_preset(None, {}, str(profile))
+    sim_prompt = count_tokens(prompt_text(PROMPT_WORDS))
     simulated = {
         p: simulated_closed_loop(config, p, prompt_tokens=sim_prompt, output_tokens=MAX_TOKENS).requests_per_s
-        for p in points
+        for p in truth.curve
     }
-    gymbench.record("load_after", load_average(), "load", "lower")
-    print(f"\n{name} (-np {slots}, -t 1), {window_s:g} s per point")
+    print(f"\n{truth.name}: the calibrated simulator")
     print(f"{'p':>4} {'engine req/s':>13} {'simulated':>10} {'error':>8}")
     errors = {}
-    for p in points:
-        errors[p] = simulated[p] / measured[p] - 1
-        print(f"{p:>4} {measured[p]:>13.3f} {simulated[p]:>10.3f} {100 * errors[p]:>+7.1f}%")
-        gymbench.record(f"truth_rps_p{p}", measured[p], "requests/s", "higher")
+    for p, measured in truth.curve.items():
+        errors[p] = simulated[p] / measured - 1
+        print(f"{p:>4} {measured:>13.3f} {simulated[p]:>10.3f} {100 * errors[p]:>+7.1f}%")
         gymbench.record(f"sim_rps_p{p}", simulated[p], "requests/s", "higher")
         gymbench.record(f"error_p{p}", errors[p], "ratio", "lower")
-    true_knee, sim_knee = knee(measured), knee(simulated)
-    print(f"knee: engine {true_knee}, simulator {sim_knee} ({100 * (sim_knee / true_knee - 1):+.0f}%)")
+    sim_knee = knee_of(simulated)
+    print(f"knee: engine {truth.knee:.1f}, simulator {sim_knee:.1f} ({100 * (sim_knee / truth.knee - 1):+.0f}%)")
     gymbench.record("max_abs_error", max(abs(e) for e in errors.values()), "ratio", "lower")
-    gymbench.record("truth_knee", true_knee, "parallelism", "higher")
+    gymbench.record("within_10pct", sum(abs(e) <= 0.10 for e in errors.values()), "points", "higher")
     gymbench.record("sim_knee", sim_knee, "parallelism", "higher")
-    gymbench.record("knee_error", sim_knee / true_knee - 1, "ratio", "lower")
+    gymbench.record("knee_error", sim_knee / truth.knee - 1, "ratio", "lower")
