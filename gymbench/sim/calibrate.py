@@ -157,6 +157,13 @@ async def send(session: aiohttp.ClientSession, url: str, body: Mapping[str, Any]
     return Answer(sent, first, loop.time(), timings)
 
 
+def _where(base_url: str) -> str:
+    """The engine's root URL without credentials, for messages."""
+    from gymbench.sim.profile import public_url
+
+    return public_url(root_of(base_url))
+
+
 def _reason(exc: BaseException) -> str:
     """The error without the address (which may carry credentials, and is named anyway)."""
     if isinstance(exc, aiohttp.ClientConnectorError):
@@ -248,18 +255,13 @@ async def measure(
     async with aiohttp.ClientSession(timeout=timeout, connector=connector, headers=dict(headers)) as session:
         try:
             facts = await read_facts(session, base_url, model, slots)
-            prefill = await measure_prefill(session, facts)
-        except _Refused as exc:
-            from gymbench.sim.profile import public_url
-
-            where = public_url(root_of(base_url))
-            raise GymbenchError(f"the engine at {where} refused a prefill request: {exc}") from None
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            from gymbench.sim.profile import public_url
-
-            where = public_url(root_of(base_url))
-            raise GymbenchError(f"cannot measure the engine at {where}: {_reason(exc)}; is it running?") from None
-        on_phase("prefill", time.perf_counter() - began)
+            raise GymbenchError(
+                f"cannot measure the engine at {_where(base_url)}: {_reason(exc)}; is it running?"
+            ) from None
+        # The closed loops come before the prefill phase: after prefill requests that skip the prompt
+        # cache (``cache_prompt: false``), llama.cpp served the next two identical requests one at a
+        # time (p = 2 read the same requests/s as p = 1: 33 against 60 without the prefill first).
         url = f"{facts.root_url}/v1/chat/completions"
         body = workload_body(facts.model, prompt_words, max_tokens, stream=stream)
         points = []
@@ -270,4 +272,13 @@ async def measure(
                                     "is the engine answering? raise +window_s for a slow one")  # fmt: skip
             points.append(point)
             on_phase(f"p={p}: {point.requests_per_s:.2f} req/s", warmup_s + window_s)
+        try:
+            prefill = await measure_prefill(session, facts)
+        except _Refused as exc:
+            raise GymbenchError(f"the engine at {_where(base_url)} refused a prefill request: {exc}") from None
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise GymbenchError(
+                f"cannot measure the engine at {_where(base_url)}: {_reason(exc)}; is it running?"
+            ) from None
+        on_phase("prefill", 0.0)
     return Measurements(facts, prefill, points, time.perf_counter() - began)

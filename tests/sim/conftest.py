@@ -30,4 +30,3 @@ def sim_factory() -> Iterator[Callable[..., SimServerHandle]]:
 @pytest.fixture(scope="module")
 def fast_sim(sim_factory: Callable[..., SimServerHandle]) -> SimServerHandle:
     return sim_factory(**FAST)
-

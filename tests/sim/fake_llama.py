@@ -13,7 +13,7 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -28,6 +28,8 @@ class StepModel:
     n_ctx: int = 512
     sleep_scale: float = 0.2
     """Wall time slept per modelled millisecond (the loop needs answers to take some time)."""
+    cache_prompt: list[bool] = field(default_factory=list, compare=False)
+    """Each chat request's ``cache_prompt`` in the order they arrived (True where not given)."""
 
 
 def app(model: StepModel) -> web.Application:
@@ -44,6 +46,7 @@ def app(model: StepModel) -> web.Application:
 
     async def chat(request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        model.cache_prompt.append(bool(body.get("cache_prompt", True)))
         prompt_n = len(body["messages"][0]["content"].split()) + 10
         out = int(body.get("max_tokens") or 16)
         async with slots:

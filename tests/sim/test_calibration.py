@@ -7,8 +7,6 @@ server whose timings are computed from a known model.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -170,6 +168,19 @@ def test_calibrate_sim_writes_a_profile_the_simulator_loads(
     assert "engine req/s" in printed.out and f"+profile={out}" in printed.out
 
 
+def test_the_closed_loops_come_before_the_prefill_requests(tmp_path: Path) -> None:
+    """After prefill requests that skip llama.cpp's prompt cache, it served two identical requests
+    one at a time (p = 2 read as p = 1), so the loads are measured first."""
+    engine = StepModel(slots=2)
+    with fake_llama_server(engine) as url:
+        code = main(["calibrate-sim", "--from", url, f"+output={tmp_path / 'p.yaml'}", "+concurrencies=1,2",
+                     "+warmup_s=0.1", "+window_s=0.3", "+max_tokens=4", "+progress=false"])  # fmt: skip
+    assert code == 0
+    order = engine.cache_prompt
+    assert True in order and False in order
+    assert order == sorted(order, reverse=True)  # every loop request (cached) before any prefill one
+
+
 def test_calibrate_sim_without_slots_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from aiohttp import web  # noqa: F401 - the stand-in needs it
 
@@ -180,11 +191,6 @@ def test_calibrate_sim_without_slots_is_one_clear_line(tmp_path: Path, capsys: p
 
 
 # --- the real engine
-
-
-def llama_server_binary() -> str | None:
-    found = os.environ.get("GYMBENCH_LLAMA_SERVER") or "/work/scratch/llama/build/bin/llama-server"
-    return found if shutil.which(found) else None
 
 
 @pytest.mark.real_engine
