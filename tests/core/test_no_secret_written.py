@@ -251,6 +251,8 @@ UNFILTERED_WRITES_ALLOWED = {
     "gymbench/instructions.py": "a child's log and counts; the child is gymbench, whose streams are filtered",
     "gymbench/collect/launch_ray.py": "a probe token, not an output",
     "gymbench/collect/output_lock.py": "the lock file beside an output: the holder's PID",
+    "gymbench/engine/build.py": "the build lock, and its log: pip (masks index credentials), cmake, the compiler",
+    "gymbench/engine/server.py": "llama-server's own log: the engine's output, not gymbench's",
 }
 
 

@@ -47,7 +47,7 @@ def test_path_settings_come_from_the_schema() -> None:
     from gymbench.collect.config import CollectConfig
     from gymbench.train.settings import TrainSettings
 
-    collect_paths = {"input_jsonl_fpath", "output_jsonl_fpath", "verify_cache_path", "results_dir"}
+    collect_paths = {"input_jsonl_fpath", "output_jsonl_fpath", "verify_cache_path", "results_dir", "sim_profile"}
     assert set(path_settings(CollectConfig)) == collect_paths
     assert {"rollouts", "profile", "results_dir"} <= set(path_settings(TrainSettings))
 

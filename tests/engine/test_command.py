@@ -57,6 +57,12 @@ def test_only_known_engines(capsys: pytest.CaptureFixture[str]) -> None:
     assert "invalid choice: 'vllm'" in capsys.readouterr().err
 
 
+def _interruptible() -> None:
+    """Ctrl-C reaches the command even where this test runs in a background job, which starts its
+    children with SIGINT ignored (and Python then keeps it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
 def test_a_stopped_or_killed_command_takes_its_server_with_it(tmp_path: Path, signum: signal.Signals) -> None:
     """Ctrl-C and SIGTERM stop the server on the way out; SIGKILL runs nothing, and the kernel then
@@ -69,6 +75,7 @@ def test_a_stopped_or_killed_command_takes_its_server_with_it(tmp_path: Path, si
     command = subprocess.Popen(
         [sys.executable, "-m", "gymbench.cli", "engine", "llama-cpp"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, text=True,
+        preexec_fn=_interruptible,
     )  # fmt: skip
     try:
         assert command.stdout is not None
