@@ -489,6 +489,9 @@ def _typed(value: Any, hint: Any) -> Any:
             return text
         return yaml12_scalar(text)
     if isinstance(value, Mapping):
+        if typing.get_origin(hint) is dict:  # a mapping setting: its keys are typed too ({1: 0.5})
+            key_hint, value_hint = typing.get_args(hint) or (None, None)
+            return {_typed(key, key_hint): _typed(item, value_hint) for key, item in value.items()}
         return {key: _typed(item, _field_hint(hint, str(key))) for key, item in value.items()}
     if isinstance(value, list):
         return [_typed(item, None) for item in value]

@@ -136,9 +136,11 @@ def _advance(bar: Any, label: str) -> None:
 
 def _summary(sim: dict[str, Any], record: dict[str, Any], path: str) -> None:
     fit = record["fit"]
+    curve = ", ".join(f"{n}: {1e3 * s:.3g}" for n, s in sorted((sim.get("step_curve_s") or {}).items()))
     print(
-        f"engine: {record['engine']}, {sim['max_num_seqs']} slots; step = {fit['a_ms']:g} ms + "
-        f"{fit['b_ms_per_seq']:g} ms/seq; prefill {fit['c_ms_per_engine_prompt_token'] * 1e3:g} µs/token"
+        f"engine: {record['engine']}, {sim['max_num_seqs']} slots; step {{{curve}}} ms by running sequences "
+        f"(line: {fit['a_ms']:g} ms + {fit['b_ms_per_seq']:g} ms/seq); "
+        f"prefill {fit['c_ms_per_engine_prompt_token'] * 1e3:g} µs/token"
     )
     print(f"{'p':>4} {'engine req/s':>13} {'simulated':>10} {'error':>7} {'failed':>7}")
     for row in record["check"]:

@@ -13,12 +13,17 @@ slots being filled), and reports per request ``prompt_ms`` / ``prompt_n`` (the p
 
 Both are linear in the coefficients; they are fitted by non-negative least squares (a negative
 step cost is never meant, and would be refused by the simulator). Times here are milliseconds.
+
+The line ``a + b·n`` is kept as the record's summary, but the profile gives the simulator the
+decode step measured at each running count (``curve_ms``, less the other sequences' prefills):
+llama.cpp's step on a CPU is concave in the batch (about 0.5, 0.85 and 1.1 ms at 1, 2 and 4
+sequences), and the line through such points put the calibrated simulator's knee 110% off.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,6 +53,8 @@ class StepFit:
     """``a'``: the prefill step's fixed part (a request's own prefill, outside the decode steps)."""
     prefill_residuals_ms: list[float]
     decode_residuals_ms: list[float]
+    curve_ms: dict[int, float] = field(default_factory=dict)
+    """The decode step measured at each running count (the loads' means; others' prefills removed)."""
 
     def decode_ms(self, running: float, prompt_n: float, output_tokens: float) -> float:
         others = self.per_prompt_token_ms * prompt_n * max(0.0, running - 1) / output_tokens
@@ -88,4 +95,12 @@ def fit_steps(prefill: Sequence[PrefillPoint], decode: Sequence[DecodePoint]) ->
     fit = StepFit(base, per_seq, per_token, fixed, [], [])
     prefill_residuals = [p.prompt_ms - (fixed + per_token * p.prompt_n) for p in prefill]
     decode_residuals = [d.per_token_ms - fit.decode_ms(d.running, d.prompt_n, d.output_tokens) for d in decode]
-    return StepFit(base, per_seq, per_token, fixed, prefill_residuals, decode_residuals)
+    return StepFit(base, per_seq, per_token, fixed, prefill_residuals, decode_residuals, step_curve(running, y))
+
+
+def step_curve(running: np.ndarray, steps_ms: np.ndarray) -> dict[int, float]:
+    """The mean decode step at each (rounded) running count, never negative."""
+    curve: dict[int, list[float]] = {}
+    for n, ms in zip(running.tolist(), steps_ms.tolist(), strict=True):
+        curve.setdefault(max(1, round(n)), []).append(ms)
+    return {n: max(0.0, float(np.mean(values))) for n, values in sorted(curve.items())}

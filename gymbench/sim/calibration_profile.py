@@ -56,8 +56,7 @@ def sim_settings(fit: StepFit, measured: Measurements, prompt_words: int, max_to
     settings: dict[str, Any] = {
         "model": facts.model,
         "max_num_seqs": facts.slots,
-        "step_base_s": round(fit.base_ms / 1e3, 9),
-        "step_per_seq_s": round(fit.per_seq_ms / 1e3, 9),
+        "step_curve_s": {n: round(ms / 1e3, 9) for n, ms in fit.curve_ms.items()},
         "prefill_per_token_s": round(fit.per_prompt_token_ms * engine_prompt / sim_prompt / 1e3, 9),
         "output_tokens_dist": "max_tokens",
         "output_tokens_mean": max_tokens,
@@ -95,13 +94,20 @@ def check_points(
                 "simulated_requests_per_s": round(simulated.requests_per_s, 4),
                 "error_pct": round(100 * (simulated.requests_per_s / point.requests_per_s - 1), 2),
                 "predicted_per_token_ms_mean": round(float(np.mean(per_token)), 4),
-                "fitted_per_token_ms": round(fit.decode_ms(running, prompt_n, max_tokens), 4),
+                "fitted_per_token_ms": round(_profile_per_token_ms(config, fit, running, prompt_n, max_tokens), 4),
                 "prompt_n_mean": round(prompt_n, 2),
                 "latency_ms_mean": round(1e3 * float(np.mean(latencies)), 3),
                 "ttft": _quantiles([_ttft(a) for a in point.answers]),
             }
         )
     return rows
+
+
+def _profile_per_token_ms(config: SimConfig, fit: StepFit, running: int, prompt_n: float, max_tokens: int) -> float:
+    """The per-token time the profile's step gives a request at ``running`` sequences (as the
+    engine reports it: the decode step plus the other sequences' prefills landing in it)."""
+    others = fit.per_prompt_token_ms * prompt_n * max(0, running - 1) / max_tokens
+    return 1e3 * config.decode_step_s(running) + others
 
 
 def build_profile(
@@ -139,7 +145,8 @@ def build_profile(
         },
         "engine_limits": {"slots": measured.facts.slots, "context_per_slot": measured.facts.context_per_slot},
         "fit": {
-            "model": "decode step = a + b*running (+ c * other sequences' prompt tokens); prefill = a' + c*prompt_n",
+            "model": "decode step = the measured curve (sim.step_curve_s; the line a + b*running summarises it) "
+            "(+ c * other sequences' prompt tokens); prefill = a' + c*prompt_n",
             "a_ms": round(fit.base_ms, 5),
             "b_ms_per_seq": round(fit.per_seq_ms, 5),
             "c_ms_per_engine_prompt_token": round(fit.per_prompt_token_ms, 6),
@@ -179,7 +186,7 @@ def fit_throughput(config: SimConfig, measured: Measurements, prompt_words: int,
 
     sim_prompt = count_tokens(prompt_text(prompt_words))
     loads = [(p.concurrency, p.requests_per_s) for p in measured.points if p.requests_per_s > 0]
-    step_ms = 1e3 * (config.step_base_s + config.step_per_seq_s)
+    step_ms = 1e3 * config.decode_step_s(1)
 
     def misfit(seqs: int, per_request_ms: float) -> float:
         extra = per_request_ms / 1e3 / sim_prompt

@@ -5,7 +5,8 @@ With ``a`` = step_base_s, ``b`` = step_per_seq_s, ``c`` = prefill_per_token_s, `
 
     T(n) = a + n · (b + c · L_in / L_out)
 
-(each sequence is prefilled once in its ``L_out`` steps). A request occupies its slot for
+(each sequence is prefilled once in its ``L_out`` steps; with a measured ``step_curve_s``, its
+value at ``n`` replaces ``a + b·n``). A request occupies its slot for
 ``L_out`` steps and, in a closed loop, waits on average half a step to be admitted, so ``n``
 clients below saturation get
 
@@ -89,8 +90,8 @@ def kv_reservation(config: SimConfig, prompt_tokens: float, max_tokens: int | No
 
 
 def step_time(config: SimConfig, running: float, prompt_tokens: float, output_tokens: float) -> float:
-    per_seq = config.step_per_seq_s + config.prefill_per_token_s * prompt_tokens / output_tokens
-    return config.step_base_s + running * per_seq
+    prefill = config.prefill_per_token_s * prompt_tokens / output_tokens
+    return config.decode_step_s(running) + running * prefill
 
 
 def describe(config: SimConfig, prompt_tokens: float = 32, max_tokens: int | None = None) -> Capacity:
@@ -141,15 +142,19 @@ def _concurrency_reaching(config: SimConfig, rate: float, l_in: float, l_out: fl
 
 
 def describe_text(config: SimConfig, capacity: Capacity) -> str:
+    if config.step_curve_s:
+        curve = ", ".join(f"{n}: {t * 1e3:g}" for n, t in sorted(config.step_curve_s.items()))
+        step = f"step = measured curve {{{curve}}} ms by running sequences"
+    else:
+        step = f"step = {config.step_base_s * 1e3:g} ms + {config.step_per_seq_s * 1e3:g} ms/seq"
     lines = [
-        f"engine: max_num_seqs={config.max_num_seqs}, step = {config.step_base_s * 1e3:g} ms "
-        f"+ {config.step_per_seq_s * 1e3:g} ms/seq + {config.prefill_per_token_s * 1e6:g} µs/prompt token",
+        f"engine: max_num_seqs={config.max_num_seqs}, {step} + {config.prefill_per_token_s * 1e6:g} µs/prompt token",
         f"assumed request: {capacity.prompt_tokens:g} prompt tokens, {capacity.output_tokens:g} output tokens",
         f"max throughput: {capacity.max_requests_per_s:.3f} requests/s, "
         f"{capacity.max_output_tokens_per_s:.1f} output tokens/s (limited by {capacity.limited_by})",
         f"saturates at concurrency {capacity.saturation_concurrency}; step there "
         f"{capacity.step_time_at_saturation_s * 1e3:.2f} ms, request latency "
         f"{capacity.latency_at_saturation_s:.3f} s",
-        "below saturation, n clients get X(n) = n / ((L_out + 1/2) · T(n)) with T(n) = a + n·(b + c·L_in/L_out)",
+        "below saturation, n clients get X(n) = n / ((L_out + 1/2) · T(n)) with T(n) = step(n) + n·c·L_in/L_out",
     ]
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from collections.abc import Mapping
@@ -28,6 +29,13 @@ class SimConfig:
     max_num_seqs: int = field(default=64, metadata={"help": "sequences running at once, at most"})
     step_base_s: float = field(default=0.02, metadata={"help": "fixed cost of one engine step"})
     step_per_seq_s: float = field(default=0.0005, metadata={"help": "added step cost per running sequence"})
+    step_curve_s: dict[int, float] = field(
+        default_factory=dict,
+        metadata={
+            "help": "measured decode step time by running sequences, e.g. {1: 0.0005, 4: 0.0011}: replaces "
+            "step_base_s + step_per_seq_s*n (linear between points, the last two points' slope beyond)"
+        },
+    )
     prefill_per_token_s: float = field(
         default=0.00001, metadata={"help": "added step cost per prompt token prefilled in the step"}
     )
@@ -90,7 +98,30 @@ class SimConfig:
     @property
     def instant(self) -> bool:
         """Zero-cost steps: answers leave at once, so only HTTP and client costs remain."""
+        if self.step_curve_s:
+            return all(v == 0 for v in self.step_curve_s.values()) and self.prefill_per_token_s == 0
         return self.step_base_s == 0 and self.step_per_seq_s == 0 and self.prefill_per_token_s == 0
+
+    def decode_step_s(self, running: float) -> float:
+        """A decode step's time with ``running`` sequences (prefill not included).
+
+        Linear ``a + b·n`` unless a measured curve is given: a real engine's step is rarely linear
+        in the batch (llama.cpp on a CPU: 0.5, 0.85 and 1.1 ms at 1, 2 and 4 sequences), and a line
+        through such points misses the knee. Between the curve's points it is interpolated
+        linearly; below the first it is the first; beyond the last it goes on with the last two
+        points' slope (never falling), as the step keeps growing with the batch.
+        """
+        if not self.step_curve_s:
+            return self.step_base_s + self.step_per_seq_s * running
+        ns = sorted(self.step_curve_s)
+        ts = [self.step_curve_s[n] for n in ns]
+        if running <= ns[0]:
+            return ts[0]
+        if running >= ns[-1]:
+            slope = max(0.0, (ts[-1] - ts[-2]) / (ns[-1] - ns[-2])) if len(ns) > 1 else 0.0
+            return ts[-1] + slope * (running - ns[-1])
+        i = bisect.bisect_left(ns, running)  # ns[i-1] < running <= ns[i]
+        return ts[i - 1] + (ts[i] - ts[i - 1]) * (running - ns[i - 1]) / (ns[i] - ns[i - 1])
 
     def replace(self, **changes: Any) -> SimConfig:
         return dataclasses.replace(self, **changes)
@@ -112,6 +143,11 @@ def _problems(config: SimConfig) -> list[str]:
     for name in ("step_base_s", "step_per_seq_s", "prefill_per_token_s", "warmup_s"):
         if getattr(config, name) < 0:
             found.append(f"{name} must not be negative, got {getattr(config, name)}")
+    for running, seconds in config.step_curve_s.items():
+        if not isinstance(running, int) or running < 1:
+            found.append(f"step_curve_s: running sequences must be whole numbers from 1, got {running!r}")
+        elif not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+            found.append(f"step_curve_s[{running}] must be a finite non-negative number of seconds, got {seconds!r}")
     if not all(isinstance(name, str) and name for name in config.served_models):
         found.append(f"model and model_aliases must be non-empty names, got {list(config.served_models)}")
     for name in ("answer_accuracy", "tool_call_rate", "error_rate", "hang_rate", "reset_rate"):

@@ -101,7 +101,7 @@ class Engine:
 
     def _retry_after(self) -> float:
         """Time until one slot frees, roughly: a request's life divided by the slots."""
-        step = self.config.step_base_s + self.config.step_per_seq_s * len(self.running)
+        step = self.config.decode_step_s(len(self.running))
         return max(1.0, self.config.output_tokens_mean * step * len(self.waiting) / self.config.max_num_seqs)
 
     def _finish_instantly(self, seq: Sequence) -> None:
@@ -159,7 +159,7 @@ class Engine:
 
     def _step_cost(self, prefilled: int, now: float) -> float:
         cfg = self.config
-        base = cfg.step_base_s + cfg.step_per_seq_s * len(self.running) + cfg.prefill_per_token_s * prefilled
+        base = cfg.decode_step_s(len(self.running)) + cfg.prefill_per_token_s * prefilled
         return base * self.slowdown(now)
 
     def slowdown(self, now: float) -> float:

@@ -26,6 +26,9 @@ class StepModel:
     b_ms: float = 1.0
     c_ms: float = 0.02
     n_ctx: int = 512
+    curve_ms: tuple[float, ...] = ()
+    """A decode step by running count (``curve_ms[n-1]``) in place of ``a + b·running``: an engine
+    whose step is concave in the batch, as llama.cpp's is on a CPU."""
     sleep_scale: float = 0.2
     """Wall time slept per modelled millisecond (the loop needs answers to take some time)."""
     cache_prompt: list[bool] = field(default_factory=list, compare=False)
@@ -54,7 +57,8 @@ def app(model: StepModel) -> web.Application:
             running = held[0]
             try:
                 prompt_ms = model.a_ms + model.c_ms * prompt_n
-                per_token = model.a_ms + model.b_ms * running + model.c_ms * prompt_n * (running - 1) / out
+                step = model.curve_ms[running - 1] if model.curve_ms else model.a_ms + model.b_ms * running
+                per_token = step + model.c_ms * prompt_n * (running - 1) / out
                 await asyncio.sleep((prompt_ms + per_token * (out - 1)) * model.sleep_scale / 1e3)
             finally:
                 held[0] -= 1

@@ -52,6 +52,54 @@ def test_the_fit_recovers_known_coefficients_from_synthetic_measurements() -> No
     assert max(abs(r) for r in fit.decode_residuals_ms) < 0.05
 
 
+def test_a_concave_step_is_kept_as_measured_where_a_line_would_miss_it() -> None:
+    """llama.cpp's step on a CPU bends (0.5, 0.85, 1.1 ms at 1, 2, 4 sequences): the curve keeps
+    each load's step (less the others' prefills); the line's residuals show what it would miss."""
+    out, prompt, c = 64, 30, 0.01
+    steps = {1: 0.5, 2: 0.85, 4: 1.1, 8: 1.3}
+    decode = [DecodePoint(n, ms + c * prompt * (n - 1) / out, prompt, out) for n, ms in steps.items()]
+    fit = fit_steps([PrefillPoint(n, 0.2 + c * n) for n in (20, 150, 400)], decode)
+    assert fit.curve_ms == pytest.approx(steps, rel=1e-6)
+    assert max(abs(r) for r in fit.decode_residuals_ms) > 0.1  # a line through these misses by > 0.1 ms
+
+
+def test_a_curve_sets_the_simulators_step() -> None:
+    """The simulator steps as the curve says, between its points and beyond the last."""
+    from gymbench.sim.config import SimConfig
+
+    out = 16
+    config = SimConfig(max_num_seqs=8, step_curve_s={1: 0.004, 2: 0.005, 4: 0.006}, step_base_s=0.5,
+                       prefill_per_token_s=0.0, output_tokens_dist="max_tokens", output_tokens_mean=out)  # fmt: skip
+    assert [config.decode_step_s(n) for n in (1, 3, 4, 6)] == pytest.approx([0.004, 0.0055, 0.006, 0.007])
+    for p, step in ((1, 0.004), (3, 0.0055), (6, 0.007)):
+        load = simulated_closed_loop(config, p, prompt_tokens=8, output_tokens=out, window_s=20)
+        assert load.mean_latency_s == pytest.approx(out * step, rel=0.01)  # step_base_s is not used
+
+
+@pytest.mark.parametrize("curve", [{0: 0.001}, {1: -0.001}, {2: float("nan")}])
+def test_a_bad_step_curve_is_refused(curve: dict) -> None:
+    from gymbench.sim.config import SimConfig
+
+    with pytest.raises(GymbenchError, match="step_curve_s"):
+        SimConfig(step_curve_s=curve)
+
+
+def test_calibrating_a_concave_engine_recovers_its_step_curve(tmp_path: Path) -> None:
+    """Against a stand-in whose step bends (2, 2.6, 2.9 ms at 1, 2, 3 sequences), the profile keeps
+    the bend. The stand-in's timings are computed; only how often the clients overlap depends on
+    the machine (a request of 32 tokens lasts about 80 ms, far longer than its HTTP round trip)."""
+    curve = (2.0, 2.6, 2.9)
+    engine = StepModel(slots=3, a_ms=0.5, c_ms=0.0, curve_ms=curve, sleep_scale=1.0)
+    out = tmp_path / "engine.yaml"
+    with fake_llama_server(engine) as url:
+        code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1,2,3",
+                     "+warmup_s=0.2", "+window_s=1.5", "+max_tokens=32", "+progress=false"])  # fmt: skip
+    assert code == 0
+    sim = yaml.safe_load(out.read_text())["sim"]
+    measured = {n: 1e3 * s for n, s in sim["step_curve_s"].items()}
+    assert measured == pytest.approx({1: 2.0, 2: 2.6, 3: 2.9}, rel=0.1)
+
+
 def test_the_fit_never_gives_a_negative_cost() -> None:
     """A step time that falls with more sequences (noise) fits as zero slope, not a negative one."""
     decode = [DecodePoint(k, 5.0 - 0.01 * k, 10, 16) for k in (1, 2, 4)]
@@ -158,7 +206,8 @@ def test_calibrate_sim_writes_a_profile_the_simulator_loads(
     sim, record = document["sim"], document["calibration"]
     assert record["engine_limits"]["slots"] == 3 and 1 <= sim["max_num_seqs"] <= 3
     assert sim["model"] == "tiny" and sim["kv_cache_tokens"] == 3 * 512
-    assert sim["step_base_s"] > 0 and sim["step_per_seq_s"] > 0 and sim["prefill_per_token_s"] > 0
+    assert set(sim["step_curve_s"]) <= {1, 2, 3} and all(v > 0 for v in sim["step_curve_s"].values())
+    assert sim["prefill_per_token_s"] > 0 and record["fit"]["a_ms"] > 0 and record["fit"]["b_ms_per_seq"] > 0
     assert record["fit"]["c_ms_per_engine_prompt_token"] == pytest.approx(0.02, rel=0.05)  # prefill is exact
     assert [row["concurrency"] for row in record["check"]] == [1, 2, 3, 5]
     assert all(row["simulated_requests_per_s"] > 0 and "p50_ms" in row["ttft"] for row in record["check"])
