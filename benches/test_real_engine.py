@@ -5,9 +5,13 @@ For each llama.cpp configuration (``slot-bound``: 4 slots, below the compute kne
 64 slots, so that the single compute thread's step time is the limit) the module starts
 ``llama-server`` once (1 compute thread, ``--threads-http 256``) and measures the truth: a closed
 loop of ``p`` clients (:func:`gymbench.sim.loadgen.closed_loop`, not gymbench's collection code) at
-each ``p`` of the grid, counting the requests that finish in a window after a 2 s warm-up. The true
-knee is the smallest ``p`` reaching 97% of the plateau (:func:`gymbench.curves.knee_of`,
-log2-interpolated between grid points; the grid's own point is printed too). Then:
+each ``p`` of the grid, counting the requests that finish in a window after a 2 s warm-up; each
+point's 95% interval comes from ten slices of its window. The true knee is the smallest ``p``
+reaching 97% of the plateau, by the tuner's own definition (:func:`gymbench.curves.find_knee`:
+log2-interpolated between grid points, the plateau pooled over the points not below the highest
+beyond their noise), with its 95% interval from the points' own; the grid's point is printed
+too. On an abrupt plateau the knee is ill-conditioned (one point 1% lower moves it from 4 to 6),
+so a tune's knee is judged against the truth's interval as well as against ±5%. Then:
 
 - ``test_tune_and_diagnose_against_the_truth``: ``gymbench tune`` (the sweep, then the adaptive
   search) with the same requests as NeMo Gym rows; each knee's error against the truth, and the
@@ -39,11 +43,12 @@ from typing import Any
 import pytest
 
 from gymbench import Recorder
-from gymbench.curves import knee_of
+from gymbench.curves import Knee, find_knee, knee_of
 from gymbench.engine.build import cache_root, find_server
 from gymbench.engine.model import cached_model
 from gymbench.engine.server import LlamaServer, start_llama_server
 from gymbench.errors import GymbenchError
+from gymbench.rates import Rate, t_quantile
 from gymbench.settings import build_settings
 from gymbench.sim.calibrate import prompt_text, workload_body
 from gymbench.sim.calibrate_command import CalibrateSettings, calibrate
@@ -69,15 +74,27 @@ class Truth:
     slots: int
     server: LlamaServer
     window_s: float
-    curve: dict[int, float]
+    rates: dict[int, Rate]
+
+    @property
+    def curve(self) -> dict[int, float]:
+        return {p: r.value for p, r in self.rates.items()}
+
+    @property
+    def found(self) -> Knee:
+        return find_knee(self.rates)
 
     @property
     def knee(self) -> float:
-        return knee_of(self.curve)
+        return self.found.parallelism
 
     @property
     def plateau(self) -> float:
-        return max(self.curve.values())
+        return self.found.plateau
+
+    def inside(self, knee: float) -> bool:
+        """Within ±5% of the truth's knee, or inside its 95% interval."""
+        return abs(knee / self.knee - 1) <= 0.05 or self.found.low <= knee <= self.found.high
 
 
 def grid(quick: bool, slots: int) -> list[int]:
@@ -87,11 +104,29 @@ def grid(quick: bool, slots: int) -> list[int]:
     return sorted({1, slots, 2 * slots}) if quick else list(GRID)
 
 
-def truth_at(server: LlamaServer, p: int, window_s: float) -> float:
+SLICES = 10
+
+
+def truth_at(server: LlamaServer, p: int, window_s: float) -> Rate:
+    """Requests/s at ``p``, its 95% interval from the spread of ten slices of the window.
+
+    A window in which fewer than ten requests finished (a short quick-mode window on a loaded
+    machine) is measured again, twice as long, up to 16 times the asked length: the window waits for work."""
     body = workload_body(server.model, PROMPT_WORDS, MAX_TOKENS)
+    longest = 16 * window_s
     result = asyncio.run(closed_loop(server.base_url, p, window_s, warmup_s=2.0, body=body))
-    assert result.completed > 0, f"no request finished at p={p} ({result.errors} failed)"
-    return result.requests_per_s
+    while result.completed < SLICES and window_s < longest:
+        window_s *= 2
+        result = asyncio.run(closed_loop(server.base_url, p, window_s, warmup_s=2.0, body=body))
+    assert result.completed > 0, f"no request finished at p={p} in {window_s:g} s ({result.errors} failed)"
+    width = window_s / SLICES
+    counts = [0] * SLICES
+    for at in result.finished_s:
+        counts[min(SLICES - 1, int(at / width))] += 1
+    per_slice = [c / width for c in counts]
+    mean = result.requests_per_s
+    se = (sum((r - mean) ** 2 for r in per_slice) / (SLICES - 1) / SLICES) ** 0.5
+    return Rate(mean, se * t_quantile(SLICES - 1), SLICES - 1, samples=result.completed)
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
@@ -106,13 +141,14 @@ def truth(request: pytest.FixtureRequest) -> Iterator[Truth]:
         pytest.skip(f"no real engine: {exc}")
     with server:
         print(f"\n{name} (-np {slots}, -t 1): the truth, {window_s:g} s per point, load {os.getloadavg()[0]:.1f}")
-        curve = {}
+        rates = {}
         for p in grid(gymbench_quick, slots):
-            curve[p] = truth_at(server, p, window_s)
-            print(f"  p={p:>3}  {curve[p]:8.2f} requests/s")
-        found = Truth(name, slots, server, window_s, curve)
-        grid_knee = min(p for p, v in curve.items() if v >= 0.97 * found.plateau)
-        print(f"  true knee {found.knee:.1f} (grid point {grid_knee}), plateau {found.plateau:.2f} requests/s,"
+            rates[p] = truth_at(server, p, window_s)
+            print(f"  p={p:>3}  {rates[p].value:8.2f} ± {rates[p].half_width:.2f} requests/s")
+        found = Truth(name, slots, server, window_s, rates)
+        grid_knee = min(p for p, v in found.curve.items() if v >= 0.97 * found.plateau)
+        print(f"  true knee {found.knee:.1f} [{found.found.low:.1f}, {found.found.high:.1f}] (grid point {grid_knee}),"
+              f" plateau {found.plateau:.2f} requests/s (highest point {max(found.curve.values()):.2f}),"
               f" load {os.getloadavg()[0]:.1f}")  # fmt: skip
         yield found
 
@@ -121,6 +157,8 @@ def record_truth(gymbench: Recorder, truth: Truth) -> None:
     for p, value in truth.curve.items():
         gymbench.record(f"truth_rps_p{p}", value, "requests/s", "higher")
     gymbench.record("truth_knee", truth.knee, "parallelism", "higher")
+    gymbench.record("truth_knee_low", truth.found.low, "parallelism", "higher")
+    gymbench.record("truth_knee_high", truth.found.high, "parallelism", "higher")
     gymbench.record("truth_plateau", truth.plateau, "requests/s", "higher")
     gymbench.record("load", os.getloadavg()[0], "load", "lower")
 
@@ -166,8 +204,11 @@ def test_tune_and_diagnose_against_the_truth(gymbench: Recorder, truth: Truth, t
         result = tune_run(build_settings(TuneConfig, settings), make_plugins())
         knee = result.knee.parallelism
         delivered = interpolated(truth.curve, result.recommended) / plateau
-        print(f"  tune {method}: knee {knee:.1f} ({knee / true_knee - 1:+.0%}), recommended {result.recommended}"
+        inside = truth.inside(knee)
+        print(f"  tune {method}: knee {knee:.1f} ({knee / true_knee - 1:+.0%}, {'inside' if inside else 'outside'}"
+              f" the truth's ±5% or interval), recommended {result.recommended}"
               f" delivering {delivered:.1%} of the true plateau, {result.wall_s:.0f} s")  # fmt: skip
+        gymbench.record(f"{method}_knee_inside_truth", float(inside), "bool", "higher")
         gymbench.record(f"{method}_knee", knee, "parallelism", "higher")
         gymbench.record(f"{method}_knee_error", knee / true_knee - 1, "ratio", "lower")
         gymbench.record(f"{method}_recommended", result.recommended, "parallelism", "higher")

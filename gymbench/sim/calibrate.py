@@ -33,6 +33,9 @@ FILLER = "the quick brown fox jumps over the lazy dog while a robot paints a sma
 PREFILL_WORDS = (8, 48, 144)
 """Prompt lengths of the prefill phase (cut to fit a slot's context: about 4 tokens a word, at most)."""
 PREFILL_REPEATS = 3
+LONGEST_WINDOW = 8
+"""A load in which nothing finished is measured again with a window twice as long, up to this
+many times ``window_s``: the window waits for work rather than failing on a slow engine."""
 
 
 def prompt_text(words: int, salt: str = "") -> str:
@@ -266,9 +269,13 @@ async def measure(
         body = workload_body(facts.model, prompt_words, max_tokens, stream=stream)
         points = []
         for p in concurrencies or default_concurrencies(facts.slots):
-            point = await measure_closed_loop(session, url, body, p, warmup_s, window_s)
+            window = window_s
+            point = await measure_closed_loop(session, url, body, p, warmup_s, window)
+            while not point.answers and not point.errors and window < LONGEST_WINDOW * window_s:
+                window *= 2  # a slow engine (or a busy machine): the window waits for work
+                point = await measure_closed_loop(session, url, body, p, warmup_s, window)
             if not point.answers:
-                raise GymbenchError(f"no request finished at p={p} in {window_s:g} s ({point.errors} failed): "
+                raise GymbenchError(f"no request finished at p={p} in {window:g} s ({point.errors} failed): "
                                     "is the engine answering? raise +window_s for a slow one")  # fmt: skip
             points.append(point)
             on_phase(f"p={p}: {point.requests_per_s:.2f} req/s", warmup_s + window_s)

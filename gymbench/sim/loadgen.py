@@ -23,6 +23,9 @@ class LoadResult:
     completed: int = 0
     errors: int = 0
     latencies_s: list[float] = field(default_factory=list)
+    finished_s: list[float] = field(default_factory=list)
+    """When each counted request finished, in seconds from the window's start (for the rate's
+    spread over slices of the window)."""
     generated_tokens: float | None = None
     """Output tokens the server reports generating inside the window (when its /metrics is read)."""
 
@@ -72,6 +75,7 @@ async def closed_loop(
                 if ok:
                     result.completed += 1
                     result.latencies_s.append(done - sent)
+                    result.finished_s.append(done - start)
                 else:
                     result.errors += 1
 

@@ -307,3 +307,16 @@ def test_a_machine_that_fills_before_the_slots_is_fitted_as_fewer_effective_sequ
     measured = Measurements(EngineFacts("", "m", 64, None, ""), [], points, 0.0)
     seqs, cost = fit_throughput(timed, measured, words, out)
     assert seqs == 6 and cost == pytest.approx(0.0, abs=0.05)
+
+
+def test_a_load_in_which_nothing_finished_is_measured_again_with_a_longer_window(tmp_path: Path) -> None:
+    """Requests of about 0.4 s and a 0.1 s window: the window doubles until answers land in it,
+    instead of failing (a slow engine, or a loaded machine, as in CI's quick mode)."""
+    engine = StepModel(slots=1, a_ms=100.0, b_ms=0.0, c_ms=0.0, sleep_scale=1.0)
+    out = tmp_path / "slow.yaml"
+    with fake_llama_server(engine) as url:
+        code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1",
+                     "+warmup_s=0", "+window_s=0.1", "+max_tokens=4", "+progress=false"])  # fmt: skip
+    assert code == 0
+    check = yaml.safe_load(out.read_text())["calibration"]["check"]
+    assert check[0]["requests"] >= 1
