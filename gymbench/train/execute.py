@@ -17,6 +17,7 @@ from gymbench.jsonio import object_list
 from gymbench.measure import Recorder
 from gymbench.record import BenchmarkResult
 from gymbench.train.config import StepSettings, TrainConfig, length_source
+from gymbench.train.identity import record_params, work_definition
 from gymbench.train.settings import TrainSettings
 from gymbench.types import JSONObject
 
@@ -81,13 +82,19 @@ def execute(prepared: PreparedTrain, recorder: Recorder | None = None) -> TrainO
         report, lines = _search(prepared, recorder)
     else:
         report, lines = _benchmark(prepared, recorder)
-    keys = ("model", "step", "precision", "checkpointing", "accumulation", "batch", "packing")
-    params = {key: config.to_dict()[key] for key in keys}
+    definition = _work_definition(prepared)
+    recorder.extra.update(work=definition)
     name = f"train.{settings.find_batch}" if settings.find_batch else "train"
     if settings.dp > 1:
-        name, params = "train.dp", {**params, "dp": settings.dp, "launcher": settings.launcher}
-    result = recorder.result(name, params={**params, "size": config.model_config.get("size")})
+        name = "train.dp"
+    result = recorder.result(name, params=record_params(settings, config, definition))
     return TrainOutcome(result, lines, prepared.warnings, report)
+
+
+def _work_definition(prepared: PreparedTrain) -> dict[str, Any]:
+    from gymbench.train.session import resolve_device
+
+    return work_definition(prepared.settings, prepared.config, resolve_device(prepared.config.device).type)
 
 
 def train(settings: TrainSettings, plugins: Plugins, recorder: Recorder | None = None) -> TrainOutcome:

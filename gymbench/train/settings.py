@@ -16,6 +16,11 @@ DP_LAUNCHERS = ("torchrun", "ray")
 DIST_BACKENDS = ("gloo", "nccl")
 LARGEST = 2**31 - 1
 """torch takes sizes and thread counts as C integers: past this an overflow error, not a benchmark."""
+SEARCH_SETTINGS = ("memory_budget_mib", "memory_fraction", "max_batch", "tolerance", "margin", "verify", "trial_steps",
+                   "guided", "trial_allocator", "colocated_share")  # fmt: skip
+"""What defines a batch-size search's answer: in the record id only with --find-batch."""
+DP_SETTINGS = ("launcher", "dist_backend", "cluster")
+"""What defines a data-parallel run: in the record id only with --dp above 1."""
 SHAPES = ("batch", "seq_len", "accumulation", "steps", "max_batch", "trial_steps", "group_size")
 
 
@@ -37,16 +42,21 @@ class TrainSettings(StepSettings):
     model_options: dict[str, Any] = field(
         default_factory=dict, metadata=doc("model options over the preset, e.g. +model_options.layers=8")
     )
-    allow_slow_fp16: bool = field(default=False, metadata=doc("keep the given shapes for fp16 on a CPU"))
+    allow_slow_fp16: bool = field(
+        default=False, metadata=doc("keep the given shapes for fp16 on a CPU", run_neutral=True)
+    )
     # --- measurements
-    memory: bool = field(default=True, metadata=doc("run the memory pass (--no-memory skips it)"))
-    flops: bool = field(default=True, metadata=doc("count FLOPs for MFU (--no-flops skips it)"))
-    peak_tflops: float | None = field(default=None, metadata=doc("device peak for MFU when gymbench does not know it"))
+    memory: bool = field(default=True, metadata=doc("run the memory pass (--no-memory skips it)", run_neutral=True))
+    flops: bool = field(default=True, metadata=doc("count FLOPs for MFU (--no-flops skips it)", run_neutral=True))
+    peak_tflops: float | None = field(
+        default=None, metadata=doc("device peak for MFU when gymbench does not know it", run_neutral=True)
+    )
     leak_bound_mib_per_step: float = field(
-        default=1.0, metadata=doc("memory growth per step (robust slope) that flags a leak")
+        default=1.0, metadata=doc("memory growth per step (robust slope) that flags a leak", run_neutral=True)
     )
     profile: str | None = field(
-        default=None, metadata=doc("write a torch.profiler Chrome trace of one step here", path=True)
+        default=None,
+        metadata=doc("write a torch.profiler Chrome trace of one step here", path=True, run_neutral=True),
     )
     # --- largest batch (OOM backoff)
     find_batch: str | None = field(
@@ -74,12 +84,15 @@ class TrainSettings(StepSettings):
         metadata=doc("NeMo RL's +cluster.num_nodes=N +cluster.gpus_per_node=G: dp = N x G"),
     )
     ray_address: str | None = field(
-        default=None, metadata=doc("with --launcher ray: auto or HOST:PORT of a cluster (unset: start one)")
+        default=None,
+        metadata=doc("with --launcher ray: auto or HOST:PORT of a cluster (unset: start one)", run_neutral=True),
     )
     # --- output
-    save: str | None = field(default=None, metadata=doc("save a results record as results/<machine>/<time>_NAME.json"))
-    results_dir: str = field(default="results", metadata=doc("where save writes", path=True))
-    progress: bool = field(default=True, metadata=doc("show a progress bar"))
+    save: str | None = field(
+        default=None, metadata=doc("save a results record as results/<machine>/<time>_NAME.json", run_neutral=True)
+    )
+    results_dir: str = field(default="results", metadata=doc("where save writes", path=True, run_neutral=True))
+    progress: bool = field(default=True, metadata=doc("show a progress bar", run_neutral=True))
 
     def __post_init__(self) -> None:
         if self.save is not None:
