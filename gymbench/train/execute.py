@@ -255,13 +255,14 @@ def _data_parallel(prepared: PreparedTrain, recorder: Recorder) -> tuple[JSONObj
     threads = dp.threads_per_rank(settings.dp, settings.threads)
     config = dp.rank_config(prepared.config, settings.dp, threads, settings.dist_backend)
     job = {"config": config.to_dict(), "backend": settings.dist_backend, "steps": config.steps, "warmup": config.warmup}
-    answer = dp.launch(job, settings.dp, settings.launcher, prepared.factory, settings.ray_address)
+    launcher, hang_s = settings.launcher, settings.rank_hang_s
+    answer = dp.launch(job, settings.dp, launcher, prepared.factory, settings.ray_address, hang_s)
     ranks = object_list(answer["ranks"], "the data-parallel job's ranks")
     figures = dp.summarise(ranks)
     setup = {"dp": settings.dp, "launcher": settings.launcher, "dist_backend": settings.dist_backend,
              "threads_per_rank": threads, "batch_per_rank": config.batch}  # fmt: skip
     dp.record(recorder, figures, ranks, setup)
-    return figures, dp.summary_lines(figures, setup)
+    return figures, dp.summary_lines(figures, setup, ranks)
 
 
 def _check_gpus(ranks: int) -> None:

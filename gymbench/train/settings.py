@@ -83,6 +83,14 @@ class TrainSettings(StepSettings):
         default_factory=ClusterSettings,
         metadata=doc("NeMo RL's +cluster.num_nodes=N +cluster.gpus_per_node=G: dp = N x G"),
     )
+    rank_hang_s: float = field(
+        default=30.0,
+        metadata=doc(
+            "with --dp: a rank is hung when no rank progresses for this long (s); raise it above one step's "
+            "longest phase",
+            run_neutral=True,
+        ),
+    )
     ray_address: str | None = field(
         default=None,
         metadata=doc("with --launcher ray: auto or HOST:PORT of a cluster (unset: start one)", run_neutral=True),
@@ -121,6 +129,7 @@ class TrainSettings(StepSettings):
 
     def _check_data_parallel(self) -> None:
         at_least("dp", self.dp, 1, 4096)
+        require(self.rank_hang_s > 0, "rank_hang_s", self.rank_hang_s, "seconds above 0")
         one_of("launcher", self.launcher, DP_LAUNCHERS)
         one_of("dist_backend", self.dist_backend, DIST_BACKENDS)
         at_least("cluster.num_nodes", self.cluster.num_nodes, 1, 4096)
