@@ -214,6 +214,7 @@ def _search(prepared: PreparedTrain, recorder: Recorder) -> tuple[SearchResult, 
         memory_fraction=settings.memory_fraction,
         progress=settings.progress,
         allocator=settings.trial_allocator,
+        colocated_share=settings.colocated_share,
     )
     recorder.record("largest_fit", result.largest_fit, "samples", "higher")
     recorder.record("chosen_batch", result.chosen, "samples", "higher")
@@ -238,6 +239,7 @@ def _halve(prepared: PreparedTrain, recorder: Recorder) -> tuple[list[Trial], li
         steps=settings.trial_steps,
         memory_fraction=settings.memory_fraction,
         allocator=settings.trial_allocator,
+        colocated_share=settings.colocated_share,
     )
     recorder.record("settled_batch", settled_batch(trials), "samples", "higher")
     recorder.record("tries", len(trials), "trials", "lower")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymbench.settings import at_least, doc, one_of, require, safe_name
-from gymbench.train.config import STEPS, TRIAL_ALLOCATORS, StepSettings
+from gymbench.train.config import DEFAULT_MARGIN, STEPS, TRIAL_ALLOCATORS, StepSettings
 from gymbench.train.lengths import LENGTH_DISTRIBUTIONS
 
 FIND_BATCH = ("search", "halve")
@@ -67,7 +67,17 @@ class TrainSettings(StepSettings):
     memory_fraction: float = field(default=0.9, metadata=doc("GPU: share of memory allowed"))
     max_batch: int = field(default=1 << 16, metadata=doc("largest batch the search tries"))
     tolerance: float = field(default=0.03, metadata=doc("stop when fit and failure are this close"))
-    margin: float = field(default=0.05, metadata=doc("safety margin below the largest fit"))
+    margin: float = field(
+        default=DEFAULT_MARGIN,
+        metadata=doc("share of the memory budget the chosen batch leaves unused in every verification run"),
+    )
+    colocated_share: float = field(
+        default=0.0,
+        metadata=doc(
+            "GPU: share of memory a colocated inference engine will take, not in use yet (NeMo RL's "
+            "gpu_memory_utilization, e.g. 0.6); 0 when the engine already runs (its memory is counted)"
+        ),
+    )
     verify: int = field(default=3, metadata=doc("fresh runs of the chosen size"))
     trial_steps: int = field(default=2, metadata=doc("training steps per trial"))
     guided: bool = field(default=True, metadata=doc("use trial memory to guide the search (--no-guided: bisect)"))
@@ -109,6 +119,8 @@ class TrainSettings(StepSettings):
             one_of("find_batch", self.find_batch, FIND_BATCH)
         require(self.memory_budget_mib > 0, "memory_budget_mib", self.memory_budget_mib, "a size above 0")
         require(0 < self.memory_fraction <= 1, "memory_fraction", self.memory_fraction, "a share in (0, 1]")
+        share, below = self.colocated_share, f"a share in [0, memory_fraction={self.memory_fraction:g})"
+        require(0 <= share < self.memory_fraction, "colocated_share", share, below)
         for name in SHAPES:
             at_least(name, getattr(self, name), 1, LARGEST)
         at_least("warmup", self.warmup, 0, LARGEST)
