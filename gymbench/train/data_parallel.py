@@ -202,13 +202,17 @@ def _ray_answer(ray: Any, run: Any, index: int) -> Any:
 
 
 def _ray_heartbeats(ray: Any, ranks: list[Any]) -> list[Any]:
+    """Each actor's heartbeat, under the rank the driver gave it (an actor asked before its run
+    began does not know its rank yet)."""
     calls = [rank.heartbeat.remote() for rank in ranks]
     snapshots = []
-    for call in calls:
+    for index, call in enumerate(calls):
         try:
-            snapshots.append(ray.get(call, timeout=5))
+            snapshot = ray.get(call, timeout=5)
         except Exception:  # noqa: BLE001 - a rank that cannot answer now is judged by its silence
             snapshots.append(None)
+            continue
+        snapshots.append({**snapshot, "beat": {**snapshot["beat"], "rank": index}})
     return snapshots
 
 

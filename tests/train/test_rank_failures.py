@@ -14,7 +14,7 @@ from gymbench import Component, Recorder, hookimpl
 from gymbench.errors import GymbenchError
 from gymbench.settings import build_settings
 from gymbench.testing import make_plugins
-from gymbench.train import ddp
+from gymbench.train import data_parallel, ddp
 from gymbench.train.execute import train
 from gymbench.train.gpu_monitor import GpuMonitor
 from gymbench.train.rank_watch import STARTUP_S, Progress, RankWatch, failure_of
@@ -164,3 +164,25 @@ def test_a_gpu_rank_samples_its_own_gpu_and_a_cpu_rank_says_it_has_none() -> Non
     with ddp._gpu_monitor(Session()) as nothing:  # type: ignore[arg-type]
         assert nothing is None
     assert ddp.NO_GPU["available"] is False and "no GPU" in str(ddp.NO_GPU["reason"])
+
+
+def test_a_ray_actor_asked_before_its_run_began_is_counted_under_its_rank() -> None:
+    """An actor's heartbeat can arrive before its run set its rank: the driver's index names it."""
+
+    class Method:
+        def __init__(self, answer: dict[str, Any]) -> None:
+            self.answer = answer
+
+        def remote(self) -> dict[str, Any]:
+            return self.answer
+
+    class Actor:
+        def __init__(self) -> None:
+            self.heartbeat = Method(snapshot(-1, 0, "starting"))
+
+    class FakeRay:
+        def get(self, call: dict[str, Any], timeout: float) -> dict[str, Any]:
+            return call
+
+    beats = data_parallel._ray_heartbeats(FakeRay(), [Actor(), Actor()])
+    assert [beat["beat"]["rank"] for beat in beats] == [0, 1]
