@@ -21,8 +21,9 @@ STEPS = ("lm", "rl")
 TRIAL_ALLOCATORS = ("default", "fixed")
 DEFAULT_MARGIN = 0.08
 """The share of the memory budget the chosen batch leaves unused in every verification run (and the
-share of the largest fit it starts below). Measured: held in 100% of 60 fresh capped processes over 3 unseen
-shapes (benches/oom_hold_rate.py, docs/training.md), where 0.05 of the batch held in fewer."""
+share of the largest fit it starts below): a process's footprint varies by a few percent from one
+fresh process to the next (glibc's dynamic malloc thresholds, thread arenas), and 5% of the batch
+left 0.6-2% of the budget on unseen shapes. Hold rates measured in docs/training.md."""
 
 
 @dataclass(frozen=True)

@@ -153,6 +153,11 @@ def run_rank(
         with waiting(progress, "the last barrier"):
             dist.barrier()
         return {"ranks": gathered} if rank == 0 else None
+    except Exception as exc:
+        # Recorded before the group is torn down: tearing it down is what makes the other ranks'
+        # collectives fail, and their errors must come after this one's.
+        progress.failure = failure_of(rank, exc)
+        raise
     finally:
         dist.destroy_process_group()
 
@@ -169,7 +174,7 @@ def run_recorded(job: Mapping[str, Any], factory: ModelFactory | None, progress:
     try:
         return run_rank(job, factory, progress)
     except Exception as exc:
-        progress.failure = failure_of(progress.rank, exc)
+        progress.failure = progress.failure or failure_of(progress.rank, exc)
         raise
 
 
