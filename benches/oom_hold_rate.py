@@ -64,11 +64,13 @@ def main() -> int:
     parser.add_argument("--budget-mib", type=float, default=160.0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--shape", action="append", type=int, help="only these shapes (0-based), repeatable")
     args = parser.parse_args()
     import gymbench
 
     rows = []
-    for name in SHAPES:
+    names = list(SHAPES)
+    for name in [names[i] for i in args.shape] if args.shape else names:
         rows.append(hold_rate(name, args.runs, args.budget_mib, args.threads))
         print(json.dumps(rows[-1]), flush=True)
     held, runs = sum(int(r["held"]) for r in rows), sum(int(r["runs"]) for r in rows)  # type: ignore[call-overload]

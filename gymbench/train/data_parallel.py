@@ -205,7 +205,7 @@ def _ray_heartbeats(ray: Any, ranks: list[Any]) -> list[Any]:
     """Each actor's heartbeat, under the rank the driver gave it (an actor asked before its run
     began does not know its rank yet)."""
     calls = [rank.heartbeat.remote() for rank in ranks]
-    snapshots = []
+    snapshots: list[dict[str, Any] | None] = []
     for index, call in enumerate(calls):
         try:
             snapshot = ray.get(call, timeout=5)

@@ -27,6 +27,7 @@ import hashlib
 import os
 import pickle
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
@@ -298,6 +299,7 @@ class RankActor:
         """The rank's figures (rank 0) or None; a failure comes back as ``{"failure": ...}``, not raised."""
         os.environ.update(environment)
         self.progress.rank = int(environment["RANK"])
+        self.progress.worker = threading.get_ident()
         try:
             return run_recorded(job, factory, self.progress)
         except Exception:  # noqa: BLE001 - recorded in progress, which the driver reads

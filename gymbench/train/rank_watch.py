@@ -5,13 +5,15 @@ peer" on rank 0, long after), and a rank that stops making progress holds every 
 next all-reduce until gloo's 300 s timeout. So each rank keeps a side channel to the driver:
 
 - a **heartbeat**: a counter the rank's training loop advances at every phase of every step (in
-  memory, so a beat costs nothing measurable), with where it is and whether it is waiting for the
-  others (a barrier, a gather); a thread publishes it (a file under torchrun, an actor method
+  memory, so a beat costs nothing measurable), with where it is, whether it is waiting for the
+  others (a barrier, a gather), and the CPU time its working thread has used (a long phase
+  computes; a hung rank does not); a thread publishes it (a file under torchrun, an actor method
   under Ray) every :data:`BEAT_INTERVAL_S`;
 - its **own error**, recorded the moment it raises, before the other ranks notice.
 
 The driver reads both while the ranks run. The first recorded error is the cause (the others'
-errors follow from it), said in one line. When no rank's counter has moved for the hang timeout,
+errors follow from it), said in one line. When no rank's counter has moved and no rank has
+computed (:data:`BUSY_CPU_S` of CPU) for the hang timeout,
 the rank that hung is the one furthest behind among those not waiting for the others: the ranks
 run the same phases in the same order, so the ones blocked in a collective are ahead of it.
 
@@ -32,6 +34,9 @@ from gymbench.jsonio import read_json_file, write_json_atomic
 
 BEAT_INTERVAL_S = 0.5
 """How often a rank publishes its heartbeat; the driver polls at the same pace."""
+BUSY_CPU_S = 0.1
+"""CPU time the rank's working thread must use between polls to count as progress: a rank in a long
+phase computes, a hung one (asleep, deadlocked, blocked in a collective) does not."""
 STARTUP_S = 60.0
 """How long a rank may take to publish its first heartbeat (start a Python, import torch) before it
 is named as hung, when the hang timeout is shorter: start-up under load is slow, not hung."""
@@ -46,6 +51,8 @@ class Beat:
     where: str
     waiting: bool
     pid: int
+    cpu_s: float = 0.0
+    """CPU time of the thread that runs the rank's work."""
 
 
 @dataclass(frozen=True)
@@ -76,14 +83,23 @@ class Progress:
         self.rank, self.pid = rank, pid
         self.count, self.where, self.waiting = 0, "starting", False
         self.failure: RankFailure | None = None
+        self.worker = threading.get_ident()
+        """The thread whose CPU time counts (Ray runs an actor's method in a thread of its own)."""
 
     def advance(self, where: str, waiting: bool = False) -> None:
         self.count += 1
         self.where, self.waiting = where, waiting
 
     def snapshot(self) -> dict[str, Any]:
-        beat = Beat(self.rank, self.count, self.where, self.waiting, self.pid)
+        beat = Beat(self.rank, self.count, self.where, self.waiting, self.pid, _thread_cpu_s(self.worker))
         return {"beat": asdict(beat), "failure": asdict(self.failure) if self.failure else None}
+
+
+def _thread_cpu_s(ident: int) -> float:
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(ident))
+    except (OSError, AttributeError):  # the thread ended, or no per-thread clocks here
+        return 0.0
 
 
 class FilePublisher:
@@ -132,6 +148,7 @@ class RankWatch:
         self.beats: dict[int, Beat] = {}
         self.failures: dict[int, RankFailure] = {}
         self._progress: tuple[int, ...] = ()
+        self._cpu: list[float] = []
         self._started = self._since = clock()
 
     def observe(self, snapshots: Iterable[Mapping[str, Any]]) -> None:
@@ -142,8 +159,10 @@ class RankWatch:
                 failure = RankFailure(**snapshot["failure"])
                 self.failures.setdefault(failure.rank, failure)
         progress = tuple(self.beats[rank].count if rank in self.beats else -1 for rank in range(self.ranks))
-        if progress != self._progress:
-            self._progress, self._since = progress, self.clock()
+        cpu = [self.beats[rank].cpu_s if rank in self.beats else 0.0 for rank in range(self.ranks)]
+        busy = any(now - before >= BUSY_CPU_S for now, before in zip(cpu, self._cpu, strict=False))
+        if progress != self._progress or busy:
+            self._progress, self._cpu, self._since = progress, cpu, self.clock()
 
     def first_failure(self) -> RankFailure | None:
         """The cause: the error recorded first (the other ranks' errors follow from it)."""

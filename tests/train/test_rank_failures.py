@@ -186,3 +186,26 @@ def test_a_ray_actor_asked_before_its_run_began_is_counted_under_its_rank() -> N
 
     beats = data_parallel._ray_heartbeats(FakeRay(), [Actor(), Actor()])
     assert [beat["beat"]["rank"] for beat in beats] == [0, 1]
+
+
+def test_a_rank_that_computes_in_a_long_phase_is_not_hung() -> None:
+    """The counter stands still through a long forward, but the rank's thread uses CPU: not hung.
+    A rank asleep or blocked uses none, and is named once the timeout passes."""
+    clock = FakeClock()
+    watch = RankWatch(2, hang_s=5, clock=clock)
+    for second in range(20):
+        clock.now = float(second)
+        busy = {**snapshot(0, 7, "step 1 forward"), "beat": {**snapshot(0, 7, "step 1 forward")["beat"],
+                                                             "cpu_s": 0.8 * second}}  # fmt: skip
+        watch.observe([busy, snapshot(1, 7, "step 1 forward")])
+        assert watch.hung() is None
+    watch.observe([{**busy}, snapshot(1, 7, "step 1 forward")])  # rank 0's CPU time stops growing
+    clock.now = 25.0
+    assert watch.hung() is not None
+
+
+def test_the_heartbeat_counts_the_cpu_time_of_the_working_thread() -> None:
+    progress = Progress(0, 1)
+    before = progress.snapshot()["beat"]["cpu_s"]
+    sum(i * i for i in range(300_000))
+    assert progress.snapshot()["beat"]["cpu_s"] > before
