@@ -16,7 +16,7 @@ from typing import Literal
 
 from gymbench.callgrind import INSTRUCTIONS_UNIT
 from gymbench.gate.counts import counts_mismatch
-from gymbench.gate.matching import SuiteMatch, match_benchmarks
+from gymbench.gate.matching import SuiteMatch, match_benchmarks, unlike_work
 from gymbench.gate.noise import NoiseTable
 from gymbench.gate.settings import CompareSettings, is_speed_unit, log_threshold
 from gymbench.gate.stats import (
@@ -153,6 +153,9 @@ def compare_runs(
     match = match_benchmarks(baseline, candidate)
     pairs = _pairs(match, baseline, candidate, settings)
     skipped = _unknown_metrics(baseline, candidate, settings)
+    unlike = unlike_work(baseline, candidate, match.common)
+    pairs = [pair for pair in pairs if pair[0] not in unlike]
+    skipped += [Skipped(bench_id, why) for bench_id, why in unlike.items()]
     mismatch = counts_mismatch(baseline, candidate)
     if mismatch is not None:
         counted = [(b, m) for b, m in pairs if _unit(candidate, b, m) == INSTRUCTIONS_UNIT]

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from gymbench.record import ResultsRecord
 
 RENAME_SIMILARITY = 0.8
+WORK_KEY = "work"
+"""The parameter holding the digest of everything that defines a benchmark's work (``gymbench train``
+sets it; the pytest API keeps each job's parameters in ``extra[job]``)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,41 @@ def match_benchmarks(baseline: Sequence[ResultsRecord], candidate: Sequence[Resu
         missing=[b for b in missing if b not in paired_old],
         renamed=renamed,
     )
+
+
+def unlike_work(
+    baseline: Sequence[ResultsRecord], candidate: Sequence[ResultsRecord], common: Sequence[str]
+) -> dict[str, str]:
+    """Shared ids whose work differs between the sides (a pytest benchmark whose settings changed
+    keeps its test id), each with why: comparing them would measure the change of settings."""
+    base, cand = _work_digests(baseline), _work_digests(candidate)
+    unlike = {}
+    for bench_id in common:
+        before, after = base.get(bench_id, set()), cand.get(bench_id, set())
+        if before and after and before != after:
+            unlike[bench_id] = (
+                f"not compared: its work differs (work digest {', '.join(sorted(before))} in the baseline, "
+                f"{', '.join(sorted(after))} in the candidate); a setting that changes the step changed. "
+                "Save a new baseline for these settings"
+            )
+    return unlike
+
+
+def _work_digests(records: Sequence[ResultsRecord]) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for record in records:
+        for bench in record.benchmarks:
+            params = [bench.params] + [
+                job["params"]
+                for jobs in bench.extra.values()
+                if isinstance(jobs, list)
+                for job in jobs
+                if isinstance(job, dict) and isinstance(job.get("params"), dict)
+            ]
+            digests = {str(p[WORK_KEY]) for p in params if WORK_KEY in p}
+            if digests:
+                found.setdefault(bench.id, set()).update(digests)
+    return found
 
 
 def _renames(

@@ -19,6 +19,11 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 STEPS = ("lm", "rl")
 TRIAL_ALLOCATORS = ("default", "fixed")
+DEFAULT_MARGIN = 0.08
+"""The share of the memory budget the chosen batch leaves unused in every verification run (and the
+share of the largest fit it starts below): a process's footprint varies by a few percent from one
+fresh process to the next (glibc's dynamic malloc thresholds, thread arenas), and 5% of the batch
+left 0.6-2% of the budget on unseen shapes. Hold rates measured in docs/training.md."""
 
 
 @dataclass(frozen=True)
@@ -38,11 +43,13 @@ class StepSettings:
         default=None, metadata=doc("NeMo RL's checkpoint_ratio (0.5 = every other block)")
     )
     accumulation: int = field(default=1, metadata=doc("micro-batches per step; the global batch stays"))
-    steps: int = field(default=10, metadata=doc("measured steps"))
-    warmup: int = field(default=2, metadata=doc("unmeasured steps first"))
+    steps: int = field(default=10, metadata=doc("measured steps", run_neutral=True))
+    warmup: int = field(default=2, metadata=doc("unmeasured steps first", run_neutral=True))
     device: str = field(default="auto", metadata=doc("auto, cpu, cuda or cuda:N"))
-    lr: float = field(default=1e-4, metadata=doc("AdamW learning rate at base_batch"))
-    base_batch: int | None = field(default=None, metadata=doc("the batch lr was tuned for; the √ rule rescales it"))
+    lr: float = field(default=1e-4, metadata=doc("AdamW learning rate at base_batch", run_neutral=True))
+    base_batch: int | None = field(
+        default=None, metadata=doc("the batch lr was tuned for; the √ rule rescales it", run_neutral=True)
+    )
     seed: int = field(default=0, metadata=doc("random seed"))
     threads: int | None = field(default=None, metadata=doc("torch CPU threads (default: torch's choice)"))
     step: str = field(

@@ -7,6 +7,10 @@ environment contract: ``torchrun --standalone`` on this machine, or one plain Ra
 number of CPU threads, said in the record, because Ray starts workers with
 ``OMP_NUM_THREADS=1`` and torchrun does the same when it is unset.
 
+A rank that fails is named with its own error, and a rank that hangs is named within
+``rank_hang_s`` seconds (:mod:`gymbench.train.rank_watch`): the driver watches the ranks'
+heartbeats while they run and stops the others at once.
+
 The figures: step time (the slowest rank sets it), tokens/s overall and per rank, the exposed
 all-reduce share (a synced step against an unsynced one, paired), a bare all-reduce of the
 gradient's size, and scaling efficiency against one process doing its rank's share alone.
@@ -14,11 +18,15 @@ gradient's size, and scaling efficiency against one process doing its rank's sha
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import pickle
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -30,6 +38,7 @@ from gymbench.errors import GymbenchError
 from gymbench.jsonio import read_json_file, write_json_atomic
 from gymbench.measure import Recorder
 from gymbench.train.config import TrainConfig
+from gymbench.train.rank_watch import BEAT_INTERVAL_S, RankWatch, read_folder
 from gymbench.types import JSONObject
 
 if TYPE_CHECKING:
@@ -51,24 +60,75 @@ def threads_per_rank(dp: int, asked: int | None) -> int:
     return asked or max(1, (os.cpu_count() or 1) // dp)
 
 
-def launch(job: dict[str, Any], dp: int, launcher: str, factory: ModelFactory, ray_address: str | None) -> JSONObject:
+def launch(
+    job: dict[str, Any], dp: int, launcher: str, factory: ModelFactory, ray_address: str | None, hang_s: float
+) -> JSONObject:
     if launcher == "ray":
-        return _launch_ray(job, dp, factory, ray_address)
-    return _launch_torchrun(job, dp)
+        return _launch_ray(job, dp, factory, ray_address, hang_s)
+    return _launch_torchrun(job, dp, factory, hang_s)
 
 
-def _launch_torchrun(job: dict[str, Any], dp: int) -> JSONObject:
+def _launch_torchrun(job: dict[str, Any], dp: int, factory: ModelFactory, hang_s: float) -> JSONObject:
+    """The ranks get the driver's model factory pickled, as Ray's actors do: a model a plugin
+    registered at run time (a pytest plugin) is then the model every rank builds."""
+    from gymbench.train.ddp import RANK_FOLDER_ENV
+
     with tempfile.TemporaryDirectory(prefix="gymbench-dp-") as scratch:
         job_path, result_path = Path(scratch) / "job.json", Path(scratch) / "result.json"
-        write_json_atomic(job_path, job)
+        folder, log_path = Path(scratch) / "ranks", Path(scratch) / "torchrun.log"
+        folder.mkdir()
+        factory_path = Path(scratch) / "factory.pickle"
+        factory_path.write_bytes(pickle.dumps(factory))
+        write_json_atomic(job_path, {**job, "factory": str(factory_path)})
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={dp}",
                    "-m", "gymbench.train.ddp", str(job_path), str(result_path)]  # fmt: skip
-        environment = {**os.environ, "OMP_NUM_THREADS": str(job["config"]["threads"])}
-        done = subprocess.run(command, env=environment, capture_output=True, timeout=TIMEOUT_S, check=False)
-        if done.returncode != 0 or not result_path.exists():
-            status = done.returncode
+        environment = {**os.environ, "OMP_NUM_THREADS": str(job["config"]["threads"]), RANK_FOLDER_ENV: str(folder)}
+        with log_path.open("wb") as log:
+            ranks = subprocess.Popen(command, env=environment, stdout=log, stderr=log, start_new_session=True)
+            try:
+                status = _watch_torchrun(ranks, str(folder), dp, hang_s)
+            finally:
+                _stop(ranks)
+        if status != 0 or not result_path.exists():
+            done = subprocess.CompletedProcess(command, status, b"", log_path.read_bytes())
             raise GymbenchError(f"torchrun with {dp} ranks failed (exit status {status}): {_last_error(done)}")
         return read_json_file(result_path, "data-parallel result")
+
+
+def _watch_torchrun(ranks: subprocess.Popen[bytes], folder: str, dp: int, hang_s: float) -> int:
+    """Poll the ranks' heartbeats until torchrun exits; a rank's error or a hang ends the run at once."""
+    watch, deadline = RankWatch(dp, hang_s), time.monotonic() + TIMEOUT_S
+    while True:
+        status = ranks.poll()
+        watch.observe(read_folder(folder))
+        _raise_on_trouble(watch, f"torchrun with {dp} ranks")
+        if status is not None:
+            return status
+        if time.monotonic() > deadline:
+            raise GymbenchError(f"torchrun with {dp} ranks did not finish in {TIMEOUT_S} s")
+        time.sleep(BEAT_INTERVAL_S)
+
+
+def _raise_on_trouble(watch: RankWatch, what: str) -> None:
+    failure = watch.first_failure()
+    if failure is not None:
+        raise GymbenchError(f"{what}: {failure.line()}")
+    hung = watch.hung()
+    if hung is not None:
+        raise GymbenchError(f"{what}: {hung}")
+
+
+def _stop(ranks: subprocess.Popen[bytes]) -> None:
+    """torchrun and its ranks (one process group of their own): TERM, then KILL after a grace."""
+    for sent in (signal.SIGTERM, signal.SIGKILL):
+        if ranks.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):  # ended between the poll and the signal
+            os.killpg(ranks.pid, sent)
+        try:
+            ranks.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _last_error(done: subprocess.CompletedProcess[bytes]) -> str:
@@ -78,7 +138,7 @@ def _last_error(done: subprocess.CompletedProcess[bytes]) -> str:
     return lines[-1].strip() if lines else "no error message from the ranks"
 
 
-def _launch_ray(job: dict[str, Any], dp: int, factory: ModelFactory, address: str | None) -> JSONObject:
+def _launch_ray(job: dict[str, Any], dp: int, factory: ModelFactory, address: str | None, hang_s: float) -> JSONObject:
     try:
         import ray
     except ImportError:
@@ -91,19 +151,69 @@ def _launch_ray(job: dict[str, Any], dp: int, factory: ModelFactory, address: st
         options: dict[str, Any] = {"address": "local", "num_cpus": dp * threads, "include_dashboard": False}
         quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
         ray.init(**(options if address is None else {"address": address}), **quiet)
+    ranks: list[Any] = []
     try:
         gpus = 1 if job["backend"] == "nccl" else 0
         environment = {"OMP_NUM_THREADS": str(threads)}
-        actor = ray.remote(num_cpus=threads, num_gpus=gpus, runtime_env={"env_vars": environment})(RankActor)
-        ranks: list[Any] = [actor.remote() for _ in range(dp)]
+        actor = ray.remote(RankActor).options(num_cpus=threads, num_gpus=gpus, max_concurrency=2,
+                                              runtime_env={"env_vars": environment})  # fmt: skip
+        ranks = [actor.remote() for _ in range(dp)]
         host, port = ray.get(ranks[0].address.remote())
         contract = {"WORLD_SIZE": str(dp), "MASTER_ADDR": host, "MASTER_PORT": str(port), **environment}
         runs = [rank.run.remote(job, {**contract, "RANK": str(i), "LOCAL_RANK": "0"}, factory) for i, rank in
                 enumerate(ranks)]  # fmt: skip
-        return ray.get(runs, timeout=TIMEOUT_S)[0]
+        return _watch_ray(ray, ranks, runs, hang_s)
     finally:
+        for rank in ranks:
+            ray.kill(rank)
         if started_here:
             ray.shutdown()
+
+
+def _watch_ray(ray: Any, ranks: list[Any], runs: list[Any], hang_s: float) -> JSONObject:
+    """Wait for the ranks' runs, reading their heartbeats between waits (the actors answer while they run)."""
+    what = f"Ray with {len(ranks)} ranks"
+    watch, deadline = RankWatch(len(ranks), hang_s), time.monotonic() + TIMEOUT_S
+    answers: dict[int, Any] = {}
+    while len(answers) < len(runs):
+        pending = [run for index, run in enumerate(runs) if index not in answers]
+        done, _ = ray.wait(pending, num_returns=len(pending), timeout=BEAT_INTERVAL_S)
+        for run in done:
+            answers[runs.index(run)] = _ray_answer(ray, run, runs.index(run))
+        watch.observe([snapshot for snapshot in _ray_heartbeats(ray, ranks) if snapshot is not None])
+        watch.observe([answer for answer in answers.values() if isinstance(answer, dict) and "beat" in answer])
+        _raise_on_trouble(watch, what)
+        if time.monotonic() > deadline:
+            raise GymbenchError(f"{what} did not finish in {TIMEOUT_S} s")
+    return answers[0]
+
+
+def _ray_answer(ray: Any, run: Any, index: int) -> Any:
+    """A run's answer; a failure becomes a snapshot the watch reads, a dead actor one line."""
+    try:
+        answer = ray.get(run)
+    except Exception as exc:  # noqa: BLE001 - Ray's errors for a dead actor or worker
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise GymbenchError(f"Ray with rank {index}: its actor died ({type(exc).__name__}: {reason[:300]})") from None
+    if isinstance(answer, dict) and "failure" in answer:
+        beat = {"rank": index, "count": -1, "where": "failed", "waiting": False, "pid": 0}
+        return {"beat": beat, "failure": answer["failure"]}
+    return answer
+
+
+def _ray_heartbeats(ray: Any, ranks: list[Any]) -> list[Any]:
+    """Each actor's heartbeat, under the rank the driver gave it (an actor asked before its run
+    began does not know its rank yet)."""
+    calls = [rank.heartbeat.remote() for rank in ranks]
+    snapshots: list[dict[str, Any] | None] = []
+    for index, call in enumerate(calls):
+        try:
+            snapshot = ray.get(call, timeout=5)
+        except Exception:  # noqa: BLE001 - a rank that cannot answer now is judged by its silence
+            snapshots.append(None)
+            continue
+        snapshots.append({**snapshot, "beat": {**snapshot["beat"], "rank": index}})
+    return snapshots
 
 
 def summarise(ranks: Sequence[Mapping[str, Any]]) -> JSONObject:
@@ -139,8 +249,8 @@ def record(
     recorder.record("allreduce_time", figures["allreduce_s"], "s", "lower")
     recorder.record("scaling_efficiency", figures["scaling_efficiency"], "ratio", "higher")
     recorder.record("reference_step_time", figures["reference_step_s"], "s", "lower")
-    environments = [{key: rank[key] for key in ("rank", "host", "pid", "nice", "omp_num_threads", "torch_threads")}
-                    for rank in ranks]  # fmt: skip
+    keys = ("rank", "host", "pid", "nice", "omp_num_threads", "torch_threads", "gpu")
+    environments = [{key: rank[key] for key in keys if key in rank} for rank in ranks]
     recorder.extra.update(
         data_parallel={
             **setup,
@@ -151,7 +261,7 @@ def record(
     )
 
 
-def summary_lines(figures: dict[str, Any], setup: dict[str, Any]) -> list[str]:
+def summary_lines(figures: dict[str, Any], setup: dict[str, Any], ranks: Sequence[Mapping[str, Any]] = ()) -> list[str]:
     median = float(np.median(figures["step_s"]))
     share = float(np.median(figures["allreduce_exposed_share"]))
     allreduce = float(np.median(figures["allreduce_s"]))
@@ -167,4 +277,14 @@ def summary_lines(figures: dict[str, Any], setup: dict[str, Any]) -> list[str]:
         f"scaling efficiency {figures['scaling_efficiency']:.2f} against one process on its rank's share "
         f"({float(np.median(figures['reference_step_s'])) * 1e3:.1f} ms/step)",
         "replicas   " + ("bit-identical after synced steps" if figures["replicas_identical"] else "DIFFER (a bug)"),
+        "gpu monitor " + "; ".join(f"rank {index}: {_gpu_text(rank.get('gpu'))}" for index, rank in enumerate(ranks)),
     ]
+
+
+def _gpu_text(gpu: Mapping[str, Any] | None) -> str:
+    if not gpu:
+        return "not sampled"
+    if "utilisation_median_pct" not in gpu:
+        return f"not sampled ({gpu.get('reason') or 'no samples'})"
+    used = gpu["memory_used_max_bytes"] / (1 << 20)
+    return f"utilisation median {gpu['utilisation_median_pct']:.0f}%, memory used max {used:.0f} MiB"

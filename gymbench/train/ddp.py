@@ -13,17 +13,26 @@ nothing here knows which launcher started it. Each rank trains the model wrapped
   reference for the scaling efficiency.
 
 Every rank's figures are gathered to rank 0, which returns (or, under torchrun, writes) them.
+Each rank keeps a heartbeat and records its own error (:mod:`gymbench.train.rank_watch`), so the
+driver names a failing rank with its own error and a hung rank within seconds. With nccl a rank
+binds its GPU (``torch.cuda.set_device(local_rank)``) before the process group starts: otherwise
+every rank's collectives (``all_gather_object`` among them) would run on ``cuda:0``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import os
+import pickle
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -32,22 +41,61 @@ from torch.nn.parallel import DistributedDataParallel
 
 from gymbench.jsonio import read_json_file, write_json_atomic
 from gymbench.train.config import TrainConfig
+from gymbench.train.gpu_monitor import GpuMonitor
+from gymbench.train.phases import PhaseObserver
+from gymbench.train.rank_watch import FilePublisher, Progress, failure_of
 from gymbench.train.session import ModelFactory, TrainSession
 from gymbench.types import JSONObject
 
 CONTRACT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 INIT_TIMEOUT_S = 300
+RANK_FOLDER_ENV = "GYMBENCH_RANK_FOLDER"
+"""Under torchrun: the folder where each rank publishes its heartbeat and error for the driver."""
+NO_GPU = {"available": False, "reason": "no GPU: this rank runs on the CPU (gloo)"}
+
+
+class PhaseBeats:
+    """A phase observer that advances the rank's heartbeat at every phase of a step."""
+
+    def __init__(self, progress: Progress, step: str) -> None:
+        self.progress, self.step = progress, step
+
+    def start(self) -> None:
+        return None
+
+    def phase(self, name: str) -> AbstractContextManager[Any]:
+        self.progress.advance(f"{self.step} {name}")
+        return contextlib.nullcontext()
+
+    def mark(self, event: str) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def waiting(progress: Progress, what: str) -> Iterator[None]:
+    """A collective the rank waits in for the others: a rank stuck here is not the one that hung."""
+    progress.advance(f"waiting at {what}", waiting=True)
+    yield
+    progress.advance(f"past {what}")
 
 
 class DataParallelSession(TrainSession):
     """A session whose forward goes through DDP (gradients averaged across ranks in backward)."""
 
-    def __init__(self, factory: ModelFactory, config: TrainConfig, rank: int) -> None:
+    def __init__(self, factory: ModelFactory, config: TrainConfig, rank: int, progress: Progress) -> None:
+        progress.advance("building the model")
         super().__init__(factory, config)  # the same seed everywhere: the same initial weights
+        self.progress = progress
+        self.steps_taken = 0
         self.generator.manual_seed(config.seed + 1 + rank)  # each rank its own data
         device_ids = [self.device.index] if self.device.type == "cuda" else None
-        self.replica = DistributedDataParallel(self.model, device_ids=device_ids)
+        with waiting(progress, "DDP's broadcast of the initial weights"):
+            self.replica = DistributedDataParallel(self.model, device_ids=device_ids)
         self.through_replica = True
+
+    def step(self, observer: PhaseObserver | None = None) -> torch.Tensor:
+        self.steps_taken += 1
+        return super().step(observer or PhaseBeats(self.progress, f"step {self.steps_taken}"))
 
     def forward(self, batch: Any) -> torch.Tensor:
         module = self.replica if self.through_replica else self.model
@@ -75,29 +123,60 @@ def rank_environment() -> JSONObject:
     }
 
 
-def run_rank(job: Mapping[str, Any], factory: ModelFactory | None = None) -> JSONObject | None:
+def run_rank(
+    job: Mapping[str, Any], factory: ModelFactory | None = None, progress: Progress | None = None
+) -> JSONObject | None:
     """This rank's part; rank 0 returns every rank's figures, the others None."""
     missing = [name for name in CONTRACT if name not in os.environ]
     if missing:
         raise RuntimeError(f"not started by a launcher: {', '.join(missing)} unset (torchrun's environment)")
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    progress = progress or Progress(rank, os.getpid())
     config = TrainConfig(**{**job["config"], "model_config": dict(job["config"]["model_config"])})
     if job["backend"] == "nccl":
         config = TrainConfig(**{**config.to_dict(), "device": f"cuda:{local_rank}"})
-    dist.init_process_group(job["backend"], timeout=timedelta(seconds=INIT_TIMEOUT_S))
+        torch.cuda.set_device(local_rank)  # before the group starts: nccl's communicator takes the current device
+    with waiting(progress, "the process group's start"):
+        dist.init_process_group(job["backend"], timeout=timedelta(seconds=INIT_TIMEOUT_S))
     try:
-        session = DataParallelSession(factory or _factory(config.model), config, rank)
-        figures = {**rank_environment(), **_measure(session, int(job["steps"]), int(job["warmup"]), rank)}
+        session = DataParallelSession(factory or _factory(config.model), config, rank, progress)
+        with _gpu_monitor(session) as monitor:
+            measured = _measure(session, int(job["steps"]), int(job["warmup"]), rank)
+        gpu = monitor.report.to_dict() if monitor is not None else NO_GPU
+        figures = {**rank_environment(), **measured, "gpu": gpu}
         gathered: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, figures)
+        with waiting(progress, "the gather of the figures"):
+            dist.all_gather_object(gathered, figures)
         # No rank tears gloo down while another still talks to it: without this, a rank that
         # finishes first sometimes aborts in teardown ("terminate called without an active exception").
         del session
         gc.collect()  # DDP's reducer holds the process group: drop it before the group is destroyed
-        dist.barrier()
+        with waiting(progress, "the last barrier"):
+            dist.barrier()
         return {"ranks": gathered} if rank == 0 else None
+    except Exception as exc:
+        # Recorded before the group is torn down: tearing it down is what makes the other ranks'
+        # collectives fail, and their errors must come after this one's.
+        progress.failure = failure_of(rank, exc)
+        raise
     finally:
         dist.destroy_process_group()
+
+
+def _gpu_monitor(session: TrainSession) -> AbstractContextManager[GpuMonitor | None]:
+    """NVML sampling of the rank's own GPU; on the CPU nothing (the figures say "no GPU")."""
+    if session.device.type != "cuda":
+        return contextlib.nullcontext()
+    return GpuMonitor(session.device.index or 0)
+
+
+def run_recorded(job: Mapping[str, Any], factory: ModelFactory | None, progress: Progress) -> JSONObject | None:
+    """:func:`run_rank`, recording the rank's own error in ``progress`` the moment it raises."""
+    try:
+        return run_rank(job, factory, progress)
+    except Exception as exc:
+        progress.failure = progress.failure or failure_of(progress.rank, exc)
+        raise
 
 
 def _factory(model: str) -> ModelFactory:
@@ -108,7 +187,8 @@ def _factory(model: str) -> ModelFactory:
 
 def _timed(session: DataParallelSession, step: Callable[[], Any], together: bool = True) -> float:
     if together:
-        dist.barrier()  # every rank starts the step at once: the slowest then sets the pace
+        with waiting(session.progress, f"the barrier before step {session.steps_taken + 1}"):
+            dist.barrier()  # every rank starts the step at once: the slowest then sets the pace
     session.synchronize()
     started = time.perf_counter()
     step()
@@ -141,37 +221,69 @@ def _measure(session: DataParallelSession, steps: int, warmup: int, rank: int) -
 
 def _bare_allreduce(session: DataParallelSession, repeats: int) -> list[float]:
     buffer = torch.ones(session.gradient_elements(), dtype=torch.float32, device=session.device)
-    return [_timed(session, lambda: dist.all_reduce(buffer)) for _ in range(repeats + 1)][1:]
+
+    def all_reduce() -> None:
+        with waiting(session.progress, "a bare all-reduce"):
+            dist.all_reduce(buffer)
+
+    return [_timed(session, all_reduce) for _ in range(repeats + 1)][1:]
 
 
 def _reference(session: DataParallelSession, steps: int, warmup: int, rank: int) -> list[float]:
     """Rank 0 alone, no DDP, the same per-rank batch: what one process does (``--dp 1``)."""
-    dist.barrier()
+    with waiting(session.progress, "the barrier before the one-process reference"):
+        dist.barrier()
     times: list[float] = []
     if rank == 0:
         session.through_replica = False
         times = [_timed(session, session.step, together=False) for _ in range(warmup + steps)][warmup:]
-    dist.barrier()
+    with waiting(session.progress, "the barrier after the one-process reference (rank 0 alone)"):
+        dist.barrier()
     return times
 
 
 def main() -> int:
-    """``torchrun ... -m gymbench.train.ddp JOB.json RESULT.json``: rank 0 writes the result."""
+    """``torchrun ... -m gymbench.train.ddp JOB.json RESULT.json``: rank 0 writes the result.
+
+    The rank publishes its heartbeat and, when it fails, its own error to the folder the driver
+    names (:data:`RANK_FOLDER_ENV`); the driver says the error, so the rank prints one line, not a
+    traceback.
+    """
     job_path, result_path = sys.argv[1:3]
-    result = run_rank(read_json_file(job_path, "data-parallel job"))
-    if result is not None:
-        write_json_atomic(result_path, result)
+    progress = Progress(int(os.environ.get("RANK", "0")), os.getpid())
+    folder = os.environ.get(RANK_FOLDER_ENV)
+    publisher = FilePublisher(progress, folder).start() if folder else None
+    status = 0
+    try:
+        job = read_json_file(job_path, "data-parallel job")
+        factory = pickle.loads(Path(job["factory"]).read_bytes()) if "factory" in job else None  # noqa: S301 - the driver's own file
+        result = run_recorded(job, factory, progress)
+        if result is not None:
+            write_json_atomic(result_path, result)
+    except Exception:  # noqa: BLE001 - recorded in progress; the driver reports it in one line
+        status = 1
+        failure = progress.failure
+        print(f"gymbench: error: {failure.line() if failure else 'rank failed'}", file=sys.stderr)
+    if publisher is not None:
+        publisher.stop()
     # The rank's work is done and its result is on disk. Interpreter finalization would now destroy
     # gloo's C++ objects, whose worker threads may still be joinable: under load that aborts the rank
     # ("terminate called without an active exception") and torchrun reports a failed job. Leave
     # without finalization instead, as the work it would tidy up is already complete.
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(status)
 
 
 class RankActor:
-    """A Ray actor holding one rank: the driver gives it torchrun's variables, then the job."""
+    """A Ray actor holding one rank: the driver gives it torchrun's variables, then the job.
+
+    It runs with two threads (``max_concurrency=2``), so that :meth:`heartbeat` answers while
+    :meth:`run` works: the side channel by which the driver sees progress and the rank's own error.
+    """
+
+    def __init__(self) -> None:
+        self.progress = Progress(-1, os.getpid())
 
     def address(self) -> tuple[str, int]:
         """This node's address and a free port, for rank 0 to be the rendezvous (MASTER_ADDR/PORT)."""
@@ -184,8 +296,17 @@ class RankActor:
             return ray.util.get_node_ip_address(), probe.getsockname()[1]
 
     def run(self, job: Mapping[str, Any], environment: Mapping[str, str], factory: ModelFactory) -> Any:
+        """The rank's figures (rank 0) or None; a failure comes back as ``{"failure": ...}``, not raised."""
         os.environ.update(environment)
-        return run_rank(job, factory)
+        self.progress.rank = int(environment["RANK"])
+        self.progress.worker = threading.get_ident()
+        try:
+            return run_recorded(job, factory, self.progress)
+        except Exception:  # noqa: BLE001 - recorded in progress, which the driver reads
+            return {"failure": self.progress.snapshot()["failure"]}
+
+    def heartbeat(self) -> dict[str, Any]:
+        return self.progress.snapshot()
 
 
 if __name__ == "__main__":

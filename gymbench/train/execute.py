@@ -17,6 +17,7 @@ from gymbench.jsonio import object_list
 from gymbench.measure import Recorder
 from gymbench.record import BenchmarkResult
 from gymbench.train.config import StepSettings, TrainConfig, length_source
+from gymbench.train.identity import record_params, work_definition
 from gymbench.train.settings import TrainSettings
 from gymbench.types import JSONObject
 
@@ -81,13 +82,19 @@ def execute(prepared: PreparedTrain, recorder: Recorder | None = None) -> TrainO
         report, lines = _search(prepared, recorder)
     else:
         report, lines = _benchmark(prepared, recorder)
-    keys = ("model", "step", "precision", "checkpointing", "accumulation", "batch", "packing")
-    params = {key: config.to_dict()[key] for key in keys}
+    definition = _work_definition(prepared)
+    recorder.extra.update(work=definition)
     name = f"train.{settings.find_batch}" if settings.find_batch else "train"
     if settings.dp > 1:
-        name, params = "train.dp", {**params, "dp": settings.dp, "launcher": settings.launcher}
-    result = recorder.result(name, params={**params, "size": config.model_config.get("size")})
+        name = "train.dp"
+    result = recorder.result(name, params=record_params(settings, config, definition))
     return TrainOutcome(result, lines, prepared.warnings, report)
+
+
+def _work_definition(prepared: PreparedTrain) -> dict[str, Any]:
+    from gymbench.train.session import resolve_device
+
+    return work_definition(prepared.settings, prepared.config, resolve_device(prepared.config.device).type)
 
 
 def train(settings: TrainSettings, plugins: Plugins, recorder: Recorder | None = None) -> TrainOutcome:
@@ -207,6 +214,7 @@ def _search(prepared: PreparedTrain, recorder: Recorder) -> tuple[SearchResult, 
         memory_fraction=settings.memory_fraction,
         progress=settings.progress,
         allocator=settings.trial_allocator,
+        colocated_share=settings.colocated_share,
     )
     recorder.record("largest_fit", result.largest_fit, "samples", "higher")
     recorder.record("chosen_batch", result.chosen, "samples", "higher")
@@ -231,6 +239,7 @@ def _halve(prepared: PreparedTrain, recorder: Recorder) -> tuple[list[Trial], li
         steps=settings.trial_steps,
         memory_fraction=settings.memory_fraction,
         allocator=settings.trial_allocator,
+        colocated_share=settings.colocated_share,
     )
     recorder.record("settled_batch", settled_batch(trials), "samples", "higher")
     recorder.record("tries", len(trials), "trials", "lower")
@@ -248,13 +257,14 @@ def _data_parallel(prepared: PreparedTrain, recorder: Recorder) -> tuple[JSONObj
     threads = dp.threads_per_rank(settings.dp, settings.threads)
     config = dp.rank_config(prepared.config, settings.dp, threads, settings.dist_backend)
     job = {"config": config.to_dict(), "backend": settings.dist_backend, "steps": config.steps, "warmup": config.warmup}
-    answer = dp.launch(job, settings.dp, settings.launcher, prepared.factory, settings.ray_address)
+    launcher, hang_s = settings.launcher, settings.rank_hang_s
+    answer = dp.launch(job, settings.dp, launcher, prepared.factory, settings.ray_address, hang_s)
     ranks = object_list(answer["ranks"], "the data-parallel job's ranks")
     figures = dp.summarise(ranks)
     setup = {"dp": settings.dp, "launcher": settings.launcher, "dist_backend": settings.dist_backend,
              "threads_per_rank": threads, "batch_per_rank": config.batch}  # fmt: skip
     dp.record(recorder, figures, ranks, setup)
-    return figures, dp.summary_lines(figures, setup)
+    return figures, dp.summary_lines(figures, setup, ranks)
 
 
 def _check_gpus(ranks: int) -> None:

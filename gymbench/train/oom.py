@@ -8,7 +8,12 @@ Then a safety margin, and fresh verification runs of the chosen size: Lightning'
 sizes that OOM later (its issues #8028, #9625, #20231), so the pass rate is part of the answer.
 Near the boundary the same size can fit in one process and fail in the next (under glibc's
 default, dynamic malloc settings a process's footprint varies by a few percent from run to run),
-so a verification failure backs the chosen size off by another margin and verifies again.
+so the margin is one of memory: every verification run of the chosen size must leave
+:data:`DEFAULT_MARGIN` of the budget unused (where the trials report their memory), and a run that
+fails, or leaves less, backs the size off (to where the trials' memory line leaves the margin, or
+by the margin's share of the batch) and verifies again. A batch margin alone is not enough: with a
+large fixed footprint (weights, optimizer state, allocator slack) 5% fewer samples can leave well
+under 1% of the budget free, which held in 2 of 3 fresh processes on an unseen shape.
 """
 
 from __future__ import annotations
@@ -22,11 +27,18 @@ import numpy as np
 from tqdm import tqdm
 
 from gymbench.errors import GymbenchError
+from gymbench.train.config import DEFAULT_MARGIN
 from gymbench.types import JSONObject
 
 OOM_MESSAGES = (
     "out of memory",
     "DefaultCPUAllocator: can't allocate memory",
+    # cuBLAS and cuDNN report a failed allocation of their workspace as a status, not as torch's
+    # OutOfMemoryError: the same failure, one library down.
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_NOT_ENOUGH_WORKSPACE",
+    "CUFFT_ALLOC_FAILED",
     # oneDNN (torch's CPU kernels) reports an allocation refused under the trial's address-space
     # cap this way; seen in a CI run of the OOM search, where nothing else was wrong.
     "could not create a primitive",
@@ -84,6 +96,8 @@ class SearchResult:
     budget_bytes: int = 0
     expected: dict[int, bool] = field(default_factory=dict, repr=False)
     """Whether each predicted probe was expected to fit: a wrong guess turns predictions off."""
+    verified_in: str = "fresh processes"
+    """Where the verification runs ran, in words (CUDA trials share one process)."""
 
     @property
     def search_trials(self) -> int:
@@ -121,6 +135,7 @@ class SearchResult:
             "backoffs": self.backoffs,
             "verification_headroom": self.headroom,
             "allocator": self.allocator,
+            "verified_in": self.verified_in,
             "trials": [asdict(trial) for trial in self.trials + self.verification],
         }
 
@@ -135,8 +150,9 @@ class SearchPlan:
     growth: float = 8.0
     tolerance: float = 0.03
     """Stop when the largest fit is within this share of the first failure less one."""
-    margin: float = 0.05
-    """The chosen size is the largest fit less this share."""
+    margin: float = DEFAULT_MARGIN
+    """The chosen size starts this share below the largest fit, and must leave this share of the
+    budget unused in every verification run where the trials report their memory."""
     verify_runs: int = 3
     max_backoffs: int = 4
     """How many times a failed verification may lower the chosen size by another margin."""
@@ -175,17 +191,38 @@ def largest_batch_that_fits(try_batch: TryBatch, plan: SearchPlan, progress: boo
 
 
 def _verify(try_batch: TryBatch, plan: SearchPlan, result: SearchResult, bar: tqdm) -> None:
-    """``verify_runs`` fresh runs of the chosen size; on a failure, back off a margin and start over."""
+    """``verify_runs`` fresh runs of the chosen size; when one fails or leaves less than the margin of
+    the budget unused, back off and start over."""
     for backoff in range(plan.max_backoffs + 1):
         for _ in range(plan.verify_runs):
             result.verification.append(try_batch(result.chosen, "verify"))
             bar.update(1)
-            if not result.verification[-1].fits:
+            if not _holds(result.verification[-1], plan):
                 break
-        if all(trial.fits for trial in result.final_verification) or result.chosen == 1:
+        if all(_holds(trial, plan) for trial in result.final_verification) or result.chosen == 1:
             return
         if backoff < plan.max_backoffs:
-            result.chosen = max(1, min(result.chosen - 1, math.floor(result.chosen * (1 - plan.margin))))
+            result.chosen = _backed_off(result, plan)
+
+
+def _holds(trial: Trial, plan: SearchPlan) -> bool:
+    """It ran, and (where its memory is known) left the margin of the budget unused."""
+    if not trial.fits:
+        return False
+    return trial.used_bytes <= 0 or plan.budget_bytes <= 0 or trial.used_bytes <= (1 - plan.margin) * plan.budget_bytes
+
+
+def _backed_off(result: SearchResult, plan: SearchPlan) -> int:
+    """After an OOM, the margin's share of the batch less; after a run that only left too little
+    memory, the size the trials' memory line puts at the margin (when it is below the size now)."""
+    chosen = result.chosen
+    smaller = math.floor(chosen * (1 - plan.margin))
+    if all(trial.fits for trial in result.final_verification):
+        known = result.trials + result.final_verification
+        predicted = _predicted(result, plan, (1 - plan.margin) * plan.budget_bytes, known)
+        if predicted is not None and predicted < chosen:
+            smaller = max(smaller, predicted)
+    return max(1, min(chosen - 1, smaller))
 
 
 def _absorb(result: SearchResult, trial: Trial) -> None:
@@ -257,22 +294,29 @@ def _predictions_hold(result: SearchResult) -> bool:
     return all(result.expected[t.batch] == t.fits for t in result.trials if t.batch in result.expected)
 
 
-def _predicted(result: SearchResult, plan: SearchPlan) -> int | None:
-    """Where the line through the two largest successful trials' memory meets the budget.
+def _predicted(
+    result: SearchResult, plan: SearchPlan, budget: float | None = None, trials: list[Trial] | None = None
+) -> int | None:
+    """Where the line through the two largest successful trials' memory meets the budget (or ``budget``).
 
     Only the two largest: at small batches a fixed peak (the optimizer's temporaries) hides the
     per-sample cost, so a fit through every point would underestimate the slope.
     """
     if not plan.guided or plan.budget_bytes <= 0:
         return None
-    known = sorted((t.batch, t.used_bytes) for t in result.trials if t.fits and t.used_bytes > 0)[-2:]
+    points: dict[int, int] = {}
+    for t in result.trials if trials is None else trials:
+        if t.fits and t.used_bytes > 0:
+            points[t.batch] = max(points.get(t.batch, 0), t.used_bytes)  # the most a size used: conservative
+    known = sorted(points.items())[-2:]
     if len(known) < 2:
         return None
     batches, used = zip(*known, strict=True)
     slope, intercept = np.polyfit(batches, used, 1)
     if slope <= 0:
         return None
-    return math.floor((plan.budget_bytes - intercept) / slope + 1e-6)  # 8.9999999 from the fit means 9
+    limit = plan.budget_bytes if budget is None else budget
+    return math.floor((limit - intercept) / slope + 1e-6)  # 8.9999999 from the fit means 9
 
 
 def halving_sizes(start: int) -> list[int]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymbench.settings import at_least, doc, one_of, require, safe_name
-from gymbench.train.config import STEPS, TRIAL_ALLOCATORS, StepSettings
+from gymbench.train.config import DEFAULT_MARGIN, STEPS, TRIAL_ALLOCATORS, StepSettings
 from gymbench.train.lengths import LENGTH_DISTRIBUTIONS
 
 FIND_BATCH = ("search", "halve")
@@ -16,6 +16,11 @@ DP_LAUNCHERS = ("torchrun", "ray")
 DIST_BACKENDS = ("gloo", "nccl")
 LARGEST = 2**31 - 1
 """torch takes sizes and thread counts as C integers: past this an overflow error, not a benchmark."""
+SEARCH_SETTINGS = ("memory_budget_mib", "memory_fraction", "max_batch", "tolerance", "margin", "verify", "trial_steps",
+                   "guided", "trial_allocator", "colocated_share")  # fmt: skip
+"""What defines a batch-size search's answer: in the record id only with --find-batch."""
+DP_SETTINGS = ("launcher", "dist_backend", "cluster")
+"""What defines a data-parallel run: in the record id only with --dp above 1."""
 SHAPES = ("batch", "seq_len", "accumulation", "steps", "max_batch", "trial_steps", "group_size")
 
 
@@ -37,16 +42,21 @@ class TrainSettings(StepSettings):
     model_options: dict[str, Any] = field(
         default_factory=dict, metadata=doc("model options over the preset, e.g. +model_options.layers=8")
     )
-    allow_slow_fp16: bool = field(default=False, metadata=doc("keep the given shapes for fp16 on a CPU"))
+    allow_slow_fp16: bool = field(
+        default=False, metadata=doc("keep the given shapes for fp16 on a CPU", run_neutral=True)
+    )
     # --- measurements
-    memory: bool = field(default=True, metadata=doc("run the memory pass (--no-memory skips it)"))
-    flops: bool = field(default=True, metadata=doc("count FLOPs for MFU (--no-flops skips it)"))
-    peak_tflops: float | None = field(default=None, metadata=doc("device peak for MFU when gymbench does not know it"))
+    memory: bool = field(default=True, metadata=doc("run the memory pass (--no-memory skips it)", run_neutral=True))
+    flops: bool = field(default=True, metadata=doc("count FLOPs for MFU (--no-flops skips it)", run_neutral=True))
+    peak_tflops: float | None = field(
+        default=None, metadata=doc("device peak for MFU when gymbench does not know it", run_neutral=True)
+    )
     leak_bound_mib_per_step: float = field(
-        default=1.0, metadata=doc("memory growth per step (robust slope) that flags a leak")
+        default=1.0, metadata=doc("memory growth per step (robust slope) that flags a leak", run_neutral=True)
     )
     profile: str | None = field(
-        default=None, metadata=doc("write a torch.profiler Chrome trace of one step here", path=True)
+        default=None,
+        metadata=doc("write a torch.profiler Chrome trace of one step here", path=True, run_neutral=True),
     )
     # --- largest batch (OOM backoff)
     find_batch: str | None = field(
@@ -57,7 +67,17 @@ class TrainSettings(StepSettings):
     memory_fraction: float = field(default=0.9, metadata=doc("GPU: share of memory allowed"))
     max_batch: int = field(default=1 << 16, metadata=doc("largest batch the search tries"))
     tolerance: float = field(default=0.03, metadata=doc("stop when fit and failure are this close"))
-    margin: float = field(default=0.05, metadata=doc("safety margin below the largest fit"))
+    margin: float = field(
+        default=DEFAULT_MARGIN,
+        metadata=doc("share of the memory budget the chosen batch leaves unused in every verification run"),
+    )
+    colocated_share: float = field(
+        default=0.0,
+        metadata=doc(
+            "GPU: share of memory a colocated inference engine will take, not in use yet (NeMo RL's "
+            "gpu_memory_utilization, e.g. 0.6); 0 when the engine already runs (its memory is counted)"
+        ),
+    )
     verify: int = field(default=3, metadata=doc("fresh runs of the chosen size"))
     trial_steps: int = field(default=2, metadata=doc("training steps per trial"))
     guided: bool = field(default=True, metadata=doc("use trial memory to guide the search (--no-guided: bisect)"))
@@ -73,13 +93,24 @@ class TrainSettings(StepSettings):
         default_factory=ClusterSettings,
         metadata=doc("NeMo RL's +cluster.num_nodes=N +cluster.gpus_per_node=G: dp = N x G"),
     )
+    rank_hang_s: float = field(
+        default=30.0,
+        metadata=doc(
+            "with --dp: a rank is hung when no rank progresses for this long (s); raise it above one step's "
+            "longest phase",
+            run_neutral=True,
+        ),
+    )
     ray_address: str | None = field(
-        default=None, metadata=doc("with --launcher ray: auto or HOST:PORT of a cluster (unset: start one)")
+        default=None,
+        metadata=doc("with --launcher ray: auto or HOST:PORT of a cluster (unset: start one)", run_neutral=True),
     )
     # --- output
-    save: str | None = field(default=None, metadata=doc("save a results record as results/<machine>/<time>_NAME.json"))
-    results_dir: str = field(default="results", metadata=doc("where save writes", path=True))
-    progress: bool = field(default=True, metadata=doc("show a progress bar"))
+    save: str | None = field(
+        default=None, metadata=doc("save a results record as results/<machine>/<time>_NAME.json", run_neutral=True)
+    )
+    results_dir: str = field(default="results", metadata=doc("where save writes", path=True, run_neutral=True))
+    progress: bool = field(default=True, metadata=doc("show a progress bar", run_neutral=True))
 
     def __post_init__(self) -> None:
         if self.save is not None:
@@ -88,6 +119,8 @@ class TrainSettings(StepSettings):
             one_of("find_batch", self.find_batch, FIND_BATCH)
         require(self.memory_budget_mib > 0, "memory_budget_mib", self.memory_budget_mib, "a size above 0")
         require(0 < self.memory_fraction <= 1, "memory_fraction", self.memory_fraction, "a share in (0, 1]")
+        share, below = self.colocated_share, f"a share in [0, memory_fraction={self.memory_fraction:g})"
+        require(0 <= share < self.memory_fraction, "colocated_share", share, below)
         for name in SHAPES:
             at_least(name, getattr(self, name), 1, LARGEST)
         at_least("warmup", self.warmup, 0, LARGEST)
@@ -108,6 +141,7 @@ class TrainSettings(StepSettings):
 
     def _check_data_parallel(self) -> None:
         at_least("dp", self.dp, 1, 4096)
+        require(self.rank_hang_s > 0, "rank_hang_s", self.rank_hang_s, "seconds above 0")
         one_of("launcher", self.launcher, DP_LAUNCHERS)
         one_of("dist_backend", self.dist_backend, DIST_BACKENDS)
         at_least("cluster.num_nodes", self.cluster.num_nodes, 1, 4096)

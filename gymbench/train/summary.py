@@ -113,7 +113,8 @@ def search_lines(result: SearchResult, config: TrainConfig, longest: str) -> lis
         f"allocator   trials and verification ran under {result.allocator}",
         f"largest fit {result.largest_fit}, first failure {result.first_failure}, {result.search_trials} search "
         f"trials (log2(size) + 4 = {math.log2(result.largest_fit) + 4:.1f})",
-        f"chosen {result.chosen} ({_how_chosen(result)}), verification {passed}/{len(final)} passed in fresh processes",
+        f"chosen {result.chosen} ({_how_chosen(result)}), verification {passed}/{len(final)} passed in "
+        f"{result.verified_in}",
     ]
     lines += _headroom_lines(result)
     if config.step == "rl" and config.group_size > 1:
@@ -144,10 +145,12 @@ def _headroom_lines(result: SearchResult) -> list[str]:
 def _how_chosen(result: SearchResult) -> str:
     if not result.backoffs:
         return "safety margin below the largest fit"
-    failed = sorted({t.batch for t in result.verification if not t.fits and t.batch != result.chosen}, reverse=True)
+    tried = sorted({t.batch for t in result.verification if t.batch != result.chosen}, reverse=True)
+    failed = {t.batch for t in result.verification if not t.fits}
+    said = ", ".join(f"{batch} ({'OOM' if batch in failed else 'under the margin left'})" for batch in tried)
     return (
-        f"safety margin, then {result.backoffs} back-off(s) after failed verification of "
-        f"{', '.join(map(str, failed))}: near the boundary a size can fit in one process and fail in the next"
+        f"safety margin, then {result.backoffs} back-off(s) from {said} in verification: near the boundary "
+        "a size can fit in one process and fail in the next"
     )
 
 

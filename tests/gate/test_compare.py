@@ -130,3 +130,22 @@ def test_false_discoveries_are_controlled_across_a_large_unchanged_suite() -> No
     """200 unchanged metrics with small samples: BH keeps the whole suite quiet."""
     result = compare_runs([suite(1, benchmarks=200, samples=8)], [suite(2, benchmarks=200, samples=8)], FAST)
     assert result.counts["regressed"] + result.counts["improved"] == 0
+
+
+def with_train_job(record: ResultsRecord, index: int, work: str) -> ResultsRecord:
+    """The pytest API keeps a train job's parameters (and its work digest) under ``extra["train"]``."""
+    benches = list(record.benchmarks)
+    benches[index] = replace(benches[index], extra={"train": [{"params": {"batch": 8, "work": work}}]})
+    return replace(record, benchmarks=benches)
+
+
+def test_a_benchmark_whose_work_changed_under_the_same_id_is_not_compared() -> None:
+    baseline = with_train_job(suite(1), 0, "aaaaaaaaaaaa")
+    same = with_train_job(suite(2, slow={1: 0.5}), 0, "aaaaaaaaaaaa")
+    changed = with_train_job(suite(2, slow={0: 0.5}), 0, "bbbbbbbbbbbb")
+    result = compare_runs([baseline], [changed], FAST, noise=calibration(baseline))
+    [skipped] = [s for s in result.skipped if s.what == "bench.py::test_0"]
+    assert "its work differs" in skipped.why and "aaaaaaaaaaaa" in skipped.why and skipped.inconclusive
+    assert "bench.py::test_0" not in verdicts(result)  # the 50% slower run is a change of settings, not judged
+    judged = compare_runs([baseline], [same], FAST, noise=calibration(baseline))
+    assert verdicts(judged)["bench.py::test_0"] == "pass" and verdicts(judged)["bench.py::test_1"] == "regressed"

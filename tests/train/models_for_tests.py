@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,3 +39,28 @@ def build_overflowing(config: Mapping[str, Any]) -> OverflowingMLP:
 
 def build_tiny_mlp(config: Mapping[str, Any]) -> DeepMLP:
     return DeepMLP(MLPConfig(**{"width": 32, "depth": 2, "classes": 8, **config}))
+
+
+class RankFaultMLP(DeepMLP):
+    """Fails on rank 1 at its third forward (after warm-up has begun), the way a bug or a stuck
+    data loader on one rank does: ``raise`` raises, ``hang`` blocks without ever returning."""
+
+    def __init__(self, fault: str) -> None:
+        super().__init__(MLPConfig(width=32, depth=2, classes=8))
+        self.fault, self.calls = fault, 0
+
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if os.environ.get("RANK") == "1" and self.calls >= 3:
+            if self.fault == "hang":
+                threading.Event().wait()
+            raise RuntimeError("rank 1's own failure")
+        return super().forward(inputs, targets)
+
+
+def build_raising_on_rank_1(config: Mapping[str, Any]) -> RankFaultMLP:
+    return RankFaultMLP("raise")
+
+
+def build_hanging_on_rank_1(config: Mapping[str, Any]) -> RankFaultMLP:
+    return RankFaultMLP("hang")

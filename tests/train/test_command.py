@@ -117,6 +117,8 @@ def test_the_rl_step_from_the_command_line(tmp_path: Path, capsys: pytest.Captur
     assert "FLOP/s of model FLOPs" in out and "square-root LR rule" not in out
     [bench] = load_record(next(tmp_path.glob("*/*_rl.json"))).benchmarks
     assert bench.params["step"] == "rl" and bench.params["packing"] is True
+    assert bench.params["checkpointing"] == "ratio-0.3" and "work=" in bench.id and "seq_len=64" in bench.id
+    assert bench.extra["work"]["model_config"]["layers"] == 4 and bench.extra["work"]["checkpoint_ratio"] == 0.3
     for phase in ("policy_and_reference_logprobs", "advantage_calculation", "policy_training", "optimizer"):
         assert bench.metrics[f"phase_{phase}"].value > 0
     assert 0 <= bench.metrics["padding_share"].value < 0.5
@@ -166,3 +168,65 @@ def test_starting_the_cli_does_not_import_torch() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("how", ["--checkpointing on", "+checkpointing=on", "yaml"])
+def test_checkpointing_on_is_read_from_every_source(how: str, tmp_path: Path) -> None:
+    """``on``/``off`` are YAML 1.1 booleans; a str setting keeps them as typed everywhere."""
+    argv = ["train", "--model", "mlp", "--size", "tiny", "--batch", "4", "--steps", "1", "--warmup", "0"]
+    argv += ["--no-memory", "--no-flops", "--no-progress", "--save", "ck", "--results-dir", str(tmp_path)]
+    if how == "yaml":
+        config = tmp_path / "train.yaml"
+        config.write_text("checkpointing: on\n")
+        argv += ["--config", str(config)]
+    else:
+        argv += how.split()
+    assert main(argv) == 0
+    [bench] = load_record(next(tmp_path.glob("*/*_ck.json"))).benchmarks
+    assert bench.params["checkpointing"] == "on"
+
+
+def record_id(*dotlist: str) -> str:
+    from gymbench.record import benchmark_id
+    from gymbench.train.execute import build_config
+    from gymbench.train.identity import record_params, work_definition
+
+    settings = build_settings(TrainSettings, ["size=tiny", *dotlist])
+    config = build_config(settings)
+    return benchmark_id("train", record_params(settings, config, work_definition(settings, config, "cpu")))
+
+
+def test_a_checkpoint_ratio_is_named_in_the_record_id_not_called_off() -> None:
+    assert "checkpointing=ratio-0.3," in record_id("checkpoint_ratio=0.3")
+    assert "checkpointing=off," in record_id()
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        "checkpoint_ratio=0.3",
+        "seq_len=64",
+        "lengths=skewed",
+        "model_options.layers=8",
+        "precision=bf16",
+        "batch=16",
+        "accumulation=2",
+        "packing=true",
+        "threads=2",
+        "group_size=2",
+        "kl_penalty=0.1",
+        "prompt_share=0.5",
+    ],
+)
+def test_every_setting_that_changes_the_work_changes_the_record_id(changed: str) -> None:
+    assert record_id(changed) != record_id()
+
+
+@pytest.mark.parametrize("unchanged", ["steps=3", "warmup=0", "memory=false", "progress=false", "save=x", "lr=0.1"])
+def test_what_only_changes_the_measuring_keeps_the_record_id(unchanged: str) -> None:
+    assert record_id(unchanged) == record_id()
+
+
+def test_search_settings_define_a_search_but_not_a_benchmark() -> None:
+    assert record_id("margin=0.2") == record_id()
+    assert record_id("find_batch=search", "margin=0.2") != record_id("find_batch=search")
