@@ -25,7 +25,7 @@ from gymbench.rollout.dataset import (
     open_tasks,
 )
 from gymbench.rollout.guard import FailureBreaker, RunProblems
-from gymbench.rollout.latency import Slo
+from gymbench.rollout.latency import Slo, rollout_timings
 from gymbench.rollout.output import (
     ResumeState,
     RolloutWriter,
@@ -235,12 +235,7 @@ class Collector:
             where = "verification"
             judgement = await self._judge(task, generation) if generation is not None else None
             finished = self.clock()
-            timings = {
-                "slot_wait": slot_wait,
-                **(generation.timings if generation is not None else {}),
-                "verification": finished - generated,
-                "total": slot_wait + finished - started,
-            }
+            timings = rollout_timings(slot_wait, generation, generated - started, finished - generated)
             row = build_row(task, attempt, params, generation, failure, judgement, timings, self.settings.verify.name)
             count_row(self.stats, generation, failure, judgement, timings)
             where = "the rollout writer"

@@ -3,8 +3,13 @@ confidence intervals, and goodput (the share of rollouts within a latency SLO).
 
 Definitions (per rollout, seconds):
 
-- ``e2e``: the backend call, connection wait + time to first token + the rest (no slot wait, no
-  verification); what the server's client sees.
+- the stages of a rollout (:data:`ROLLOUT_STAGES`) are disjoint and add up to its ``total``
+  exactly: ``slot_wait`` (for the strategy's slot), ``connection_wait`` (for a pooled connection,
+  every try), ``ttft`` (connection in hand to the first token; absent unless streamed),
+  ``generation`` (the rest of the answer), ``backend_other`` (the rest of the backend call: the
+  body built, failed tries and their backoff, the answer parsed) and ``verification``.
+- ``e2e``: the request, connection wait + time to first token + the rest (no slot wait, no
+  retries' backoff, no verification); what the server's client sees.
 - ``ttft``: time to the first streamed token (only with ``+stream=true``).
 - ``itl``: the mean gap between streamed tokens of the rollout (only when streamed).
 - ``tpot``: time per output token after the first, ``generation / (output tokens - 1)``, when
@@ -29,10 +34,30 @@ from typing import TYPE_CHECKING, TypedDict
 if TYPE_CHECKING:
     import numpy as np
 
+    from gymbench.types import Generation
+
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")
 PERCENTILES = (50, 90, 95, 99)
 CONFIDENCE = 0.95
 REQUEST_STAGES = ("connection_wait", "ttft", "generation")
+ROLLOUT_STAGES = ("slot_wait", *REQUEST_STAGES, "backend_other", "verification")
+"""Disjoint; their sum is the rollout's ``total``."""
+
+
+def rollout_timings(
+    slot_wait: float, generation: Generation | None, backend_s: float, verification_s: float
+) -> dict[str, float]:
+    """A rollout's stages and ``total``. ``backend_other`` is what the backend call took beyond
+    its timed request stages, so the stages add up to the total by construction; a backend that
+    timed more than the call it ran in has a bug, and its remainder is kept (negative) to show it."""
+    timings: dict[str, float] = {"slot_wait": slot_wait}
+    if generation is not None:
+        timings.update(generation.timings)
+    timed = sum(timings.get(stage, 0.0) for stage in REQUEST_STAGES)
+    timings["backend_other"] = backend_s - timed
+    timings["verification"] = verification_s
+    timings["total"] = slot_wait + backend_s + verification_s
+    return timings
 
 
 def rollout_latencies(timings: Mapping[str, float], completion_tokens: int) -> dict[str, float]:

@@ -62,6 +62,8 @@ def build_row(
         row["failure"] = None
         if generation.server_timings:
             row["server_timings"] = dict(generation.server_timings)
+        if generation.client_delay:
+            row["client_delay"] = dict(generation.client_delay)
         for key, value in generation.extra.items():
             row.setdefault(key, value)
     else:

@@ -17,7 +17,7 @@ from gymbench.rollout.server_timings import ServerComparison, ServerTimingsStats
 from gymbench.rollout.timeline import Timeline
 from gymbench.types import JSONObject
 
-STAGES = ("slot_wait", "connection_wait", "ttft", "generation", "verification", "total")
+STAGES = ("slot_wait", "connection_wait", "ttft", "generation", "backend_other", "verification", "total")
 COUNTS = (
     "completed", "failed", "skipped", "retries", "reward_sum", "rewarded", "verify_failures", "verify_skipped",
     "cache_hits", "cache_misses", "prompt_tokens", "completion_tokens",
