@@ -47,6 +47,9 @@ class PoolClock:
 
     waited: float = 0.0
     connected_at: float | None = None
+    protocol: StampedResponseHandler | None = None
+    """The last try's connection's protocol (the response may have let the connection go by the
+    time the reader runs: an answer read whole with its headers)."""
 
 
 _POOL_CLOCK: ContextVar[PoolClock | None] = ContextVar("gymbench_pool_clock", default=None)
@@ -110,7 +113,7 @@ class TimedConnector(aiohttp.TCPConnector):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._factory = functools.partial(StampedResponseHandler, loop=self._loop)
+        self._factory = functools.partial(StampedResponseHandler, loop=self._loop)  # type: ignore[assignment]
 
     async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
         started = time.perf_counter()
@@ -119,6 +122,8 @@ class TimedConnector(aiohttp.TCPConnector):
         if clock is not None:
             clock.connected_at = time.perf_counter()
             clock.waited += clock.connected_at - started
+            protocol = connection.protocol
+            clock.protocol = protocol if isinstance(protocol, StampedResponseHandler) else None
         return connection
 
 
@@ -331,16 +336,13 @@ class RetryingClient:
         pool: PoolClock,
     ) -> tuple[T, RequestClock] | Refusal:
         assert self.session is not None
-        pool.connected_at = None
+        pool.connected_at, pool.protocol = None, None
         send_probe = LagProbe(asyncio.get_running_loop())
         started = time.perf_counter()
         try:
             async with self.session.post(url, data=body) as answer:
                 if answer.status == 200:
-                    connection = answer.connection
-                    protocol = connection.protocol if connection is not None else None
-                    stamped = protocol if isinstance(protocol, StampedResponseHandler) else None
-                    clock = RequestClock(pool.connected_at or started, stamped, send_probe)
+                    clock = RequestClock(pool.connected_at or started, pool.protocol, send_probe)
                     return await read(answer, clock), clock
                 return await _refusal(answer, explain)
         except GenerationFailed as exc:  # the reader found the answer unusable: asking again won't help

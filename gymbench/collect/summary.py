@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gymbench.rollout.client_delay import ClientDelaySummary
 from gymbench.rollout.server_timings import COMPARISON_HEADERS, ServerComparison, comparison_rows
 from gymbench.rollout.stats import CollectSummary, Goodput
 from gymbench.units import duration, interval
@@ -28,6 +29,7 @@ def format_summary(summary: CollectSummary, output: Path) -> str:
         f"rollout latency p50 {duration(latency['p50'])}  p90 {duration(latency['p90'])}  "
         f"p99 {duration(latency['p99'])} (slot wait and verification included)",
         *percentile_lines(summary.get("latency_percentiles_s", {})),
+        *client_delay_lines(summary.get("client_delay")),
         *goodput_lines(summary.get("goodput")),
         "stages (mean): " + "  ".join(f"{name} {duration(value)}" for name, value in summary["stage_mean_s"].items()),
         f"verification: {summary['verification_failures']} could not judge, {summary['verification_skipped']} "
@@ -64,6 +66,28 @@ def percentile_cell(found: dict[str, Any] | None) -> str:
     if found["small_sample"]:
         return f"{duration(found['value'])}*"
     return interval(found["value"], found["low"], found["high"])
+
+
+def client_delay_lines(found: ClientDelaySummary | None) -> list[str]:
+    """The client's own delay beside the percentiles it is part of, and what it means."""
+    if not found or found["p50_s"] is None:
+        return []
+    p50, p99 = found["components_p50_s"], found["components_p99_s"]
+    parts = "; ".join(
+        f"{label} {duration(p50[name])} / {duration(p99[name])}"
+        for name, label in (("send_lag_s", "loop lag at send"), ("receive_lag_s", "at receipt"),
+                            ("read_to_stamp_s", "socket read to stamp"))
+        if p50.get(name) is not None
+    )  # fmt: skip
+    cpu = ""
+    if found["cpu_cores"] is not None:
+        queue = found["run_queue_share"]
+        cpu = f"; client CPU {found['cpu_cores']:.2f} cores" + (
+            f", waited for a CPU {queue:.0%} of the run" if queue is not None else ""
+        )
+    head = f"client delay per request: p50 {duration(found['p50_s'])}  p99 {duration(found['p99_s'])}"
+    head += f" ({parts}, p50 / p99){cpu}"
+    return [head, *(f"  {note}" for note in found["notes"])]
 
 
 def goodput_lines(goodput: Goodput | None) -> list[str]:

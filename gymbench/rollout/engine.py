@@ -166,6 +166,7 @@ class Collector:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
             self.stats.finished = self.clock()
+            self.stats.client.finish()
             tasks.close()
             self._writer.close()
             self.verification.close()

@@ -100,6 +100,7 @@ def count_row(
         stats.add_latencies(latencies, tokens)
         if generation.server_timings:
             stats.server.add(generation.server_timings, latencies)
+        stats.client.add(dict(generation.client_delay))
     elif failure is not None:
         stats.failed += 1
         stats.failure_kinds[failure.kind] += 1

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+from gymbench.rollout.client_delay import ClientDelayStats, ClientDelaySummary
 from gymbench.rollout.latency import LATENCY_METRICS, Slo, percentile_table
 from gymbench.rollout.reservoir import Reservoir
 from gymbench.rollout.server_timings import ServerComparison, ServerTimingsStats
@@ -65,6 +66,8 @@ class CollectSummary(_SummaryFields, total=False):
     """The server's /metrics before, after and over the run, when they were scraped."""
     server_timings: ServerComparison
     """The server's per-request timings against the client's TTFT, ITL and e2e, when it reported them."""
+    client_delay: ClientDelaySummary
+    """The client's own delay in the latencies and its CPU, when the backend measured the delay."""
 
 
 @dataclass
@@ -95,6 +98,9 @@ class CollectStats:
     timeline: Timeline = field(default_factory=Timeline)
     server: ServerTimingsStats = field(default_factory=ServerTimingsStats)
     """The server's own timings beside the client's (rows whose server reported them)."""
+    client: ClientDelayStats = field(default_factory=ClientDelayStats)
+    processes: int = 1
+    """Collecting processes whose statistics these are (a sharded run's workers)."""
 
     @property
     def request_latency(self) -> Reservoir:
@@ -124,6 +130,7 @@ class CollectStats:
             self.latencies[name].absorb(reservoir)
         self.slo_met += other.slo_met
         self.server.absorb(other.server)
+        self.client.absorb(other.client)
 
     def add_timings(self, timings: dict[str, float]) -> None:
         for stage, value in timings.items():
@@ -160,6 +167,9 @@ class CollectStats:
         server = self.server.summary()
         if server is not None:
             summary["server_timings"] = server
+        if self.client.total.seen:
+            median = self.latencies["ttft"] if self.latencies["ttft"].values else self.latencies["e2e"]
+            summary["client_delay"] = self.client.summary(self.elapsed_s, median.percentiles((50,))[0], self.processes)
         return summary
 
     def _summary(self) -> CollectSummary:
