@@ -127,4 +127,5 @@ def _stream_timings(started: float, stamps: list[float]) -> dict[str, float]:
         timings["ttft"] = stamps[0] - started
         if len(stamps) > 1:
             timings["inter_token"] = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+            timings["second_token"] = stamps[1] - started
     return timings

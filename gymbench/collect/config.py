@@ -169,6 +169,15 @@ class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy):
         default=None,
         metadata=doc("goodput: a rollout is good only with its backend call within this", run_neutral=True),
     )
+    slo_itl_ms: float | None = field(
+        default=None,
+        metadata=doc("goodput: a rollout is good only with its mean inter-token latency within this (streaming)",
+                     run_neutral=True),
+    )  # fmt: skip
+    slo_tpot_ms: float | None = field(
+        default=None,
+        metadata=doc("goodput: a rollout is good only with its time per output token within this", run_neutral=True),
+    )
     scrape_metrics: bool = field(
         default=True,
         metadata=doc(
@@ -178,7 +187,7 @@ class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("slo_ttft_ms", "slo_e2e_ms"):
+        for name in ("slo_ttft_ms", "slo_e2e_ms", "slo_itl_ms", "slo_tpot_ms"):
             value = getattr(self, name)
             if value is not None:
                 require(math.isfinite(value) and value > 0, name, value, "a finite number of milliseconds above 0")
@@ -197,4 +206,5 @@ class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy):
         def seconds(ms: float | None) -> float | None:
             return None if ms is None else ms / 1e3
 
-        return Slo(seconds(self.slo_ttft_ms), seconds(self.slo_e2e_ms))
+        return Slo(seconds(self.slo_ttft_ms), seconds(self.slo_e2e_ms), seconds(self.slo_itl_ms),
+                   seconds(self.slo_tpot_ms))  # fmt: skip

@@ -11,7 +11,7 @@ from gymbench.rollout.server_timings import COMPARISON_HEADERS, ServerComparison
 from gymbench.rollout.stats import CollectSummary, Goodput
 from gymbench.units import duration, interval
 
-LATENCY_NAMES = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "e2e"}
+LATENCY_NAMES = {"ttft": "TTFT", "ttst": "TTST", "itl": "ITL", "tpot": "TPOT", "e2e": "e2e"}
 SMALL_SAMPLE_NOTE = "* too few rollouts for a 95% interval on that percentile"
 
 
@@ -28,6 +28,7 @@ def format_summary(summary: CollectSummary, output: Path) -> str:
         f"mean reward {'-' if reward is None else f'{reward:.3f}'}, {duration(summary['elapsed_s'])}",
         f"rollout latency p50 {duration(latency['p50'])}  p90 {duration(latency['p90'])}  "
         f"p99 {duration(latency['p99'])} (slot wait and verification included)",
+        *run_shape_lines(summary),
         *percentile_lines(summary.get("latency_percentiles_s", {})),
         *client_delay_lines(summary.get("client_delay")),
         *goodput_lines(summary.get("goodput")),
@@ -39,6 +40,31 @@ def format_summary(summary: CollectSummary, output: Path) -> str:
         f"rollouts: {output}",
     ]
     return "\n".join(lines)
+
+
+def run_shape_lines(summary: CollectSummary) -> list[str]:
+    """Why the run ended early, the open-loop arrivals against their target, what was left out."""
+    lines = []
+    if summary.get("stopped"):
+        lines.append(f"stopped early (cleanly, in-flight rollouts written): {summary['stopped']}")
+    arrivals: dict[str, Any] = summary.get("arrivals") or {}
+    if arrivals:
+        target, achieved = arrivals.get("target_per_s"), arrivals.get("achieved_per_s")
+        ratio = f" ({achieved / target:.1%} of target)" if target and achieved is not None else ""
+        late = arrivals.get("late_p99_s")
+        lines.append(
+            f"arrivals ({arrivals.get('shape')}): target {_rate(target)}, achieved {_rate(achieved)}{ratio}, "
+            f"{arrivals.get('sent')} sent, p99 {duration(late)} behind schedule"
+        )
+    excluded = summary.get("excluded")
+    if excluded:
+        shown = ", ".join(f"{phase} {count}" for phase, count in excluded.items())
+        lines.append(f"left out of the latencies (rows flagged with phase): {shown}")
+    return lines
+
+
+def _rate(value: Any) -> str:
+    return "-" if value is None else f"{value:.2f} req/s"
 
 
 def percentile_lines(tables: dict[str, Any]) -> list[str]:
@@ -94,8 +120,10 @@ def goodput_lines(goodput: Goodput | None) -> list[str]:
     if goodput is None:
         return []
     slo = goodput["slo"]
-    limits = " and ".join(f"{name} <= {duration(limit)}" for name, limit in (("TTFT", slo["ttft_s"]),
-                          ("e2e", slo["e2e_s"])) if limit is not None)  # fmt: skip
+    names = {"ttft_s": "TTFT", "e2e_s": "e2e", "itl_s": "ITL", "tpot_s": "TPOT"}
+    limits = " and ".join(
+        f"{names.get(key, key)} <= {duration(limit)}" for key, limit in slo.items() if limit is not None
+    )
     share = "-" if goodput["share"] is None else f"{goodput['share']:.1%}"
     return [
         f"goodput: {share} of {goodput['attempted']} rollouts within SLO ({limits}), "

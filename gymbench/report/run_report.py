@@ -19,7 +19,13 @@ from gymbench.rollout.server_timings import COMPARISON_HEADERS, comparison_rows
 from gymbench.units import duration, interval, quantity
 
 RUN_KINDS = ("collect", "tune")
-LATENCY_NAMES = {"ttft": "TTFT", "itl": "ITL (inter-token)", "tpot": "TPOT (per output token)", "e2e": "e2e"}
+LATENCY_NAMES = {
+    "ttft": "TTFT",
+    "ttst": "TTST (second token)",
+    "itl": "ITL (inter-token)",
+    "tpot": "TPOT (per output token)",
+    "e2e": "e2e",
+}
 
 
 def render_run_report(record: ResultsRecord) -> str:
@@ -151,8 +157,8 @@ def _percentile_table(tables: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def _slo_text(slo: Mapping[str, float | None]) -> str:
-    return " and ".join(f"{name} ≤ {duration(slo[key])}" for name, key in (("TTFT", "ttft_s"), ("e2e", "e2e_s"))
-                        if slo.get(key) is not None)  # fmt: skip
+    names = (("TTFT", "ttft_s"), ("e2e", "e2e_s"), ("ITL", "itl_s"), ("TPOT", "tpot_s"))
+    return " and ".join(f"{name} ≤ {duration(slo[key])}" for name, key in names if slo.get(key) is not None)
 
 
 def _table(headers: tuple[str, ...], rows: Sequence[Sequence[str]]) -> str:

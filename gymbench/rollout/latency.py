@@ -11,6 +11,8 @@ Definitions (per rollout, seconds):
 - ``e2e``: the request, connection wait + time to first token + the rest (no slot wait, no
   retries' backoff, no verification); what the server's client sees.
 - ``ttft``: time to the first streamed token (only with ``+stream=true``).
+- ``ttst``: time to the second streamed token (the first gap after prefill, where a server that
+  prefills in chunks or schedules the decode late shows it; streamed only).
 - ``itl``: the mean gap between streamed tokens of the rollout (only when streamed).
 - ``tpot``: time per output token after the first, ``generation / (output tokens - 1)``, when
   streamed; without streaming, ``e2e / output tokens``.
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 
     from gymbench.types import Generation
 
-LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")
+LATENCY_METRICS = ("ttft", "ttst", "itl", "tpot", "e2e")
 PERCENTILES = (50, 90, 95, 99)
 CONFIDENCE = 0.95
 REQUEST_STAGES = ("connection_wait", "ttft", "generation")
@@ -72,6 +74,8 @@ def rollout_latencies(timings: Mapping[str, float], completion_tokens: int) -> d
         found["tpot"] = e2e / completion_tokens
     if "inter_token" in timings:
         found["itl"] = timings["inter_token"]
+    if "second_token" in timings:
+        found["ttst"] = timings["second_token"]
     return found
 
 
@@ -127,19 +131,25 @@ class Slo:
 
     ttft_s: float | None = None
     e2e_s: float | None = None
+    itl_s: float | None = None
+    tpot_s: float | None = None
+
+    def limits(self) -> dict[str, float | None]:
+        """Each objective by its latency's name (``ttft``, ``e2e``, ``itl``, ``tpot``)."""
+        return {"ttft": self.ttft_s, "e2e": self.e2e_s, "itl": self.itl_s, "tpot": self.tpot_s}
 
     @property
     def active(self) -> bool:
-        return self.ttft_s is not None or self.e2e_s is not None
+        return any(limit is not None for limit in self.limits().values())
 
     def met(self, latencies: Mapping[str, float]) -> bool:
-        """A rollout without a TTFT (not streamed) cannot show it met a TTFT objective."""
-        for name, limit in (("ttft", self.ttft_s), ("e2e", self.e2e_s)):
+        """A rollout without a latency (TTFT or ITL unstreamed, ITL of a one-token answer) cannot show
+        it met that objective."""
+        for name, limit in self.limits().items():
             if limit is not None and not latencies.get(name, math.inf) <= limit:
                 return False
         return True
 
     def describe(self) -> str:
-        parts = [f"{name} <= {limit * 1e3:g} ms" for name, limit in (("TTFT", self.ttft_s), ("e2e", self.e2e_s))
-                 if limit is not None]  # fmt: skip
-        return " and ".join(parts)
+        names = {"ttft": "TTFT", "e2e": "e2e", "itl": "ITL", "tpot": "TPOT"}
+        return " and ".join(f"{names[n]} <= {v * 1e3:g} ms" for n, v in self.limits().items() if v is not None)

@@ -82,7 +82,9 @@ def count_row(
     failure: GenerationFailed | None,
     judgement: Judgement | None,
     timings: Mapping[str, float],
+    measured: bool = True,
 ) -> None:
+    """``measured`` false: a warm-up or cool-down rollout, in the counts but not in the latencies."""
     stats.retries += generation.retries if generation is not None else failure.retries if failure is not None else 0
     if generation is not None and judgement is not None:
         verdict = judgement.verdict
@@ -94,6 +96,8 @@ def count_row(
             stats.rewarded += 1
         elif verdict is not None:
             stats.verify_failures += 1
+        if not measured:
+            return
         stats.latency.add(timings["total"])
         tokens = generation.usage.completion_tokens
         latencies = rollout_latencies(timings, tokens)
@@ -104,4 +108,5 @@ def count_row(
     elif failure is not None:
         stats.failed += 1
         stats.failure_kinds[failure.kind] += 1
-    stats.add_timings(dict(timings))
+    if measured:
+        stats.add_timings(dict(timings))

@@ -68,6 +68,12 @@ class CollectSummary(_SummaryFields, total=False):
     """The server's per-request timings against the client's TTFT, ITL and e2e, when it reported them."""
     client_delay: ClientDelaySummary
     """The client's own delay in the latencies and its CPU, when the backend measured the delay."""
+    stopped: str
+    """Why a stop condition ended the run cleanly (errors, error rate, over-saturation, a trace's end)."""
+    excluded: dict[str, int]
+    """Rollouts written but left out of the latencies, stages and goodput: warm-up and cool-down."""
+    arrivals: dict[str, object]
+    """An open-loop strategy's target and achieved arrival rate."""
 
 
 @dataclass
@@ -99,6 +105,12 @@ class CollectStats:
     server: ServerTimingsStats = field(default_factory=ServerTimingsStats)
     """The server's own timings beside the client's (rows whose server reported them)."""
     client: ClientDelayStats = field(default_factory=ClientDelayStats)
+    stopped: str | None = None
+    """Why a stop condition ended the run cleanly, if one did."""
+    excluded: dict[str, int] = field(default_factory=dict)
+    """Warm-up and cool-down rollouts, counted but not in the latencies (``gymbench.rollout.phases``)."""
+    arrivals: dict[str, object] | None = None
+    """An open-loop strategy's arrivals, target against achieved (its ``arrival_summary()``)."""
     processes: int = 1
     """Collecting processes whose statistics these are (a sharded run's workers)."""
 
@@ -131,6 +143,9 @@ class CollectStats:
         self.slo_met += other.slo_met
         self.server.absorb(other.server)
         self.client.absorb(other.client)
+        for phase, count in other.excluded.items():
+            self.excluded[phase] = self.excluded.get(phase, 0) + count
+        self.stopped = self.stopped or other.stopped
 
     def add_timings(self, timings: dict[str, float]) -> None:
         for stage, value in timings.items():
@@ -152,7 +167,7 @@ class CollectStats:
             return None
         attempted = self.completed + self.failed
         return {
-            "slo": {"ttft_s": self.slo.ttft_s, "e2e_s": self.slo.e2e_s},
+            "slo": {f"{name}_s": limit for name, limit in self.slo.limits().items()},
             "within_slo": self.slo_met,
             "attempted": attempted,
             "share": self.slo_met / attempted if attempted else None,
@@ -167,6 +182,12 @@ class CollectStats:
         server = self.server.summary()
         if server is not None:
             summary["server_timings"] = server
+        if self.stopped:
+            summary["stopped"] = self.stopped
+        if self.excluded:
+            summary["excluded"] = dict(self.excluded)
+        if self.arrivals is not None:
+            summary["arrivals"] = self.arrivals
         if self.client.total.seen:
             median = self.latencies["ttft"] if self.latencies["ttft"].values else self.latencies["e2e"]
             summary["client_delay"] = self.client.summary(self.elapsed_s, median.percentiles((50,))[0], self.processes)
