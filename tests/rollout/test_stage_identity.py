@@ -53,3 +53,45 @@ def test_every_stage_adds_up_to_the_total_with_a_one_connection_pool(tmp_path: P
         request = sum(timings.get(stage, 0.0) for stage in REQUEST_STAGES)
         assert rollout_latencies(timings, 6)["e2e"] == pytest.approx(request, abs=1e-12)
         assert request <= timings["total"] - timings["slot_wait"] - timings["verification"]
+
+
+async def known_timing_rows(tmp_path: Path) -> tuple[list[dict[str, object]], list[dict[str, float]]]:
+    from aiohttp import web
+
+    from tests.known_timing_server import KnownTiming
+
+    known = KnownTiming(ttft_base_ms=5.0, ttft_exp_ms=5.0, itl_ms=2.0, tokens=4, seed=1)
+    runner = web.AppRunner(known.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"responses_create_params": {"input": f"{i}?"}}) + "\n" for i in range(24)))
+    settings = {"base_url": f"http://127.0.0.1:{port}/v1", "model": "known", "api": "chat", "stream": True,
+                "global_aiohttp_connector_limit": 2}  # fmt: skip
+    out = tmp_path / "known.jsonl"
+    try:
+        collector = Collector(CollectSettings(tasks, out, overwrite=True), OpenAIBackend(settings),
+                              ExactMatchVerifier(), SemaphoreStrategy(8))  # fmt: skip
+        await collector.run()
+    finally:
+        await runner.cleanup()
+    return [json.loads(line) for line in out.read_text().splitlines()], known.measured
+
+
+def test_on_the_known_timing_server_no_request_is_shorter_than_the_server_made_it(tmp_path: Path) -> None:
+    """Same process, same clock: a client cannot see a token before the server wrote it, so its
+    TTFT and e2e are at least the server's (sorted, rank by rank), and its stages still add up,
+    while six of eight rollouts at a time wait for one of two connections."""
+    rows, measured = asyncio.run(known_timing_rows(tmp_path))
+    assert len(rows) == len(measured) == 24
+    assert sum(row["timings"]["connection_wait"] > 0.001 for row in rows) >= 8
+    for name, stages in (("ttft", ("ttft",)), ("e2e", REQUEST_STAGES)):
+        client = sorted(sum(row["timings"].get(s, 0.0) for s in stages) for row in rows)
+        server = sorted(m[name] for m in measured)
+        assert all(c >= s for c, s in zip(client, server, strict=True))
+    for row in rows:
+        timings = row["timings"]
+        assert sum(timings.get(stage, 0.0) for stage in ROLLOUT_STAGES) == pytest.approx(timings["total"], abs=1e-9)
+        assert timings["backend_other"] >= 0
