@@ -79,22 +79,34 @@ class RunPolicy(Checked):
     warmup_rollouts: int = field(
         default=0,
         kw_only=True,
-        metadata=doc("the first N rollouts dispatched are warm-up: written, flagged, left out of the statistics"),
+        metadata=doc(
+            "the first N rollouts dispatched are warm-up: written, flagged, left out of the statistics",
+            run_neutral=True,
+        ),
     )
     warmup_s: float = field(
         default=0.0,
         kw_only=True,
-        metadata=doc("rollouts dispatched in the run's first S seconds are warm-up (written, flagged, left out)"),
+        metadata=doc(
+            "rollouts dispatched in the run's first S seconds are warm-up (written, flagged, left out)",
+            run_neutral=True,
+        ),
     )
     cooldown_rollouts: int = field(
         default=0,
         kw_only=True,
-        metadata=doc("the last N rollouts dispatched are cool-down: written, flagged, left out of the statistics"),
+        metadata=doc(
+            "the last N rollouts dispatched are cool-down: written, flagged, left out of the statistics",
+            run_neutral=True,
+        ),
     )
     cooldown_s: float = field(
         default=0.0,
         kw_only=True,
-        metadata=doc("rollouts dispatched in the last S seconds of dispatching are cool-down (flagged, left out)"),
+        metadata=doc(
+            "rollouts dispatched in the last S seconds of dispatching are cool-down (flagged, left out)",
+            run_neutral=True,
+        ),
     )
 
     def __post_init__(self) -> None:
