@@ -49,6 +49,11 @@ class AdaptiveSettings(GrowthSettings, PrecisionSettings):
 AdaptiveSettings = with_defaults(AdaptiveSettings, start=4, error_rate=0.02, min_batches=3)  # type: ignore[misc]
 
 
+OPEN_LOOP_STRATEGIES = ("constant", "poisson", "gamma", "trace")
+"""The built-in open-loop strategies: their schedule is one process's, so a sharded run would
+multiply the rate by the workers."""
+
+
 @dataclass
 class ArrivalSettings(Checked):
     """What every open-loop strategy takes: a cap on requests in flight and the over-saturation rule."""

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymbench.builtin.backend_settings import ConnectionSettings, NemoGymAgent, OpenAIServer
-from gymbench.builtin.strategy_settings import Parallelism
+from gymbench.builtin.strategy_settings import OPEN_LOOP_STRATEGIES, Parallelism
+from gymbench.errors import GymbenchError
 from gymbench.rollout.latency import Slo
 from gymbench.rollout.run_settings import RunPolicy, TaskRange
 from gymbench.rollout.verification import VerifySettings
@@ -196,6 +197,12 @@ class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy):
         at_least("num_shards", self.num_shards, 1, 1 << 20)
         at_least("shard_attempts", self.shard_attempts, 1, 100)
         one_of("shard_transfer", self.shard_transfer, SHARD_TRANSFERS)
+        if self.sharded and self.strategy in OPEN_LOOP_STRATEGIES:
+            raise GymbenchError(
+                f"strategy {self.strategy!r} sends requests on one schedule from one process; with "
+                f"num_workers={self.num_workers} (or num_shards, or launcher=ray) every shard would send at the "
+                "full rate. Collect open-loop runs with num_workers=1"
+            )
 
     @property
     def sharded(self) -> bool:

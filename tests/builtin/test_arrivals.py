@@ -120,3 +120,10 @@ def test_max_in_flight_caps_the_requests_and_the_lateness_is_recorded(tmp_path: 
     stats, rows = run(tmp_path, chosen, 20, SLOW)
     assert len(rows) == 20 and stats.summary()["arrivals"]["late_p99_s"] > 0.1
     assert max(row["timings"]["slot_wait"] for row in rows) > 0.1  # the late sends are in the rollouts' time
+
+
+def test_an_open_loop_run_is_not_split_across_workers() -> None:
+    from gymbench.collect.config import CollectConfig
+
+    with pytest.raises(GymbenchError, match="strategy 'poisson' sends requests on one schedule from one process"):
+        CollectConfig(strategy="poisson", num_workers=2)
