@@ -39,6 +39,8 @@ HTTP_DEFAULTS: dict[str, Any] = dataclasses.asdict(HttpSettings())
 """The defaults of :class:`~gymbench.builtin.backend_settings.HttpSettings`, for backends built directly."""
 PREFLIGHT_TRIES = 3
 CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+PROBED_READS = 2
+"""Socket reads of an answer whose event-loop lag is probed (after its headers: the first token's)."""
 
 
 @dataclass
@@ -73,8 +75,9 @@ class LagProbe:
 class StampedResponseHandler(ResponseHandler):
     """aiohttp's protocol, noting when the socket was last read and how late the loop was then.
 
-    At most one lag probe is outstanding per connection, so a fast stream costs one scheduled
-    callback per loop pass at most, not one per chunk."""
+    Only the first reads of an answer are probed (:data:`PROBED_READS`), the ones that carry its
+    headers and first token, and at most one probe is outstanding: a long stream costs two
+    scheduled callbacks, not one per chunk."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
@@ -82,6 +85,7 @@ class StampedResponseHandler(ResponseHandler):
         self.receive_lag = 0.0
         self._probe: LagProbe | None = None
         self._probe_loop = loop
+        self._probes_left = PROBED_READS
 
     def data_received(self, data: bytes) -> None:
         self.read_at = time.perf_counter()
@@ -89,7 +93,8 @@ class StampedResponseHandler(ResponseHandler):
         if probe is not None and probe.lag is not None:
             self.receive_lag = max(self.receive_lag, probe.lag)
             probe = None
-        if probe is None:
+        if probe is None and self._probes_left > 0:
+            self._probes_left -= 1
             self._probe = LagProbe(self._probe_loop)
         super().data_received(data)
 
@@ -103,6 +108,7 @@ class StampedResponseHandler(ResponseHandler):
 
     def reset(self) -> None:
         self.receive_lag = 0.0
+        self._probes_left = PROBED_READS
 
 
 class TimedConnector(aiohttp.TCPConnector):
