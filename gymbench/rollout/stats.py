@@ -165,7 +165,7 @@ class CollectStats:
         """The share of attempted rollouts (failures count as missed) within the SLO, and their rate."""
         if not self.slo.active:
             return None
-        attempted = self.completed + self.failed
+        attempted = self.completed + self.failed - sum(self.excluded.values())  # warm-up, cool-down: not judged
         return {
             "slo": {f"{name}_s": limit for name, limit in self.slo.limits().items()},
             "within_slo": self.slo_met,

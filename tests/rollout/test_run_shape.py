@@ -19,6 +19,7 @@ from gymbench.collect.summary import format_summary
 from gymbench.errors import GymbenchError
 from gymbench.plugins import Plugins, get_plugin_manager
 from gymbench.rollout.engine import Collector, CollectSettings
+from gymbench.rollout.latency import Slo
 from gymbench.rollout.stats import CollectStats
 from gymbench.sim import InProcessBackend, SimConfig, run_in_simulated_time
 from gymbench.testing import FakeBackend
@@ -34,16 +35,16 @@ def write_tasks(path: Path, count: int) -> Path:
 
 
 def run(tmp_path: Path, tasks: int, strategy: ConcurrencyStrategy, backend: Backend | None = None,
-        **policy: object) -> tuple[CollectStats, list[dict[str, object]]]:  # fmt: skip
+        slo: Slo | None = None, **policy: object) -> tuple[CollectStats, list[dict[str, object]]]:  # fmt: skip
     out = tmp_path / "out.jsonl"
 
     async def main() -> CollectStats:
         settings = CollectSettings(write_tasks(tmp_path / "t.jsonl", tasks), out, overwrite=True, **policy)
         clock = asyncio.get_running_loop().time
-        if backend is not None:
-            return await Collector(settings, backend, ExactMatchVerifier(), strategy, clock=clock).run()
         async with InProcessBackend(ENGINE) as sim:
-            return await Collector(settings, sim, ExactMatchVerifier(), strategy, clock=clock).run()
+            collector = Collector(settings, backend or sim, ExactMatchVerifier(), strategy, clock=clock)
+            collector.slo = slo or Slo()
+            return await collector.run()
 
     stats = run_in_simulated_time(main())
     return stats, [json.loads(line) for line in out.read_text().splitlines()]
@@ -74,7 +75,8 @@ def test_the_error_rate_is_judged_only_after_enough_rollouts(tmp_path: Path) -> 
 
 
 def test_warmup_and_cooldown_by_count_are_written_flagged_and_left_out(tmp_path: Path) -> None:
-    stats, rows = run(tmp_path, 20, SemaphoreStrategy(2), warmup_rollouts=3, cooldown_rollouts=2)
+    stats, rows = run(tmp_path, 20, SemaphoreStrategy(2), slo=Slo(e2e_s=60.0), warmup_rollouts=3, cooldown_rollouts=2)
+
     phases = {row["task_index"]: row.get("phase") for row in rows}
     assert len(rows) == 20 and stats.completed == 20
     assert [i for i, p in sorted(phases.items()) if p == "warmup"] == [0, 1, 2]
@@ -82,6 +84,7 @@ def test_warmup_and_cooldown_by_count_are_written_flagged_and_left_out(tmp_path:
     summary = stats.summary()
     assert summary["excluded"] == {"warmup": 3, "cooldown": 2}
     assert summary["latency_percentiles_s"]["e2e"]["count"] == 15
+    assert summary["goodput"]["attempted"] == summary["goodput"]["within_slo"] == 15  # only the measured are judged
 
 
 def test_warmup_and_cooldown_by_time_follow_the_dispatch_clock(tmp_path: Path) -> None:
