@@ -81,6 +81,11 @@ class Generation:
     """Further top-level fields for the output row (a NeMo Gym agent's own verification fields)."""
     server_timings: ServerTimings | None = None
     """The server's own timings of this request (llama.cpp's ``timings``), when it reported them."""
+    client_delay: Mapping[str, float] = field(default_factory=dict)
+    """The client's own delay inside this request's timings, seconds: ``send_lag_s`` and
+    ``receive_lag_s`` (how late the event loop ran a callback scheduled when the request went out
+    and while its answer came in) and ``read_to_stamp_s`` (socket read to timestamp); empty when
+    the backend does not measure it."""
 
 
 class GenerationFailed(Exception):

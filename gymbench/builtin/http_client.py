@@ -3,13 +3,20 @@
 Pool limits are named as in NeMo Gym (``global_aiohttp_connector_limit``,
 ``global_aiohttp_connector_limit_per_host``). Every request has a finite timeout and at most
 ``max_retries`` retries (:mod:`gymbench.builtin.http_retry`). Time spent getting a connection is
-measured per request by the connector itself.
+measured per request by the connector itself, and the request's clock starts when it has one, so
+the pool wait is counted once: in ``connection_wait``, not again in ``ttft`` or ``generation``.
+
+The client's own delay is measured per request too (:class:`RequestClock`): how late the event
+loop ran a callback scheduled when the request went out and while the answer came in, and the time
+from the socket read that carried the first token (or the whole answer) to its timestamp. These
+are in every latency the client reports and belong to no server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import math
 import random
 import time
@@ -19,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 
 from gymbench.builtin.backend_settings import HttpSettings
 from gymbench.builtin.http_retry import RETRYABLE_STATUS, RetryPolicy, failure_kind_for_status, retry_after_seconds
@@ -31,21 +39,133 @@ HTTP_DEFAULTS: dict[str, Any] = dataclasses.asdict(HttpSettings())
 """The defaults of :class:`~gymbench.builtin.backend_settings.HttpSettings`, for backends built directly."""
 PREFLIGHT_TRIES = 3
 CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
-_CONNECTION_WAIT: ContextVar[list[float] | None] = ContextVar("gymbench_connection_wait", default=None)
+PROBED_READS = 2
+"""Socket reads of an answer whose event-loop lag is probed (after its headers: the first token's)."""
+
+
+@dataclass
+class PoolClock:
+    """One POST's time getting connections (all its tries) and when the last try got one."""
+
+    waited: float = 0.0
+    connected_at: float | None = None
+    protocol: StampedResponseHandler | None = None
+    """The last try's connection's protocol (the response may have let the connection go by the
+    time the reader runs: an answer read whole with its headers)."""
+
+
+_POOL_CLOCK: ContextVar[PoolClock | None] = ContextVar("gymbench_pool_clock", default=None)
+
+
+class LagProbe:
+    """How long a callback scheduled now waits for the event loop: its backlog of ready work at
+    this moment, which delays every step of every request the loop is running."""
+
+    __slots__ = ("lag", "_scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.lag: float | None = None
+        self._scheduled = time.perf_counter()
+        loop.call_soon(self._ran)
+
+    def _ran(self) -> None:
+        self.lag = time.perf_counter() - self._scheduled
+
+
+class StampedResponseHandler(ResponseHandler):
+    """aiohttp's protocol, noting when the socket was last read and how late the loop was then.
+
+    Only the first reads of an answer are probed (:data:`PROBED_READS`), the ones that carry its
+    headers and first token, and at most one probe is outstanding: a long stream costs two
+    scheduled callbacks, not one per chunk."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.read_at = 0.0
+        self.receive_lag = 0.0
+        self._probe: LagProbe | None = None
+        self._probe_loop = loop
+        self._probes_left = PROBED_READS
+
+    def data_received(self, data: bytes) -> None:
+        self.read_at = time.perf_counter()
+        probe = self._probe
+        if probe is not None and probe.lag is not None:
+            self.receive_lag = max(self.receive_lag, probe.lag)
+            probe = None
+        if probe is None and self._probes_left > 0:
+            self._probes_left -= 1
+            self._probe = LagProbe(self._probe_loop)
+        super().data_received(data)
+
+    def lag_since_reset(self) -> float:
+        """The largest receipt lag since :meth:`reset`, the outstanding probe included if it ran."""
+        probe = self._probe
+        if probe is not None and probe.lag is not None:
+            self.receive_lag = max(self.receive_lag, probe.lag)
+            self._probe = None
+        return self.receive_lag
+
+    def reset(self) -> None:
+        self.receive_lag = 0.0
+        self._probes_left = PROBED_READS
 
 
 class TimedConnector(aiohttp.TCPConnector):
     """Times how long each request waits to get a connection: queued for a free one in the
     pool (NeMo Gym #3008) or opening a new one. aiohttp's tracing hooks could say the same but
-    cost a dozen awaited signals per request; this costs two clock reads."""
+    cost a dozen awaited signals per request; this costs two clock reads. Its connections use
+    :class:`StampedResponseHandler`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._factory = functools.partial(StampedResponseHandler, loop=self._loop)  # type: ignore[assignment]
 
     async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
         started = time.perf_counter()
         connection = await super().connect(req, traces, timeout)
-        waited = _CONNECTION_WAIT.get()
-        if waited is not None:
-            waited[0] += time.perf_counter() - started
+        clock = _POOL_CLOCK.get()
+        if clock is not None:
+            clock.connected_at = time.perf_counter()
+            clock.waited += clock.connected_at - started
+            protocol = connection.protocol
+            clock.protocol = protocol if isinstance(protocol, StampedResponseHandler) else None
         return connection
+
+
+class RequestClock:
+    """The timestamps a reader takes, and the client's own delay in them.
+
+    ``sent`` is when the request had its connection (the pool wait lies before it, in
+    ``connection_wait``). :meth:`stamp` reads the clock for a token (or the whole answer); the
+    first stamp also notes how long after the socket read that carried it the reader got to it."""
+
+    __slots__ = ("sent", "_protocol", "_send_probe", "read_to_stamp")
+
+    def __init__(self, sent: float, protocol: StampedResponseHandler | None, send_probe: LagProbe | None) -> None:
+        self.sent = sent
+        self._protocol = protocol
+        self._send_probe = send_probe
+        self.read_to_stamp: float | None = None
+        if protocol is not None:
+            protocol.reset()
+
+    def stamp(self) -> float:
+        now = time.perf_counter()
+        if self.read_to_stamp is None and self._protocol is not None and self._protocol.read_at:
+            self.read_to_stamp = max(0.0, now - self._protocol.read_at)
+        return now
+
+    def client_delay(self) -> dict[str, float]:
+        """``send_lag_s``, ``receive_lag_s``, ``read_to_stamp_s`` (those measured)."""
+        found: dict[str, float] = {}
+        if self._send_probe is not None and self._send_probe.lag is not None:
+            found["send_lag_s"] = self._send_probe.lag
+        if self._protocol is not None:
+            found["receive_lag_s"] = self._protocol.lag_since_reset()
+        if self.read_to_stamp is not None:
+            found["read_to_stamp_s"] = self.read_to_stamp
+        return found
 
 
 @dataclass(frozen=True)
@@ -63,6 +183,8 @@ class Posted:
     value: Any
     retries: int
     connection_wait: float
+    client_delay: dict[str, float] = dataclasses.field(default_factory=dict)
+    """The last try's client delay (:meth:`RequestClock.client_delay`)."""
 
 
 def http_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -190,7 +312,7 @@ class RetryingClient:
         self,
         url: str,
         body: bytes,
-        read: Callable[[aiohttp.ClientResponse, float], Awaitable[T]],
+        read: Callable[[aiohttp.ClientResponse, RequestClock], Awaitable[T]],
         explain: Callable[[int, str], str | None] | None = None,
     ) -> Posted:
         """POST until a 200 (handed to ``read``), a non-retryable answer, or retries run out.
@@ -199,12 +321,13 @@ class RetryingClient:
         failure reason, the server's own text follows it."""
         assert self.session is not None, "open the client first"
         retries = 0
-        waited = [0.0]
-        _CONNECTION_WAIT.set(waited)  # the calling rollout's own task context: no reset needed
+        pool = PoolClock()
+        _POOL_CLOCK.set(pool)  # the calling rollout's own task context: no reset needed
         while True:
-            outcome = await self._try_once(url, body, read, explain)
+            outcome = await self._try_once(url, body, read, explain, pool)
             if not isinstance(outcome, Refusal):
-                return Posted(outcome, retries, waited[0])
+                value, clock = outcome
+                return Posted(value, retries, pool.waited, clock.client_delay())
             if not outcome.retryable or retries >= self.retry.max_retries:
                 raise GenerationFailed(outcome.kind, outcome.reason, outcome.status, retries)
             await self.sleep(self.retry.delay(retries, outcome.retry_after, self._rng))
@@ -214,15 +337,19 @@ class RetryingClient:
         self,
         url: str,
         body: bytes,
-        read: Callable[[aiohttp.ClientResponse, float], Awaitable[T]],
+        read: Callable[[aiohttp.ClientResponse, RequestClock], Awaitable[T]],
         explain: Callable[[int, str], str | None] | None,
-    ) -> T | Refusal:
+        pool: PoolClock,
+    ) -> tuple[T, RequestClock] | Refusal:
         assert self.session is not None
+        pool.connected_at, pool.protocol = None, None
+        send_probe = LagProbe(asyncio.get_running_loop())
         started = time.perf_counter()
         try:
             async with self.session.post(url, data=body) as answer:
                 if answer.status == 200:
-                    return await read(answer, started)
+                    clock = RequestClock(pool.connected_at or started, pool.protocol, send_probe)
+                    return await read(answer, clock), clock
                 return await _refusal(answer, explain)
         except GenerationFailed as exc:  # the reader found the answer unusable: asking again won't help
             return Refusal(exc.kind, quoted(exc.reason), False, exc.status)

@@ -16,7 +16,6 @@ Every agent is checked to answer before its first row is sent: a dead agent cost
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gymbench.builtin.http_client import RetryingClient
+from gymbench.builtin.http_client import RequestClock, RetryingClient
 from gymbench.builtin.nemo_gym_head import AgentDirectory, head_server_url, read_directory
 from gymbench.builtin.openai_shapes import read_responses
 from gymbench.errors import GymbenchError
@@ -99,6 +98,7 @@ class NemoGymBackend:
             reward=generation.reward,
             retries=posted.retries,
             extra=extra,
+            client_delay=posted.client_delay,
         )
 
     def _route(self, name: str | None, strict: bool = False) -> str:
@@ -132,16 +132,18 @@ class NemoGymBackend:
         await asyncio.shield(check)
 
 
-async def _read_run(answer: aiohttp.ClientResponse, started: float) -> Generation:
+async def _read_run(answer: aiohttp.ClientResponse, clock: RequestClock) -> Generation:
+    received = await answer.read()
+    elapsed = {"generation": clock.stamp() - clock.sent}
     try:
-        data = orjson.loads(await answer.read())
+        data = orjson.loads(received)
         response = data["response"]
         reward = float(data["reward"])
     except (ValueError, KeyError, TypeError) as exc:
         raise GenerationFailed("invalid_response", f"not a NeMo Gym /run answer: {exc!r}") from None
     text, usage = read_responses(response)
     extra = {key: value for key, value in data.items() if key not in SCORED_FIELDS}
-    return Generation(text, response, usage, {"generation": time.perf_counter() - started}, reward=reward, extra=extra)
+    return Generation(text, response, usage, elapsed, reward=reward, extra=extra)
 
 
 async def agents_aggregate_metrics(
@@ -168,7 +170,7 @@ async def agents_aggregate_metrics(
     return found
 
 
-async def _read_metrics(answer: aiohttp.ClientResponse, started: float) -> JSONObject:
+async def _read_metrics(answer: aiohttp.ClientResponse, clock: RequestClock) -> JSONObject:
     try:
         data = orjson.loads(await answer.read())
     except ValueError as exc:

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from gymbench.builtin.http_client import RetryingClient
+from gymbench.builtin.http_client import RequestClock, RetryingClient
 from gymbench.builtin.openai_shapes import chat_body, read_chat, read_responses, read_server_timings
 from gymbench.builtin.stream_assembly import ChatStream, ResponsesStream, StreamAssembler, sse_events
 from gymbench.errors import GymbenchError
@@ -74,7 +74,9 @@ class OpenAIBackend:
         posted = await self.client.post(self.url, body, self._read, self._explain)
         generation: Generation = posted.value
         timings = {**generation.timings, "connection_wait": posted.connection_wait}
-        return dataclasses.replace(generation, timings=timings, retries=posted.retries)
+        return dataclasses.replace(
+            generation, timings=timings, retries=posted.retries, client_delay=posted.client_delay
+        )
 
     def _explain(self, status: int, text: str) -> str | None:
         """What to do about a 404, whose two usual causes need different fixes."""
@@ -87,18 +89,19 @@ class OpenAIBackend:
             return f"the server has no {path} endpoint (many servers only speak chat completions): add +api=chat"
         return None
 
-    async def _read(self, answer: aiohttp.ClientResponse, started: float) -> Generation:
+    async def _read(self, answer: aiohttp.ClientResponse, clock: RequestClock) -> Generation:
         if self.stream and answer.content_type != "application/json":  # a server may ignore stream=true
-            return await self._read_stream(answer, started)
+            return await self._read_stream(answer, clock)
+        received = await answer.read()
+        elapsed = {"generation": clock.stamp() - clock.sent}
         try:
-            data = orjson.loads(await answer.read())
+            data = orjson.loads(received)
         except ValueError as exc:
             raise GenerationFailed("invalid_response", f"response is not JSON: {exc}") from None
         text, usage = read_responses(data) if self.api == "responses" else read_chat(data)
-        elapsed = {"generation": time.perf_counter() - started}
         return Generation(text, data, usage, elapsed, server_timings=read_server_timings(data.get("timings")))
 
-    async def _read_stream(self, answer: aiohttp.ClientResponse, started: float) -> Generation:
+    async def _read_stream(self, answer: aiohttp.ClientResponse, clock: RequestClock) -> Generation:
         """Assemble the streamed answer into the non-streamed shape; time the generated tokens.
 
         llama.cpp puts its ``timings`` on the last event (the usage chunk of a chat stream, the
@@ -109,11 +112,11 @@ class OpenAIBackend:
         server_timings = None
         async for event in sse_events(answer.content):
             if stream.add(event):
-                stamps.append(time.perf_counter())
+                stamps.append(clock.stamp())
             if "timings" in event:
                 server_timings = event["timings"]
         response, usage = stream.response(), stream.usage()
-        timings = _stream_timings(started, stamps)
+        timings = _stream_timings(clock.sent, stamps)
         return Generation(stream.text, response, usage, timings, server_timings=read_server_timings(server_timings))
 
 
@@ -124,4 +127,5 @@ def _stream_timings(started: float, stamps: list[float]) -> dict[str, float]:
         timings["ttft"] = stamps[0] - started
         if len(stamps) > 1:
             timings["inter_token"] = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+            timings["second_token"] = stamps[1] - started
     return timings

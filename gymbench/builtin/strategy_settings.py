@@ -7,6 +7,7 @@ knee search's (:mod:`gymbench.search_settings`), with its own defaults.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from gymbench.search_settings import GrowthSettings, PrecisionSettings, SearchSettings
@@ -46,3 +47,77 @@ class AdaptiveSettings(GrowthSettings, PrecisionSettings):
 
 
 AdaptiveSettings = with_defaults(AdaptiveSettings, start=4, error_rate=0.02, min_batches=3)  # type: ignore[misc]
+
+
+OPEN_LOOP_STRATEGIES = ("constant", "poisson", "gamma", "trace")
+"""The built-in open-loop strategies: their schedule is one process's, so a sharded run would
+multiply the rate by the workers."""
+
+
+@dataclass
+class ArrivalSettings(Checked):
+    """What every open-loop strategy takes: a cap on requests in flight and the over-saturation rule."""
+
+    max_in_flight: int | None = field(
+        default=None,
+        metadata=doc("requests in flight at most (unset: no cap; a capped schedule falls behind, which is recorded)"),
+    )
+    saturation_window_s: float = field(
+        default=5.0, metadata=doc("over-saturation: the window in which arrivals and answers are compared")
+    )
+    saturation_windows: int = field(
+        default=3, metadata=doc("over-saturation: windows in a row with the queue growing before the run ends")
+    )
+    saturation_tolerance: float = field(
+        default=0.1, metadata=doc("over-saturation: answers below (1 - this) x arrivals in a window count as growing")
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least("max_in_flight", self.max_in_flight, 1)
+        require(self.saturation_window_s > 0, "saturation_window_s", self.saturation_window_s, "seconds above 0")
+        at_least("saturation_windows", self.saturation_windows, 1)
+        tolerance = self.saturation_tolerance
+        require(0 <= tolerance < 1, "saturation_tolerance", tolerance, "a share from 0 up to (not including) 1")
+
+
+@dataclass
+class RateSettings(ArrivalSettings):
+    """An arrival rate; ``poisson`` and ``gamma`` draw their gaps from a seeded generator."""
+
+    request_rate: float = field(default=0.0, metadata=doc("arrivals per second (required, above 0)"))
+    arrival_seed: int = field(default=0, metadata=doc("seed of the random gaps (poisson, gamma)"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        rate = self.request_rate
+        require(math.isfinite(rate) and rate > 0, "request_rate", rate, "arrivals per second above 0, e.g. 20")
+
+
+@dataclass
+class GammaSettings(RateSettings):
+    gamma_shape: float = field(
+        default=1.0, metadata=doc("shape of the gamma gaps: below 1 burstier than Poisson, 1 Poisson, above 1 steadier")
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        shape = self.gamma_shape
+        require(math.isfinite(shape) and shape > 0, "gamma_shape", shape, "a number above 0 (1: Poisson)")
+
+
+@dataclass
+class TraceSettings(ArrivalSettings):
+    trace_file: str = field(
+        default="",
+        metadata=doc("arrival times, one a line: seconds, or JSON with timestamp_s (or timestamp in ms)", path=True),
+    )
+    trace_time_scale: float = field(
+        default=1.0, metadata=doc("multiply the trace's times by this (0.5: twice as fast)")
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(bool(self.trace_file), "trace_file", self.trace_file, "the path of a trace file")
+        scale = self.trace_time_scale
+        require(math.isfinite(scale) and scale > 0, "trace_time_scale", scale, "a number above 0")

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymbench.builtin.backend_settings import ConnectionSettings, NemoGymAgent, OpenAIServer
-from gymbench.builtin.strategy_settings import Parallelism
+from gymbench.builtin.strategy_settings import OPEN_LOOP_STRATEGIES, Parallelism
+from gymbench.errors import GymbenchError
 from gymbench.rollout.latency import Slo
 from gymbench.rollout.run_settings import RunPolicy, TaskRange
 from gymbench.rollout.verification import VerifySettings
@@ -169,6 +170,15 @@ class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy):
         default=None,
         metadata=doc("goodput: a rollout is good only with its backend call within this", run_neutral=True),
     )
+    slo_itl_ms: float | None = field(
+        default=None,
+        metadata=doc("goodput: a rollout is good only with its mean inter-token latency within this (streaming)",
+                     run_neutral=True),
+    )  # fmt: skip
+    slo_tpot_ms: float | None = field(
+        default=None,
+        metadata=doc("goodput: a rollout is good only with its time per output token within this", run_neutral=True),
+    )
     scrape_metrics: bool = field(
         default=True,
         metadata=doc(
@@ -178,7 +188,7 @@ class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("slo_ttft_ms", "slo_e2e_ms"):
+        for name in ("slo_ttft_ms", "slo_e2e_ms", "slo_itl_ms", "slo_tpot_ms"):
             value = getattr(self, name)
             if value is not None:
                 require(math.isfinite(value) and value > 0, name, value, "a finite number of milliseconds above 0")
@@ -187,6 +197,12 @@ class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy):
         at_least("num_shards", self.num_shards, 1, 1 << 20)
         at_least("shard_attempts", self.shard_attempts, 1, 100)
         one_of("shard_transfer", self.shard_transfer, SHARD_TRANSFERS)
+        if self.sharded and self.strategy in OPEN_LOOP_STRATEGIES:
+            raise GymbenchError(
+                f"strategy {self.strategy!r} sends requests on one schedule from one process; with "
+                f"num_workers={self.num_workers} (or num_shards, or launcher=ray) every shard would send at the "
+                "full rate. Collect open-loop runs with num_workers=1"
+            )
 
     @property
     def sharded(self) -> bool:
@@ -197,4 +213,5 @@ class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy):
         def seconds(ms: float | None) -> float | None:
             return None if ms is None else ms / 1e3
 
-        return Slo(seconds(self.slo_ttft_ms), seconds(self.slo_e2e_ms))
+        return Slo(seconds(self.slo_ttft_ms), seconds(self.slo_e2e_ms), seconds(self.slo_itl_ms),
+                   seconds(self.slo_tpot_ms))  # fmt: skip

@@ -89,6 +89,7 @@ def sharded_result(
     simulator: str,
 ) -> BenchmarkResult:
     stats, cpu = combined_stats(outcomes, wall_s, config.slo())
+    stats.processes = config.num_workers
     backend = next((o.backend for attempts in outcomes.values() for o in attempts if o.backend), "")
     result = collect_result(config, backend, stats, cpu)
     workers = worker_figures(outcomes)

@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gymbench.rollout.client_delay import ClientDelaySummary
 from gymbench.rollout.server_timings import COMPARISON_HEADERS, ServerComparison, comparison_rows
 from gymbench.rollout.stats import CollectSummary, Goodput
 from gymbench.units import duration, interval
 
-LATENCY_NAMES = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "e2e"}
+LATENCY_NAMES = {"ttft": "TTFT", "ttst": "TTST", "itl": "ITL", "tpot": "TPOT", "e2e": "e2e"}
 SMALL_SAMPLE_NOTE = "* too few rollouts for a 95% interval on that percentile"
 
 
@@ -27,7 +28,9 @@ def format_summary(summary: CollectSummary, output: Path) -> str:
         f"mean reward {'-' if reward is None else f'{reward:.3f}'}, {duration(summary['elapsed_s'])}",
         f"rollout latency p50 {duration(latency['p50'])}  p90 {duration(latency['p90'])}  "
         f"p99 {duration(latency['p99'])} (slot wait and verification included)",
+        *run_shape_lines(summary),
         *percentile_lines(summary.get("latency_percentiles_s", {})),
+        *client_delay_lines(summary.get("client_delay")),
         *goodput_lines(summary.get("goodput")),
         "stages (mean): " + "  ".join(f"{name} {duration(value)}" for name, value in summary["stage_mean_s"].items()),
         f"verification: {summary['verification_failures']} could not judge, {summary['verification_skipped']} "
@@ -37,6 +40,31 @@ def format_summary(summary: CollectSummary, output: Path) -> str:
         f"rollouts: {output}",
     ]
     return "\n".join(lines)
+
+
+def run_shape_lines(summary: CollectSummary) -> list[str]:
+    """Why the run ended early, the open-loop arrivals against their target, what was left out."""
+    lines = []
+    if summary.get("stopped"):
+        lines.append(f"stopped early (cleanly, in-flight rollouts written): {summary['stopped']}")
+    arrivals: dict[str, Any] = summary.get("arrivals") or {}
+    if arrivals:
+        target, achieved = arrivals.get("target_per_s"), arrivals.get("achieved_per_s")
+        ratio = f" ({achieved / target:.1%} of target)" if target and achieved is not None else ""
+        late = arrivals.get("late_p99_s")
+        lines.append(
+            f"arrivals ({arrivals.get('shape')}): target {_rate(target)}, achieved {_rate(achieved)}{ratio}, "
+            f"{arrivals.get('sent')} sent, p99 {duration(late)} behind schedule"
+        )
+    excluded = summary.get("excluded")
+    if excluded:
+        shown = ", ".join(f"{phase} {count}" for phase, count in excluded.items())
+        lines.append(f"left out of the latencies (rows flagged with phase): {shown}")
+    return lines
+
+
+def _rate(value: Any) -> str:
+    return "-" if value is None else f"{value:.2f} req/s"
 
 
 def percentile_lines(tables: dict[str, Any]) -> list[str]:
@@ -66,12 +94,36 @@ def percentile_cell(found: dict[str, Any] | None) -> str:
     return interval(found["value"], found["low"], found["high"])
 
 
+def client_delay_lines(found: ClientDelaySummary | None) -> list[str]:
+    """The client's own delay beside the percentiles it is part of, and what it means."""
+    if not found or found["p50_s"] is None:
+        return []
+    p50, p99 = found["components_p50_s"], found["components_p99_s"]
+    parts = "; ".join(
+        f"{label} {duration(p50[name])} / {duration(p99[name])}"
+        for name, label in (("send_lag_s", "loop lag at send"), ("receive_lag_s", "at receipt"),
+                            ("read_to_stamp_s", "socket read to stamp"))
+        if p50.get(name) is not None
+    )  # fmt: skip
+    cpu = ""
+    if found["cpu_cores"] is not None:
+        queue = found["run_queue_share"]
+        cpu = f"; client CPU {found['cpu_cores']:.2f} cores" + (
+            f", waited for a CPU {queue:.0%} of the run" if queue is not None else ""
+        )
+    head = f"client delay per request: p50 {duration(found['p50_s'])}  p99 {duration(found['p99_s'])}"
+    head += f" ({parts}, p50 / p99){cpu}"
+    return [head, *(f"  {note}" for note in found["notes"])]
+
+
 def goodput_lines(goodput: Goodput | None) -> list[str]:
     if goodput is None:
         return []
     slo = goodput["slo"]
-    limits = " and ".join(f"{name} <= {duration(limit)}" for name, limit in (("TTFT", slo["ttft_s"]),
-                          ("e2e", slo["e2e_s"])) if limit is not None)  # fmt: skip
+    names = {"ttft_s": "TTFT", "e2e_s": "e2e", "itl_s": "ITL", "tpot_s": "TPOT"}
+    limits = " and ".join(
+        f"{names.get(key, key)} <= {duration(limit)}" for key, limit in slo.items() if limit is not None
+    )
     share = "-" if goodput["share"] is None else f"{goodput['share']:.1%}"
     return [
         f"goodput: {share} of {goodput['attempted']} rollouts within SLO ({limits}), "

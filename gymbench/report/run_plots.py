@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-LATENCY_LABELS = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "e2e"}
+LATENCY_LABELS = {"ttft": "TTFT", "ttst": "TTST", "itl": "ITL", "tpot": "TPOT", "e2e": "e2e"}
 
 
 def over_time_figure(timeline: Mapping[str, Any]) -> Figure:
@@ -62,8 +62,12 @@ def stage_figure(stage_mean_s: Mapping[str, float | None]) -> Figure:
 def percentile_figure(tables: Mapping[str, Mapping[str, Any]]) -> Figure:
     """Each latency's p50..p99 with its 95% interval; a hollow marker where the sample was too small."""
     plt = pyplot()
-    figure, grid = plt.subplots(1, len(tables), figsize=(3.0 * len(tables), 2.8), squeeze=False)
-    for axes, (name, table) in zip(grid.flat, tables.items(), strict=True):
+    columns = min(len(tables), 3)  # five latencies in one row would make a strip too thin to read
+    rows = -(-len(tables) // columns)
+    figure, grid = plt.subplots(rows, columns, figsize=(3.0 * columns, 2.8 * rows), squeeze=False)
+    for axes in list(grid.flat)[len(tables) :]:
+        axes.set_visible(False)
+    for axes, (name, table) in zip(grid.flat, tables.items(), strict=False):
         found = [(key, table[key]) for key in table if key.startswith("p") and table[key] is not None]
         scale, unit = time_axis([p["value"] for _, p in found])
         for x, (_, p) in enumerate(found):

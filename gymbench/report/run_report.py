@@ -19,7 +19,13 @@ from gymbench.rollout.server_timings import COMPARISON_HEADERS, comparison_rows
 from gymbench.units import duration, interval, quantity
 
 RUN_KINDS = ("collect", "tune")
-LATENCY_NAMES = {"ttft": "TTFT", "itl": "ITL (inter-token)", "tpot": "TPOT (per output token)", "e2e": "e2e"}
+LATENCY_NAMES = {
+    "ttft": "TTFT",
+    "ttst": "TTST (second token)",
+    "itl": "ITL (inter-token)",
+    "tpot": "TPOT (per output token)",
+    "e2e": "e2e",
+}
 
 
 def render_run_report(record: ResultsRecord) -> str:
@@ -47,6 +53,7 @@ def collect_parts(bench: BenchmarkResult) -> list[str]:
     if tables:
         parts += ["<h2>Latency percentiles (95% interval)</h2>", _percentile_table(tables),
                   _img(png(percentile_figure(tables)), "latency percentiles")]  # fmt: skip
+    parts += client_delay_parts(summary.get("client_delay"))
     goodput = summary.get("goodput")
     if goodput:
         share = "-" if goodput["share"] is None else f"{goodput['share']:.1%}"
@@ -59,6 +66,24 @@ def collect_parts(bench: BenchmarkResult) -> list[str]:
         parts += ["<h2>Stage breakdown</h2>", _img(png(stage_figure(summary["stage_mean_s"])), "stage breakdown")]
     parts += server_parts(summary.get("server_metrics"))
     parts += server_timing_parts(summary.get("server_timings"))
+    return parts
+
+
+def client_delay_parts(found: Mapping[str, Any] | None) -> list[str]:
+    """The client's own delay, which every percentile above includes, and what it means."""
+    if not found or found.get("p50_s") is None:
+        return []
+    p50, p99 = found["components_p50_s"], found["components_p99_s"]
+    labels = {"send_lag_s": "event-loop lag at send", "receive_lag_s": "event-loop lag at receipt",
+              "read_to_stamp_s": "socket read to timestamp"}  # fmt: skip
+    rows = [("client delay per request (sum)", duration(found["p50_s"]), duration(found["p99_s"]))]
+    rows += [(label, duration(p50.get(name)), duration(p99.get(name))) for name, label in labels.items()]
+    parts = ["<h3>The client's own delay (inside every latency above)</h3>", _table(("delay", "p50", "p99"), rows)]
+    if found.get("cpu_cores") is not None:
+        queue = found.get("run_queue_share")
+        waited = f", waited for a CPU {queue:.0%} of the run" if queue is not None else ""
+        parts.append(f"<p>client CPU: {found['cpu_cores']:.2f} cores{_e(waited)}.</p>")
+    parts += [f'<p class="warn">{_e(note)}</p>' for note in found.get("notes", [])]
     return parts
 
 
@@ -132,8 +157,8 @@ def _percentile_table(tables: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def _slo_text(slo: Mapping[str, float | None]) -> str:
-    return " and ".join(f"{name} ≤ {duration(slo[key])}" for name, key in (("TTFT", "ttft_s"), ("e2e", "e2e_s"))
-                        if slo.get(key) is not None)  # fmt: skip
+    names = (("TTFT", "ttft_s"), ("e2e", "e2e_s"), ("ITL", "itl_s"), ("TPOT", "tpot_s"))
+    return " and ".join(f"{name} ≤ {duration(slo[key])}" for name, key in names if slo.get(key) is not None)
 
 
 def _table(headers: tuple[str, ...], rows: Sequence[Sequence[str]]) -> str:

@@ -24,8 +24,8 @@ from gymbench.rollout.dataset import (
     count_selected,
     open_tasks,
 )
-from gymbench.rollout.guard import FailureBreaker, RunProblems
-from gymbench.rollout.latency import Slo
+from gymbench.rollout.guard import FailureBreaker, RunProblems, StopConditions
+from gymbench.rollout.latency import Slo, rollout_timings
 from gymbench.rollout.output import (
     ResumeState,
     RolloutWriter,
@@ -34,6 +34,7 @@ from gymbench.rollout.output import (
     pair_key,
     refuse_to_overwrite,
 )
+from gymbench.rollout.phases import UNDECIDED, Dispatched, Phases
 from gymbench.rollout.rows import build_row, count_row
 from gymbench.rollout.run_settings import RunPolicy
 from gymbench.rollout.stats import CollectStats
@@ -120,6 +121,12 @@ class Collector:
         self.stopped_early = False
         self.problems = RunProblems()
         self.breaker = FailureBreaker(settings.stop_after_failures)
+        self.stop_conditions = StopConditions(
+            settings.stop_after_errors, settings.stop_at_error_rate, settings.error_rate_min_rollouts
+        )
+        self.phases: Phases | None = None
+        self._held: list[_Landed] = []
+        """Rollouts that may yet be cool-down: their rows wait until that is known (:mod:`phases`)."""
         self.resume_state: ResumeState | None = None
         """The earlier rows, read before any server started (:func:`load_resume_state`); ``None``:
         read when the run starts, if it resumes."""
@@ -152,25 +159,47 @@ class Collector:
             self.verification.start()
             async with self.backend:
                 self.stats = CollectStats(clock=self.clock, slo=self.slo)
+                self.phases = self._phases()
                 try:
                     await self._dispatch(iter(tasks), state)
-                except StopDispatch:
+                except StopDispatch as stop:
                     self.stopped_early = True
+                    self.stats.stopped = self.stats.stopped or str(stop) or None
                 except DatasetError:
+                    self._end_dispatch()
                     await self._drain()  # a bad row later on: let in-flight rollouts land
                     raise
+                self._end_dispatch()
                 await self._drain()
         finally:
             for job in pending:
                 job.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
+            self._end_dispatch()
             self.stats.finished = self.clock()
+            arrivals = getattr(self.strategy, "arrival_summary", None)
+            if callable(arrivals):
+                self.stats.arrivals = arrivals()
+            self.stats.client.finish()
             tasks.close()
             self._writer.close()
             self.verification.close()
             self._count_cache()
         return self.stats
+
+    def _phases(self) -> Phases | None:
+        cfg = self.settings
+        if not (cfg.warmup_rollouts or cfg.warmup_s or cfg.cooldown_rollouts or cfg.cooldown_s):
+            return None
+        planned = self.planned() if cfg.cooldown_rollouts else None
+        return Phases(self.clock, cfg.warmup_rollouts, cfg.warmup_s, cfg.cooldown_rollouts, cfg.cooldown_s, planned)
+
+    def _end_dispatch(self) -> None:
+        """Dispatching is over: every held rollout's phase is known now; write them."""
+        if self.phases is not None:
+            self.phases.end_dispatch()
+            self._release_held()
 
     async def _drain(self) -> None:
         while self._pending:
@@ -178,7 +207,7 @@ class Collector:
 
     async def _dispatch(self, tasks: Any, state: ResumeState | None) -> None:
         for task in tasks:
-            if self.problems.halted:
+            if self.problems.halted or self.stats.stopped:
                 return
             key = pair_key(task.task_index, task.rollout_index)
             if state is not None and key in state.done:
@@ -189,13 +218,18 @@ class Collector:
             try:
                 slot = self.strategy.slot()
                 await slot.__aenter__()
+            except StopDispatch:
+                raise
             except Exception as exc:  # a broken strategy: stop dispatching, let what is in flight land
                 self.problems.add_error(f"the strategy {type(self.strategy).__name__}'s slot()", exc, None, True)
                 return
-            if self.problems.halted:  # it stopped while we waited for the slot
+            if self.problems.halted or self.stats.stopped:  # it stopped while we waited for the slot
                 await slot.__aexit__(None, None, None)
                 return
-            job = asyncio.ensure_future(self._one(task, attempt, slot, self.clock() - ready))
+            late = getattr(slot, "late_s", None)  # an open-loop slot: how late it went out, not the wait
+            slot_wait = late if isinstance(late, float) else self.clock() - ready
+            mark = self.phases.dispatch() if self.phases is not None else None
+            job = asyncio.ensure_future(self._one(task, attempt, slot, slot_wait, mark))
             self._pending.add(job)
             self._pairs[job] = (task.task_index, task.rollout_index)
             job.add_done_callback(self._job_done)
@@ -211,7 +245,14 @@ class Collector:
         elif job.exception() is not None:
             self.problems.add_error("a rollout", job.exception(), None, written=False)  # type: ignore[arg-type]
 
-    async def _one(self, task: Task, attempt: int, slot: AbstractAsyncContextManager[None], slot_wait: float) -> None:
+    async def _one(
+        self,
+        task: Task,
+        attempt: int,
+        slot: AbstractAsyncContextManager[None],
+        slot_wait: float,
+        mark: Dispatched | None = None,
+    ) -> None:
         pair = (task.task_index, task.rollout_index)
         written = False
         where = "the backend"
@@ -235,17 +276,15 @@ class Collector:
             where = "verification"
             judgement = await self._judge(task, generation) if generation is not None else None
             finished = self.clock()
-            timings = {
-                "slot_wait": slot_wait,
-                **(generation.timings if generation is not None else {}),
-                "verification": finished - generated,
-                "total": slot_wait + finished - started,
-            }
+            timings = rollout_timings(slot_wait, generation, generated - started, finished - generated)
             row = build_row(task, attempt, params, generation, failure, judgement, timings, self.settings.verify.name)
-            count_row(self.stats, generation, failure, judgement, timings)
             where = "the rollout writer"
-            assert self._writer is not None
-            self._writer.write(row)
+            landed = _Landed(row, generation, failure, judgement, timings, mark)
+            if self.phases is not None and mark is not None and self.phases.phase(mark) == UNDECIDED:
+                self._held.append(landed)
+            else:
+                self._land(landed)
+            self._release_held()
             written = True
             where = "a progress callback"
             self._after_write(failure, timings)
@@ -259,9 +298,36 @@ class Collector:
             except Exception as exc:
                 self.problems.add_error(f"the strategy {type(self.strategy).__name__}'s slot", exc, None, True)
 
+    def _land(self, landed: _Landed) -> None:
+        """Write the row, flagged when it is warm-up or cool-down, and count it (those only in the counts)."""
+        phase = self.phases.phase(landed.mark) if self.phases is not None and landed.mark is not None else None
+        if phase is not None:
+            landed.row["phase"] = phase
+            assert self.phases is not None
+            self.phases.count(phase)
+            self.stats.excluded[phase] = self.stats.excluded.get(phase, 0) + 1
+        count_row(self.stats, landed.generation, landed.failure, landed.judgement, landed.timings, phase is None)
+        assert self._writer is not None
+        self._writer.write(landed.row)
+
+    def _release_held(self) -> None:
+        if not self._held or self.phases is None:
+            return
+        still = []
+        for landed in self._held:
+            assert landed.mark is not None
+            if self.phases.phase(landed.mark) == UNDECIDED:
+                still.append(landed)
+            else:
+                self._land(landed)
+        self._held = still
+
     def _after_write(self, failure: GenerationFailed | None, timings: Mapping[str, float]) -> None:
         if failure is not None and self.on_failure is not None:
             self.on_failure(failure)
+        stop = self.stop_conditions.observe(failure is not None)
+        if stop is not None and self.stats.stopped is None:
+            self.stats.stopped = stop
         if self.breaker.observe(failure) and not self.problems.halted:
             self.problems.stop_reason = self.breaker.reason()
             self.problems.outage = self.breaker.outage
@@ -282,6 +348,18 @@ class Collector:
         self.stats.cache_hits = cache.hits if cache is not None else 0
         self.stats.cache_misses = cache.misses if cache is not None else 0
         self.stats.verify_skipped = self.verification.skipped
+
+
+@dataclass
+class _Landed:
+    """A rollout that has landed: its row and what its statistics are made of."""
+
+    row: dict[str, Any]
+    generation: Generation | None
+    failure: GenerationFailed | None
+    judgement: Judgement | None
+    timings: dict[str, float]
+    mark: Dispatched | None
 
 
 def _outcome(latency: float, generation: Generation | None, failure: GenerationFailed | None) -> RequestOutcome:

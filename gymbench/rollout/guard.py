@@ -80,3 +80,30 @@ class RunProblems:
             self.errors.append(message)
         if pair is not None and not written:
             self.unwritten.append(pair)
+
+
+@dataclass
+class StopConditions:
+    """Ends a run cleanly (no cancelling: what is in flight lands and is written) once failures
+    pass a bound: ``max_errors`` failed rollouts in all, or a share ``error_rate`` of those landed
+    so far, judged from ``min_rollouts`` on so that the first failure of a run is not 100%."""
+
+    max_errors: int = 0
+    error_rate: float | None = None
+    min_rollouts: int = 20
+    landed: int = 0
+    failed: int = 0
+
+    def observe(self, failed: bool) -> str | None:
+        """Count one rollout; the reason to stop when this one crosses a bound."""
+        self.landed += 1
+        self.failed += failed
+        if self.max_errors and self.failed >= self.max_errors:
+            return f"{self.failed} rollouts failed, reaching stop_after_errors={self.max_errors}"
+        rate = self.error_rate
+        if rate is not None and self.landed >= self.min_rollouts and self.failed >= rate * self.landed:
+            return (
+                f"{self.failed} of {self.landed} rollouts failed ({self.failed / self.landed:.1%}), reaching "
+                f"stop_at_error_rate={rate:g}"
+            )
+        return None

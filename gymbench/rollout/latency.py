@@ -3,9 +3,16 @@ confidence intervals, and goodput (the share of rollouts within a latency SLO).
 
 Definitions (per rollout, seconds):
 
-- ``e2e``: the backend call, connection wait + time to first token + the rest (no slot wait, no
-  verification); what the server's client sees.
+- the stages of a rollout (:data:`ROLLOUT_STAGES`) are disjoint and add up to its ``total``
+  exactly: ``slot_wait`` (for the strategy's slot), ``connection_wait`` (for a pooled connection,
+  every try), ``ttft`` (connection in hand to the first token; absent unless streamed),
+  ``generation`` (the rest of the answer), ``backend_other`` (the rest of the backend call: the
+  body built, failed tries and their backoff, the answer parsed) and ``verification``.
+- ``e2e``: the request, connection wait + time to first token + the rest (no slot wait, no
+  retries' backoff, no verification); what the server's client sees.
 - ``ttft``: time to the first streamed token (only with ``+stream=true``).
+- ``ttst``: time to the second streamed token (the first gap after prefill, where a server that
+  prefills in chunks or schedules the decode late shows it; streamed only).
 - ``itl``: the mean gap between streamed tokens of the rollout (only when streamed).
 - ``tpot``: time per output token after the first, ``generation / (output tokens - 1)``, when
   streamed; without streaming, ``e2e / output tokens``.
@@ -29,10 +36,30 @@ from typing import TYPE_CHECKING, TypedDict
 if TYPE_CHECKING:
     import numpy as np
 
-LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")
+    from gymbench.types import Generation
+
+LATENCY_METRICS = ("ttft", "ttst", "itl", "tpot", "e2e")
 PERCENTILES = (50, 90, 95, 99)
 CONFIDENCE = 0.95
 REQUEST_STAGES = ("connection_wait", "ttft", "generation")
+ROLLOUT_STAGES = ("slot_wait", *REQUEST_STAGES, "backend_other", "verification")
+"""Disjoint; their sum is the rollout's ``total``."""
+
+
+def rollout_timings(
+    slot_wait: float, generation: Generation | None, backend_s: float, verification_s: float
+) -> dict[str, float]:
+    """A rollout's stages and ``total``. ``backend_other`` is what the backend call took beyond
+    its timed request stages, so the stages add up to the total by construction; a backend that
+    timed more than the call it ran in has a bug, and its remainder is kept (negative) to show it."""
+    timings: dict[str, float] = {"slot_wait": slot_wait}
+    if generation is not None:
+        timings.update(generation.timings)
+    timed = sum(timings.get(stage, 0.0) for stage in REQUEST_STAGES)
+    timings["backend_other"] = backend_s - timed
+    timings["verification"] = verification_s
+    timings["total"] = slot_wait + backend_s + verification_s
+    return timings
 
 
 def rollout_latencies(timings: Mapping[str, float], completion_tokens: int) -> dict[str, float]:
@@ -47,6 +74,8 @@ def rollout_latencies(timings: Mapping[str, float], completion_tokens: int) -> d
         found["tpot"] = e2e / completion_tokens
     if "inter_token" in timings:
         found["itl"] = timings["inter_token"]
+    if "second_token" in timings:
+        found["ttst"] = timings["second_token"]
     return found
 
 
@@ -102,19 +131,25 @@ class Slo:
 
     ttft_s: float | None = None
     e2e_s: float | None = None
+    itl_s: float | None = None
+    tpot_s: float | None = None
+
+    def limits(self) -> dict[str, float | None]:
+        """Each objective by its latency's name (``ttft``, ``e2e``, ``itl``, ``tpot``)."""
+        return {"ttft": self.ttft_s, "e2e": self.e2e_s, "itl": self.itl_s, "tpot": self.tpot_s}
 
     @property
     def active(self) -> bool:
-        return self.ttft_s is not None or self.e2e_s is not None
+        return any(limit is not None for limit in self.limits().values())
 
     def met(self, latencies: Mapping[str, float]) -> bool:
-        """A rollout without a TTFT (not streamed) cannot show it met a TTFT objective."""
-        for name, limit in (("ttft", self.ttft_s), ("e2e", self.e2e_s)):
+        """A rollout without a latency (TTFT or ITL unstreamed, ITL of a one-token answer) cannot show
+        it met that objective."""
+        for name, limit in self.limits().items():
             if limit is not None and not latencies.get(name, math.inf) <= limit:
                 return False
         return True
 
     def describe(self) -> str:
-        parts = [f"{name} <= {limit * 1e3:g} ms" for name, limit in (("TTFT", self.ttft_s), ("e2e", self.e2e_s))
-                 if limit is not None]  # fmt: skip
-        return " and ".join(parts)
+        names = {"ttft": "TTFT", "e2e": "e2e", "itl": "ITL", "tpot": "TPOT"}
+        return " and ".join(f"{names[n]} <= {v * 1e3:g} ms" for n, v in self.limits().items() if v is not None)

@@ -62,6 +62,8 @@ def build_row(
         row["failure"] = None
         if generation.server_timings:
             row["server_timings"] = dict(generation.server_timings)
+        if generation.client_delay:
+            row["client_delay"] = dict(generation.client_delay)
         for key, value in generation.extra.items():
             row.setdefault(key, value)
     else:
@@ -80,7 +82,9 @@ def count_row(
     failure: GenerationFailed | None,
     judgement: Judgement | None,
     timings: Mapping[str, float],
+    measured: bool = True,
 ) -> None:
+    """``measured`` false: a warm-up or cool-down rollout, in the counts but not in the latencies."""
     stats.retries += generation.retries if generation is not None else failure.retries if failure is not None else 0
     if generation is not None and judgement is not None:
         verdict = judgement.verdict
@@ -92,13 +96,17 @@ def count_row(
             stats.rewarded += 1
         elif verdict is not None:
             stats.verify_failures += 1
+        if not measured:
+            return
         stats.latency.add(timings["total"])
         tokens = generation.usage.completion_tokens
         latencies = rollout_latencies(timings, tokens)
         stats.add_latencies(latencies, tokens)
         if generation.server_timings:
             stats.server.add(generation.server_timings, latencies)
+        stats.client.add(dict(generation.client_delay))
     elif failure is not None:
         stats.failed += 1
         stats.failure_kinds[failure.kind] += 1
-    stats.add_timings(dict(timings))
+    if measured:
+        stats.add_timings(dict(timings))

@@ -7,6 +7,7 @@ treats the output file and failures (:class:`RunPolicy`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from gymbench.rollout.dataset import ROLLOUT_INDEX_BITS, TaskSlice
@@ -58,7 +59,65 @@ class RunPolicy(Checked):
         ),
     )
 
+    stop_after_errors: int = field(
+        default=0,
+        kw_only=True,
+        metadata=doc("end the run cleanly once this many rollouts failed in all (0: never)", run_neutral=True),
+    )
+    stop_at_error_rate: float | None = field(
+        default=None,
+        kw_only=True,
+        metadata=doc(
+            "end the run cleanly once this share of the rollouts so far failed (checked from "
+            "error_rate_min_rollouts on; unset: never)",
+            run_neutral=True,
+        ),
+    )
+    error_rate_min_rollouts: int = field(
+        default=20, kw_only=True, metadata=doc("rollouts landed before stop_at_error_rate is judged", run_neutral=True)
+    )
+    warmup_rollouts: int = field(
+        default=0,
+        kw_only=True,
+        metadata=doc(
+            "the first N rollouts dispatched are warm-up: written, flagged, left out of the statistics",
+            run_neutral=True,
+        ),
+    )
+    warmup_s: float = field(
+        default=0.0,
+        kw_only=True,
+        metadata=doc(
+            "rollouts dispatched in the run's first S seconds are warm-up (written, flagged, left out)",
+            run_neutral=True,
+        ),
+    )
+    cooldown_rollouts: int = field(
+        default=0,
+        kw_only=True,
+        metadata=doc(
+            "the last N rollouts dispatched are cool-down: written, flagged, left out of the statistics",
+            run_neutral=True,
+        ),
+    )
+    cooldown_s: float = field(
+        default=0.0,
+        kw_only=True,
+        metadata=doc(
+            "rollouts dispatched in the last S seconds of dispatching are cool-down (flagged, left out)",
+            run_neutral=True,
+        ),
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
         at_least("max_attempts", self.max_attempts, 1)
         at_least("stop_after_failures", self.stop_after_failures, 0)
+        at_least("stop_after_errors", self.stop_after_errors, 0)
+        if self.stop_at_error_rate is not None:
+            rate = self.stop_at_error_rate
+            require(0 < rate <= 1, "stop_at_error_rate", rate, "a share above 0 and at most 1 (0.1: 10%)")
+        at_least("error_rate_min_rollouts", self.error_rate_min_rollouts, 1)
+        for name in ("warmup_rollouts", "cooldown_rollouts", "warmup_s", "cooldown_s"):
+            value = getattr(self, name)
+            require(math.isfinite(value) and value >= 0, name, value, "a finite number at least 0 (0: none)")

@@ -11,13 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+from gymbench.rollout.client_delay import ClientDelayStats, ClientDelaySummary
 from gymbench.rollout.latency import LATENCY_METRICS, Slo, percentile_table
 from gymbench.rollout.reservoir import Reservoir
 from gymbench.rollout.server_timings import ServerComparison, ServerTimingsStats
 from gymbench.rollout.timeline import Timeline
 from gymbench.types import JSONObject
 
-STAGES = ("slot_wait", "connection_wait", "ttft", "generation", "verification", "total")
+STAGES = ("slot_wait", "connection_wait", "ttft", "generation", "backend_other", "verification", "total")
 COUNTS = (
     "completed", "failed", "skipped", "retries", "reward_sum", "rewarded", "verify_failures", "verify_skipped",
     "cache_hits", "cache_misses", "prompt_tokens", "completion_tokens",
@@ -65,6 +66,14 @@ class CollectSummary(_SummaryFields, total=False):
     """The server's /metrics before, after and over the run, when they were scraped."""
     server_timings: ServerComparison
     """The server's per-request timings against the client's TTFT, ITL and e2e, when it reported them."""
+    client_delay: ClientDelaySummary
+    """The client's own delay in the latencies and its CPU, when the backend measured the delay."""
+    stopped: str
+    """Why a stop condition ended the run cleanly (errors, error rate, over-saturation, a trace's end)."""
+    excluded: dict[str, int]
+    """Rollouts written but left out of the latencies, stages and goodput: warm-up and cool-down."""
+    arrivals: dict[str, object]
+    """An open-loop strategy's target and achieved arrival rate."""
 
 
 @dataclass
@@ -95,6 +104,15 @@ class CollectStats:
     timeline: Timeline = field(default_factory=Timeline)
     server: ServerTimingsStats = field(default_factory=ServerTimingsStats)
     """The server's own timings beside the client's (rows whose server reported them)."""
+    client: ClientDelayStats = field(default_factory=ClientDelayStats)
+    stopped: str | None = None
+    """Why a stop condition ended the run cleanly, if one did."""
+    excluded: dict[str, int] = field(default_factory=dict)
+    """Warm-up and cool-down rollouts, counted but not in the latencies (``gymbench.rollout.phases``)."""
+    arrivals: dict[str, object] | None = None
+    """An open-loop strategy's arrivals, target against achieved (its ``arrival_summary()``)."""
+    processes: int = 1
+    """Collecting processes whose statistics these are (a sharded run's workers)."""
 
     @property
     def request_latency(self) -> Reservoir:
@@ -124,6 +142,10 @@ class CollectStats:
             self.latencies[name].absorb(reservoir)
         self.slo_met += other.slo_met
         self.server.absorb(other.server)
+        self.client.absorb(other.client)
+        for phase, count in other.excluded.items():
+            self.excluded[phase] = self.excluded.get(phase, 0) + count
+        self.stopped = self.stopped or other.stopped
 
     def add_timings(self, timings: dict[str, float]) -> None:
         for stage, value in timings.items():
@@ -143,9 +165,9 @@ class CollectStats:
         """The share of attempted rollouts (failures count as missed) within the SLO, and their rate."""
         if not self.slo.active:
             return None
-        attempted = self.completed + self.failed
+        attempted = self.completed + self.failed - sum(self.excluded.values())  # warm-up, cool-down: not judged
         return {
-            "slo": {"ttft_s": self.slo.ttft_s, "e2e_s": self.slo.e2e_s},
+            "slo": {f"{name}_s": limit for name, limit in self.slo.limits().items()},
             "within_slo": self.slo_met,
             "attempted": attempted,
             "share": self.slo_met / attempted if attempted else None,
@@ -160,6 +182,15 @@ class CollectStats:
         server = self.server.summary()
         if server is not None:
             summary["server_timings"] = server
+        if self.stopped:
+            summary["stopped"] = self.stopped
+        if self.excluded:
+            summary["excluded"] = dict(self.excluded)
+        if self.arrivals is not None:
+            summary["arrivals"] = self.arrivals
+        if self.client.total.seen:
+            median = self.latencies["ttft"] if self.latencies["ttft"].values else self.latencies["e2e"]
+            summary["client_delay"] = self.client.summary(self.elapsed_s, median.percentiles((50,))[0], self.processes)
         return summary
 
     def _summary(self) -> CollectSummary:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gymbench.rollout.client_delay import CLIENT_CORES, CLIENT_LAG_S
 from gymbench.tune import advice
 from gymbench.tune.probe import ProbeResult
 
-CLIENT_CORES = 0.8
-CLIENT_LAG_S = 0.05
 VARIANCE_SPREAD = 3.0
 """p99 ÷ p50 of latency per output token above which latency varies beyond what lengths explain."""
 

@@ -56,7 +56,7 @@ NEUTRAL = [
     "+num_workers=3", "+shard_attempts=5", "+max_attempts=4", "+stop_after_failures=0", "+scrape_metrics=false",
     "+disable_aggregation=true", "+resume_force=true", "+global_aiohttp_connector_limit=10",
     "+head_server.port=1234", "+slo_e2e_ms=100", "+sim_per_worker=true", "+launcher=local", "+num_shards=2",
-    "+api_key_env=KEY",
+    "+api_key_env=KEY", "+warmup_rollouts=1", "+cooldown_s=1", "+stop_after_errors=3", "+slo_itl_ms=5",
 ]  # fmt: skip
 
 

@@ -103,3 +103,24 @@ def test_the_timeline_adds_up_and_stays_bounded() -> None:
     assert len(found["start_s"]) <= MAX_BUCKETS and found["bucket_s"] == 4.0
     assert sum(r * found["bucket_s"] for r in found["rollouts_per_s"]) == 3 * MAX_BUCKETS
     assert found["mean_e2e_s"] == pytest.approx([0.2] * len(found["start_s"]))
+
+
+def test_streamed_rows_have_time_to_second_token_and_goodput_judges_itl_and_tpot(tmp_path: Path) -> None:
+    with running_sim_server(ENGINE) as server:
+        backend = OpenAIBackend({"base_url": server.base_url, "model": ENGINE.model, "api": "chat", "stream": True})
+        first = asyncio.run(collect(backend, tmp_path, Slo()))
+        rows = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+        latencies = [rollout_latencies(r["timings"], r["usage"]["completion_tokens"]) for r in rows]
+        assert all(found["ttft"] < found["ttst"] < found["e2e"] for found in latencies if "ttst" in found)
+        assert first.summary()["latency_percentiles_s"]["ttst"]["count"] == sum("ttst" in f for f in latencies) > 0
+        itl = sorted(f["itl"] for f in latencies if "itl" in f)[len(latencies) // 2]
+        tpot = sorted(f["tpot"] for f in latencies)[len(latencies) // 2]
+        for slo, name, limit in ((Slo(itl_s=itl), "itl", itl), (Slo(tpot_s=tpot), "tpot", tpot)):
+            stats = asyncio.run(collect(backend, tmp_path, slo))
+            rows = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+            expected = sum(
+                rollout_latencies(r["timings"], r["usage"]["completion_tokens"]).get(name, float("inf")) <= limit
+                for r in rows
+            )
+            goodput = stats.summary()["goodput"]
+            assert goodput["within_slo"] == expected and goodput["slo"][f"{name}_s"] == limit
