@@ -91,6 +91,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _library_asserts_left_alone(config)
     config.addinivalue_line(
         "markers",
         "gymbench(group=None, **options): options for a gymbench benchmark, "
@@ -112,6 +113,24 @@ def pytest_configure(config: pytest.Config) -> None:
         from gymbench.pytest.children import become_worker
 
         become_worker(config, bench)
+
+
+def _library_asserts_left_alone(config: pytest.Config) -> None:
+    """Keep pytest from rewriting the asserts of gymbench's own modules (the test kit excepted).
+
+    pytest marks every module of a ``pytest11`` plugin's distribution for assert rewriting, so each
+    gymbench module a job imports went through an extra AST pass (on every run where bytecode is not
+    cached) and its asserts in the collection's hot loop ran pytest's slower form: the pytest API
+    used more client CPU per rollout than ``gymbench collect`` for the same work. Those asserts
+    check gymbench's invariants, not a user's test; pytest's own API has no way to unmark a name,
+    hence the guarded attribute access (another pytest just keeps rewriting).
+    """
+    hook = config.pluginmanager.rewrite_hook
+    marked = getattr(hook, "_must_rewrite", None)
+    if isinstance(marked, set) and "gymbench" in marked:
+        marked.discard("gymbench")
+        marked.add("gymbench.testing")
+        getattr(hook, "_marked_for_rewrite_cache", {}).clear()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
