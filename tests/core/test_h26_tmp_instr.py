@@ -1,0 +1,203 @@
+"""Instruction counts under callgrind: proportional to the work, equal across runs, honest without valgrind."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gymbench import load_record
+from gymbench.callgrind import (
+    DETERMINISTIC_ENV,
+    CountingUnavailable,
+    InstructionCounter,
+    callgrind_command,
+    valgrind_version,
+)
+from gymbench.instructions import instruction_metric, unavailable_note
+from gymbench.measure import MeasureSettings, Recorder
+
+LOOP_BENCH = """
+import pytest
+
+
+def loop(n):
+    total = 0
+    for i in range(n):
+        total += i & 7
+    return total
+
+
+@pytest.mark.parametrize("n", {sizes})
+def test_loop(gymbench, n):
+    gymbench.measure(loop, n)
+
+
+@pytest.mark.gymbench(instructions=False)
+def test_not_counted(gymbench):
+    gymbench.measure(loop, 10)
+
+
+@pytest.mark.asyncio
+async def test_async_is_timed_only(gymbench):
+    async def tick():
+        return 1
+
+    await gymbench.ameasure(tick)
+"""
+needs_valgrind = pytest.mark.skipif(valgrind_version() is None, reason="valgrind is not installed")
+
+
+def counts(pytester: pytest.Pytester, sizes: list[int], name: str) -> dict[str, tuple[float, ...]]:
+    """Run the loop benchmarks with ``--gymbench-instructions``; instruction samples by benchmark id."""
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_loop=LOOP_BENCH.format(sizes=sizes))
+    result = pytester.runpytest(
+        "--gymbench-instructions", "--gymbench-quick", "--gymbench-save", name,
+        "--gymbench-results-dir", str(pytester.path / "results"), "--gymbench-instructions-timeout", "600",
+    )  # fmt: skip
+    result.assert_outcomes(passed=len(sizes) + 2)
+    (saved,) = (pytester.path / "results").glob(f"*/*_{name}.json")
+    record = load_record(saved)
+    assert record.fingerprint["software"]["valgrind"] == valgrind_version()
+    found = {b.id: b.metrics["instructions"].samples for b in record.benchmarks if "instructions" in b.metrics}
+    assert {b.id for b in record.benchmarks} - set(found) == {"test_loop.py::test_not_counted",
+                                                            "test_loop.py::test_async_is_timed_only"}  # fmt: skip
+    return found
+
+
+@needs_valgrind
+@pytest.mark.slow
+def test_counts_are_proportional_to_the_work(pytester: pytest.Pytester) -> None:
+    """Through pytest: one session, whose callgrind child (the slow part) counts both sizes.
+
+    Medians of the five brackets: a one-off in one bracket of the ten (seen once on a loaded
+    machine, min ÷ max 1.954) is not the work; the brackets' spread is what
+    :func:`test_two_equal_runs_count_within_half_a_percent` bounds.
+    """
+    found = counts(pytester, [20_000, 40_000], "first")
+    small, large = found["test_loop.py::test_loop[n=20000]"], found["test_loop.py::test_loop[n=40000]"]
+    print("COUNTS", small, large)
+    assert 1.98 < statistics.median(large) / statistics.median(small) < 2.02, (small, large)
+
+
+COUNT_IN_A_PROCESS = """
+import sys
+from pathlib import Path
+
+from gymbench.callgrind import InstructionCounter
+
+
+def loop(n):
+    total = 0
+    for i in range(n):
+        total += i & 7
+    return total
+
+
+counter = InstructionCounter(Path(sys.argv[1]))
+print(*(counter.count(lambda: loop(20_000), sample) for sample in range(3)))
+"""
+
+
+def counted_in_a_fresh_process(out: Path) -> list[int]:
+    """Three brackets in a new process under callgrind, without pytest (whose start-up is the slow part)."""
+    out.mkdir()
+    argv = callgrind_command(out, [sys.executable, "-c", COUNT_IN_A_PROCESS, str(out)])
+    done = subprocess.run(argv, env={**os.environ, **DETERMINISTIC_ENV}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return [int(count) for count in done.stdout.split()]
+
+
+@needs_valgrind
+@pytest.mark.slow
+def test_two_equal_runs_count_within_half_a_percent(tmp_path: Path) -> None:
+    first, again = counted_in_a_fresh_process(tmp_path / "first"), counted_in_a_fresh_process(tmp_path / "again")
+    assert min(first + again) > 20_000  # at least an instruction per iteration: the bracket saw the loop
+    assert max(first + again) / min(first + again) < 1.005
+
+
+def test_without_valgrind_the_metric_is_absent_with_a_note(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(pytester.path))  # no valgrind on it
+    valgrind_version.cache_clear()
+    try:
+        assert unavailable_note() is not None
+        pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+        pytester.makepyfile(test_loop=LOOP_BENCH.format(sizes=[100]))
+        result = pytester.runpytest(
+            "--gymbench-instructions", "--gymbench-quick", "--gymbench-save", "plain",
+            "--gymbench-results-dir", str(pytester.path / "results"),
+        )  # fmt: skip
+    finally:
+        valgrind_version.cache_clear()
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["gymbench: instruction counts not recorded: valgrind is not installed*"])
+    (saved,) = (pytester.path / "results").glob("*/*_plain.json")
+    record = load_record(saved)
+    assert record.fingerprint["software"]["valgrind"] is None
+    assert all(set(b.metrics) == {"time", "time_cpu"} for b in record.benchmarks)
+
+
+def test_the_marker_asks_for_counts_without_the_flag(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``instructions=True`` on one benchmark counts it (here: says valgrind is missing); others are not asked."""
+    monkeypatch.setenv("PATH", str(pytester.path))
+    valgrind_version.cache_clear()
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(
+        test_marked="""
+import pytest
+
+
+@pytest.mark.gymbench(instructions=True)
+def test_marked(gymbench):
+    gymbench.measure(sum, range(10))
+"""
+    )
+    try:
+        marked = pytester.runpytest("--gymbench-quick")
+        pytester.makepyfile(test_marked="def test_plain(gymbench):\n    gymbench.measure(sum, range(10))\n")
+        plain = pytester.runpytest("--gymbench-quick")
+    finally:
+        valgrind_version.cache_clear()
+    marked.assert_outcomes(passed=1)
+    marked.stdout.fnmatch_lines(["gymbench: instruction counts not recorded: valgrind is not installed*"])
+    plain.assert_outcomes(passed=1)
+    assert "instruction counts" not in plain.stdout.str()
+
+
+@needs_valgrind
+def test_a_callgrind_child_past_its_time_is_stopped_with_a_note(pytester: pytest.Pytester) -> None:
+    """Bounded: pytest alone takes seconds to start under callgrind, far more than the 0.2 s allowed."""
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_loop=LOOP_BENCH.format(sizes=[100]))
+    result = pytester.runpytest(
+        "--gymbench-instructions", "--gymbench-quick", "--gymbench-save", "stopped",
+        "--gymbench-results-dir", str(pytester.path / "results"), "--gymbench-instructions-timeout", "0.2",
+    )  # fmt: skip
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["gymbench: instruction counts: callgrind stopped after 0.2 s*0 of 1 benchmarks*"])
+    (saved,) = (pytester.path / "results").glob("*/*_stopped.json")
+    assert all(set(b.metrics) == {"time", "time_cpu"} for b in load_record(saved).benchmarks)
+
+
+def test_outside_callgrind_counting_is_refused_not_zero(tmp_path: Path) -> None:
+    counter = InstructionCounter(tmp_path)
+    with pytest.raises(CountingUnavailable, match="no instructions"):
+        counter.count(lambda: None)
+    recorder = Recorder(MeasureSettings(), counter=counter)
+    with pytest.raises(CountingUnavailable):
+        recorder.measure(sum, [1, 2])
+    assert "instructions" not in recorder.metrics
+
+
+def test_instruction_metric_names() -> None:
+    assert instruction_metric("time") == "instructions"
+    assert instruction_metric("step") == "step_instructions"
