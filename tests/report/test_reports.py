@@ -153,3 +153,16 @@ def test_the_default_plots_show_every_benchmark_not_only_timed_ones(tmp_path: Pa
     assert len(history) == 3 and "bench.py::test_0 (rollouts_per_s)" in history
     assert all(points[0][1] == 1.0 for points in history.values())  # relative to the first run
     assert len(check_html(render_report(gate, runs)).images) == 3
+
+
+def test_report_on_a_single_record_says_there_is_nothing_to_compare(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    save_run(tmp_path / "results", suite(1, name="only"), "20260101T000000")
+    out = tmp_path / "report.html"
+    assert main(["report", "only", "-o", str(out), "--results-dir", "results"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to compare against" in err and "Traceback" not in err
+    assert not out.exists()
+    assert main(["compare", "only", "latest", "--results-dir", "results"]) == 2
