@@ -85,3 +85,24 @@ def test_plugin_adds_a_command_and_an_option_to_another_command() -> None:
 def test_module_entry_runs() -> None:
     done = subprocess.run([sys.executable, "-m", "gymbench.cli", "--version"], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.startswith("gymbench ")
+
+
+@pytest.mark.parametrize(("command", "own"), [("train", "+batch="), ("merge-rollouts", "+num_repeats="),
+                                              ("collect", "+num_samples_in_parallel=")])  # fmt: skip
+def test_each_commands_help_gives_an_example_of_its_own_settings(
+    command: str, own: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"e.g. {own}" in text
+
+
+def test_plugins_and_report_help_say_what_they_cover(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["plugins", "--help"])
+    assert "model" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "-o OUTPUT, --output OUTPUT the HTML file to write" in text

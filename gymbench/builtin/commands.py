@@ -85,7 +85,7 @@ def gymbench_register_commands() -> list[Command]:
     return [
         Command(
             "plugins",
-            "list every registered backend, verifier, strategy and command with its plugin",
+            "list every registered backend, verifier, strategy, model (gymbench train) and command with its plugin",
             _configure_plugins,
             _run_plugins,
         ),
