@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -38,6 +39,7 @@ def stop_hogs(hogs: Sequence[subprocess.Popen[bytes]]) -> None:
 
 def run_busy(pytest_args: Sequence[str], hogs: int) -> dict[str, float | int | str]:
     """pytest's exit status and wall time with ``hogs`` busy processes beside it."""
+    signal.signal(signal.SIGTERM, _interrupt)  # a CI timeout's SIGTERM still stops the hogs
     running = start_hogs(hogs)
     started = time.monotonic()
     try:
@@ -47,6 +49,10 @@ def run_busy(pytest_args: Sequence[str], hogs: int) -> dict[str, float | int | s
         stop_hogs(running)
     return {"exit_status": code, "wall_s": round(wall, 1), "hogs": hogs, "load_1min": os.getloadavg()[0],
             "pytest_args": " ".join(pytest_args)}  # fmt: skip
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -132,7 +132,7 @@ def history_of(runs: Sequence[StoredRun], metric: str | None) -> dict[str, list[
     for run in runs:
         for bench in run.record.benchmarks:
             chosen = metric if metric is not None else headline_metric(list(bench.metrics))
-            if chosen in bench.metrics:
+            if chosen is not None and chosen in bench.metrics:
                 key = bench.id if metric is not None else f"{bench.id} ({chosen})"
                 trend.setdefault(key, []).append((f"{run.name} {run.stamp[4:13]}", bench.metrics[chosen].value))
     if metric is None:
@@ -145,7 +145,7 @@ def history_of(runs: Sequence[StoredRun], metric: str | None) -> dict[str, list[
 def _unit_of(runs: Sequence[StoredRun], metric: str | None) -> str:
     for run in runs:
         for bench in run.record.benchmarks:
-            if metric in bench.metrics:
+            if metric is not None and metric in bench.metrics:
                 return bench.metrics[metric].unit
     return ""
 
