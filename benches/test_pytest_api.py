@@ -21,25 +21,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gymbench import Recorder, load_record
 
 PARALLELISM = 64
 TASKS = Path(__file__).resolve().parents[1] / "gymbench" / "data" / "example_tasks.jsonl"  # 200 tasks
 
 
-def cli_cpu_per_rollout(server: Any, repeats: int, workdir: Path) -> float:
+def cli_cpu_per_rollout(server: Any, repeats: int, workdir: Path, verifier: str = "exact-match") -> float:
     results = workdir / "cli-results"
     command = [
         sys.executable, "-m", "gymbench.cli", "collect", "+backend=openai", f"+base_url={server.base_url}",
         "+model=gymbench-sim", f"+input_jsonl_fpath={TASKS}", f"+num_repeats={repeats}",
         f"+output_jsonl_fpath={workdir / 'cli.jsonl'}", f"+num_samples_in_parallel={PARALLELISM}",
-        "+overwrite=true", "+progress=false", f"+results_dir={results}",
+        "+overwrite=true", "+progress=false", f"+results_dir={results}", f"+verifier={verifier}",
     ]  # fmt: skip
     subprocess.run(command, check=True, capture_output=True, timeout=900)
     return newest_metric(results, "client_cpu_per_rollout")
 
 
-def pytest_cpu_per_rollout(server: Any, repeats: int, workdir: Path) -> float:
+def pytest_cpu_per_rollout(server: Any, repeats: int, workdir: Path, verifier: str = "exact-match") -> float:
     suite = workdir / "suite"
     suite.mkdir(exist_ok=True)
     (suite / "test_api.py").write_text(
@@ -48,7 +50,7 @@ def pytest_cpu_per_rollout(server: Any, repeats: int, workdir: Path) -> float:
             def test_collect(gymbench):
                 gymbench.collect(backend="openai", base_url={server.base_url!r}, model="gymbench-sim",
                                  input_jsonl_fpath={str(TASKS)!r}, num_repeats={repeats},
-                                 num_samples_in_parallel={PARALLELISM})
+                                 num_samples_in_parallel={PARALLELISM}, verifier={verifier!r})
             """
         )
     )
@@ -66,16 +68,17 @@ def newest_metric(results: Path, name: str) -> float:
     return load_record(newest).benchmarks[0].metrics[name].value
 
 
+@pytest.mark.parametrize("verifier", ["exact-match", "math"])
 def test_collect_in_pytest_versus_the_command_line(
-    gymbench: Recorder, tmp_path: Path, gymbench_sim_factory: Callable[..., Any]
+    gymbench: Recorder, tmp_path: Path, gymbench_sim_factory: Callable[..., Any], verifier: str
 ) -> None:
     repeats = 10 if gymbench.quick else 100  # 200 tasks each: 2,000 or 20,000 rollouts
     pairs = 1 if gymbench.quick else 5
     server = gymbench_sim_factory("zero-latency")
     cpu: dict[str, list[float]] = {"cli": [], "pytest": []}
     for _ in range(pairs):
-        cpu["cli"].append(cli_cpu_per_rollout(server, repeats, tmp_path) * 1e6)
-        cpu["pytest"].append(pytest_cpu_per_rollout(server, repeats, tmp_path) * 1e6)
+        cpu["cli"].append(cli_cpu_per_rollout(server, repeats, tmp_path, verifier) * 1e6)
+        cpu["pytest"].append(pytest_cpu_per_rollout(server, repeats, tmp_path, verifier) * 1e6)
     record_pairs(gymbench, cpu, "cpu_per_rollout", "µs", "")
 
 

@@ -28,6 +28,25 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 INSTRUCTIONS_UNIT = "instructions"
+NO_FORCED_SWITCH_S = 1000.0
+"""The interpreter's switch interval while a bracket runs. With another Python thread alive (a
+server, a monitor), the measured thread otherwise hands the GIL over every 5 ms of *wall* time,
+and each handover's instructions land in its count: the count grew with the bracket's duration,
+that is with the machine's load. Blocking calls still release the GIL as always."""
+
+
+def _without_forced_switches(calls: Callable[[], None]) -> None:
+    """``calls()`` with no time-driven GIL handover. Set inside the bracket's callback, where this
+    thread holds the GIL: set before it, a thread that took the GIL while ctypes released it
+    would keep it for the whole interval."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(NO_FORCED_SWITCH_S)
+    try:
+        calls()
+    finally:
+        sys.setswitchinterval(switch)
+
+
 BRACKETS = ("ffi_call", "_PyEval_CallTracing")
 """C functions whose time on the stack is counted: libffi's (ctypes) and sys.call_tracing's."""
 DETERMINISTIC_ENV: Mapping[str, str] = {
@@ -98,7 +117,7 @@ class InstructionCounter:
         padding = heap_padding(sample)
         gc.collect()  # the collector's thresholds then depend on this call alone, not on earlier tests
         self._collect_dumps()
-        self._bracket(calls)
+        self._bracket(functools.partial(_without_forced_switches, calls))
         del padding
         return max(self._collect_dumps() - self.overhead, 0)
 

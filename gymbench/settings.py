@@ -123,10 +123,21 @@ def add_settings_arguments(
         "overrides",
         nargs="*",
         metavar="+key=value",
-        help="settings as NeMo Gym spells them, e.g. +num_samples_in_parallel=32 (the + is optional)",
+        help=f"settings as NeMo Gym spells them, e.g. {example_setting(schema)} (the + is optional)",
     )
     parser.add_argument("--config", dest="settings_file", metavar="FILE", help="a YAML or JSON file of settings")
     add_settings_flags(parser.add_argument_group(title), schema)
+
+
+def example_setting(schema: type[Any]) -> str:
+    """``+key=value`` of this command's own settings for its help (its first whole-number one)."""
+    fields = dataclasses.fields(schema)
+    if any(field.name == "num_samples_in_parallel" for field in fields):
+        return "+num_samples_in_parallel=32"
+    for field in fields:
+        if type(field.default) is int and field.default > 0 and not field.name.startswith("_"):
+            return f"+{field.name}={field.default * 2}"
+    return f"+{fields[0].name}=VALUE" if fields else "+key=value"
 
 
 def add_settings_flags(group: Any, schema: type[Any], skip: Sequence[str] = ()) -> None:

@@ -37,14 +37,36 @@ def interval(value: float, low: float, high: float, digits: int = 3) -> str:
     return f"{value / scale:.{digits}g} {unit} [{low / scale:.{digits}g}–{high / scale:.{digits}g}]"
 
 
+BYTE_SCALES = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
+
+
 def quantity(value: float, unit: str, digits: int = 4) -> str:
-    """A value with its unit; time units become human durations, others keep ``.4g``."""
+    """A value with its unit as people read it: times as durations (``83.6 µs``), bytes in binary
+    units (``409 MiB``), large counts with thousands separators (``94,371,840 FLOP``), never
+    ``8.36e-05 s`` or ``4.29e+08 B``."""
     if not math.isfinite(value):
         return "n/a"
     scale = TIME_UNIT_SECONDS.get(unit)
     if scale is not None:
         return duration(value * scale, digits)
-    return f"{value:.{digits}g} {unit}".rstrip()
+    if unit in ("B", "bytes"):
+        return byte_size(value, digits)
+    return f"{number(value, digits)} {unit}".rstrip()
+
+
+def byte_size(value: float, digits: int = 4) -> str:
+    """``409.4 MiB``: the largest binary unit that keeps the value at 1 or more."""
+    for scale, unit in BYTE_SCALES:
+        if abs(value) >= scale:
+            return f"{value / scale:.{digits}g} {unit}"
+    return f"{value:.{digits}g} B"
+
+
+def number(value: float, digits: int = 4) -> str:
+    """``.4g``, except that a large value keeps its digits (``1,190``, not ``1.19e+03``)."""
+    if 10 ** (digits - 1) <= abs(value) < 1e15:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
 
 
 def time_axis(values_s: list[float]) -> tuple[float, str]:

@@ -15,7 +15,7 @@ import pytest
 from gymbench import Command, hookimpl
 from gymbench.cli import build_parser, main
 from gymbench.fingerprint import collect_fingerprint
-from gymbench.record import ResultsRecord, save_record
+from gymbench.record import BenchmarkResult, Metric, ResultsRecord, save_record
 from gymbench.testing import make_plugins
 
 
@@ -47,6 +47,20 @@ def test_show_prints_a_record_and_errors_are_clean(tmp_path: Path, capsys: pytes
     assert "Traceback" not in err
 
 
+def test_show_writes_human_units_and_no_empty_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fingerprint = collect_fingerprint()
+    fingerprint["commit"] = {"id": None, "dirty": None, "branch": None}
+    metrics = {"stage": Metric(8.3551e-05, "s", "lower"), "peak_memory": Metric(4.29e8, "B", "lower"),
+               "step_time": Metric.from_samples([0.5, 0.6, 0.7], "s", "lower")}  # fmt: skip
+    path = save_record(ResultsRecord("r", [BenchmarkResult("b", metrics=metrics)], fingerprint), tmp_path / "r.json")
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "stage = 83.55 µs (lower is better)" in out and "peak_memory = 409.1 MiB" in out
+    assert "step_time = 600 ms (lower is better, 3 samples)" in out
+    assert "e-0" not in out and "e+0" not in out and "0 samples" not in out and "None" not in out
+    assert "commit: unknown (not run from a git checkout)" in out
+
+
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "COMMAND" in capsys.readouterr().out
@@ -71,3 +85,24 @@ def test_plugin_adds_a_command_and_an_option_to_another_command() -> None:
 def test_module_entry_runs() -> None:
     done = subprocess.run([sys.executable, "-m", "gymbench.cli", "--version"], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.startswith("gymbench ")
+
+
+@pytest.mark.parametrize(("command", "own"), [("train", "+batch="), ("merge-rollouts", "+num_repeats="),
+                                              ("collect", "+num_samples_in_parallel=")])  # fmt: skip
+def test_each_commands_help_gives_an_example_of_its_own_settings(
+    command: str, own: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"e.g. {own}" in text
+
+
+def test_plugins_and_report_help_say_what_they_cover(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["plugins", "--help"])
+    assert "model" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "-o OUTPUT, --output OUTPUT the HTML file to write" in text

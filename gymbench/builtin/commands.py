@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from gymbench.hookspecs import hookimpl
 from gymbench.record import load_record
@@ -54,19 +55,29 @@ def _configure_show(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_show(args: argparse.Namespace, plugins: Plugins) -> int:
+    from gymbench.units import quantity
+
     record = load_record(args.path)
     machine = record.fingerprint["machine"]
-    commit = record.fingerprint["commit"]
     print(f"{record.name} ({record.kind}) at {record.created_at}")
     print(f"machine {machine['key']}: {machine['cpu_model']}, {machine['gpu_note']}")
-    print(f"commit {commit['id']} dirty={commit['dirty']} branch={commit['branch']}")
+    print(_commit_line(record.fingerprint.get("commit") or {}))
     for bench in record.benchmarks:
         for metric_name, metric in bench.metrics.items():
-            print(
-                f"  {bench.id}  {metric_name} = {metric.value:.6g} {metric.unit} "
-                f"({metric.direction} is better, {len(metric.samples)} samples)"
-            )
+            count = len(metric.samples)
+            samples = f", {count} samples" if count > 1 else ""
+            shown = quantity(metric.value, metric.unit)
+            print(f"  {bench.id}  {metric_name} = {shown} ({metric.direction} is better{samples})")
     return 0
+
+
+def _commit_line(commit: Mapping[str, Any]) -> str:
+    """The commit, or why there is none (not a git checkout), instead of ``commit None``."""
+    if not commit.get("id"):
+        return "commit: unknown (not run from a git checkout)"
+    dirty = " with uncommitted changes" if commit.get("dirty") else ""
+    branch = f" on {commit['branch']}" if commit.get("branch") else ""
+    return f"commit {commit['id'][:12]}{branch}{dirty}"
 
 
 @hookimpl
@@ -74,7 +85,7 @@ def gymbench_register_commands() -> list[Command]:
     return [
         Command(
             "plugins",
-            "list every registered backend, verifier, strategy and command with its plugin",
+            "list every registered backend, verifier, strategy, model (gymbench train) and command with its plugin",
             _configure_plugins,
             _run_plugins,
         ),

@@ -60,14 +60,17 @@ class BenchSession:
     ab_link: WorkerLink | None = None
     """In an A/B worker: the :class:`gymbench.gate.ab.worker.WorkerLink` to the runner."""
 
+    pytest_plugins: pytest.PytestPluginManager | None = None
+    """pytest's plugins: a ``conftest.py`` among them may implement gymbench's hooks."""
     _plugins: Plugins | None = None
 
     def plugins(self) -> Plugins:
-        """The session's plugin registry, built once, on first use."""
+        """The session's plugin registry, built once, on first use (after collection, so every
+        ``conftest.py`` is loaded): gymbench's plugins and each conftest that implements a hook."""
         if self._plugins is None:
-            from gymbench.plugins import Plugins
+            from gymbench.plugins import Plugins, get_plugin_manager
 
-            self._plugins = Plugins()
+            self._plugins = Plugins(get_plugin_manager(conftest_plugins(self.pytest_plugins)))
         return self._plugins
 
     def start_run(self) -> None:
@@ -91,6 +94,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _library_asserts_left_alone(config)
     config.addinivalue_line(
         "markers",
         "gymbench(group=None, **options): options for a gymbench benchmark, "
@@ -106,12 +110,49 @@ def pytest_configure(config: pytest.Config) -> None:
         rootpath=config.rootpath,
         compare=config.getoption("--gymbench-compare"),
         instructions=config.getoption("--gymbench-instructions"),
+        pytest_plugins=config.pluginmanager,
     )
     config.stash[session_key] = bench
     if config.getoption("--gymbench-instructions-worker") or config.getoption("--gymbench-ab-worker"):
         from gymbench.pytest.children import become_worker
 
         become_worker(config, bench)
+
+
+def conftest_plugins(manager: pytest.PytestPluginManager | None) -> list[object]:
+    """The pytest plugins (``conftest.py`` files, ``-p`` modules) with a ``@gymbench.hookimpl``:
+    registering a model or verifier needs no package and no entry point, as a fixture would."""
+    if manager is None:
+        return []
+    own = ("gymbench.", "_pytest.", "pytest_")
+    return [
+        plugin
+        for plugin in manager.get_plugins()
+        if not getattr(plugin, "__name__", "").startswith(own)
+        and any(
+            hasattr(getattr(plugin, name, None), "gymbench_impl")
+            for name in dir(plugin)
+            if name.startswith("gymbench_")
+        )
+    ]
+
+
+def _library_asserts_left_alone(config: pytest.Config) -> None:
+    """Keep pytest from rewriting the asserts of gymbench's own modules (the test kit excepted).
+
+    pytest marks every module of a ``pytest11`` plugin's distribution for assert rewriting, so each
+    gymbench module a job imports went through an extra AST pass (on every run where bytecode is not
+    cached) and its asserts in the collection's hot loop ran pytest's slower form: the pytest API
+    used more client CPU per rollout than ``gymbench collect`` for the same work. Those asserts
+    check gymbench's invariants, not a user's test; pytest's own API has no way to unmark a name,
+    hence the guarded attribute access (another pytest just keeps rewriting).
+    """
+    hook = config.pluginmanager.rewrite_hook
+    marked = getattr(hook, "_must_rewrite", None)
+    if isinstance(marked, set) and "gymbench" in marked:
+        marked.discard("gymbench")
+        marked.add("gymbench.testing")
+        getattr(hook, "_marked_for_rewrite_cache", {}).clear()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

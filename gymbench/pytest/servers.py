@@ -44,13 +44,29 @@ def _job_schemas() -> tuple[type, ...]:
     return CollectConfig, TuneConfig, TrainSettings
 
 
+def _shared(job: str) -> set[str]:
+    """The settings a job shares with collection (the task file, the verifier, the server ...)."""
+    from dataclasses import fields
+
+    from gymbench.collect.config import CollectConfig
+    from gymbench.tune.config import DiagnoseConfig, TuneConfig
+
+    schema = {"tune": TuneConfig, "diagnose": DiagnoseConfig}.get(job)
+    return set() if schema is None else {f.name for f in fields(schema)} & {f.name for f in fields(CollectConfig)}
+
+
 def job_defaults(config: pytest.Config, job: str) -> dict[str, Any]:
     """``[tool.gymbench.<job>]`` of the rootdir's pyproject.toml, then the server options given.
+
+    A job built on collection (``tune``) starts from the settings it shares with
+    ``[tool.gymbench.collect]``, so the task file and verifier are written once.
 
     Paths there are relative to the pyproject.toml, wherever pytest is run from."""
     from gymbench.settings import path_settings, pyproject_table
 
-    defaults = pyproject_table(config.rootpath / "pyproject.toml", job)
+    pyproject = config.rootpath / "pyproject.toml"
+    defaults = {key: value for key, value in pyproject_table(pyproject, "collect").items() if key in _shared(job)}
+    defaults.update(pyproject_table(pyproject, job))
     for key in path_settings(*_job_schemas()):
         if isinstance(defaults.get(key), str):
             defaults[key] = str(config.rootpath / defaults[key])

@@ -96,8 +96,15 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
         "a report on that run (percentiles, over time, stages, the server's /metrics)",
     )
     parser.add_argument("candidate", nargs="?", default="latest", help="as for compare (default: latest)")
-    parser.add_argument("-o", "--output", type=Path, default=Path("gymbench-report.html"))
-    parser.add_argument("--history-metric", default="time", help="metric for the history and sample plots")
+    parser.add_argument(
+        "-o", "--output", type=Path, default=Path("gymbench-report.html"),
+        help="the HTML file to write (default: gymbench-report.html; self-contained, plots inline)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--history-metric",
+        help="metric for the history and sample plots (default: each benchmark's headline metric, time "
+        "where it has one, relative to the baseline, so every benchmark shows)",
+    )
     _add_compare_options(parser, fail_on_default="inconclusive")  # the same verdict and exit code as compare
 
 

@@ -58,12 +58,40 @@ def row(c: MetricComparison) -> tuple[str, ...]:
         c.metric,
         value(c.base_value, c.unit),
         candidate(c),
-        f"{c.ratio:.3f}",
+        ratio(c),
         interval(c),
         min_effect(c),
         f"{c.q:.2g}",
-        VERDICT_MARK[c.verdict],
+        verdict(c),
     )
+
+
+def ratio(c: MetricComparison) -> str:
+    """The corrected ratio, with the raw one beside it wherever the suite-wide shift moved it."""
+    raw, corrected = c.raw_ratio, c.ratio
+    if not (math.isfinite(raw) and raw) or abs(corrected / raw - 1) <= SHIFT_SHOWN:
+        return f"{corrected:.3f}"
+    return f"{raw:.3f} raw, {corrected:.3f} corrected"
+
+
+def reversed_by_shift(c: MetricComparison) -> bool:
+    """The raw change and the shift-corrected one point opposite ways (each beyond rounding)."""
+    raw, corrected = c.raw_ratio, c.ratio
+    return (
+        math.isfinite(raw)
+        and abs(raw - 1) > SHIFT_SHOWN
+        and abs(corrected - 1) > SHIFT_SHOWN
+        and ((raw > 1) != (corrected > 1))
+    )
+
+
+def verdict(c: MetricComparison) -> str:
+    """The verdict; one that the shift correction turned against the raw change says so."""
+    mark = VERDICT_MARK[c.verdict]
+    if not reversed_by_shift(c):
+        return mark
+    raw_way = "up" if c.raw_ratio > 1 else "down"
+    return f"{mark} (raw went {raw_way} {percent(c.raw_ratio - 1)}: only after the suite-wide shift is taken out)"
 
 
 def ordered(suite: SuiteComparison) -> list[MetricComparison]:

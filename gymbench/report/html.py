@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,7 +22,19 @@ tr.regressed td{background:#fbe3e4}tr.inconclusive td{background:#fdf0e0}tr.impr
 """
 
 
-def render_report(result: GateResult, history: Sequence[StoredRun], metric: str = "time") -> str:
+RELATIVE = "× baseline median"
+RELATIVE_TO_FIRST = "× first run"
+HEADLINE = "each benchmark's headline metric: time where it has one, else its first"
+
+
+def headline_metric(names: Sequence[str]) -> str | None:
+    """The metric a benchmark is shown by when none is chosen: ``time``, else its first."""
+    return "time" if "time" in names else (names[0] if names else None)
+
+
+def render_report(result: GateResult, history: Sequence[StoredRun], metric: str | None = None) -> str:
+    """``metric=None`` shows every benchmark by its headline metric, relative to the baseline (the
+    samples) or to its first run (the history), so benchmarks of other units share one plot."""
     suite = result.suite
     parts = [
         f"<h1>gymbench report</h1><p><b>{_e(summary_line(suite, result.outcome.value))}</b></p>",
@@ -36,16 +49,17 @@ def render_report(result: GateResult, history: Sequence[StoredRun], metric: str 
     ]
     samples = sample_pairs(result, metric)
     if samples:
-        unit = next(c.unit for c in suite.comparisons if c.metric == metric)
+        unit = RELATIVE if metric is None else next(c.unit for c in suite.comparisons if c.metric == metric)
         parts += [
-            f"<h2>Sample distributions ({_e(metric)})</h2>",
+            f"<h2>Sample distributions ({_e(metric or HEADLINE)})</h2>",
             _img(distribution_plot(samples, unit), "samples"),
         ]
     trend = history_of(history, metric)
     if trend:
+        unit = _unit_of(history, metric) if metric is not None else RELATIVE_TO_FIRST
         parts += [
-            f"<h2>History across stored runs ({_e(metric)}, median per run)</h2>",
-            _img(history_plot(trend, metric, _unit_of(history, metric)), "history"),
+            f"<h2>History across stored runs ({_e(metric or HEADLINE)}, median per run)</h2>",
+            _img(history_plot(trend, metric or "headline", unit), "history"),
         ]
     return f"<!doctype html><html><head><meta charset='utf-8'><title>gymbench report</title><style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n"  # noqa: E501
 
@@ -79,16 +93,25 @@ def _lists(result: GateResult) -> str:
     return "".join(out)
 
 
-def sample_pairs(result: GateResult, metric: str) -> dict[str, tuple[list[float], list[float]]]:
-    """Pooled samples of each compared benchmark on both sides, from the records themselves."""
-    records = result.suite
+def sample_pairs(result: GateResult, metric: str | None) -> dict[str, tuple[list[float], list[float]]]:
+    """Pooled samples of each compared benchmark on both sides, from the records themselves
+    (with ``metric=None``, each benchmark's headline metric over its baseline median)."""
+    by_bench: dict[str, list[str]] = {}
+    for c in result.suite.comparisons:
+        by_bench.setdefault(c.benchmark, []).append(c.metric)
     pairs = {}
-    for c in records.comparisons:
-        if c.metric == metric:
-            pairs[c.benchmark] = (
-                _samples(result.baseline_records, c.benchmark, metric),
-                _samples(result.candidate_records, c.benchmark, metric),
-            )
+    for bench_id, names in by_bench.items():
+        chosen = metric if metric is not None else headline_metric(names)
+        if chosen is None or chosen not in names:
+            continue
+        base = _samples(result.baseline_records, bench_id, chosen)
+        cand = _samples(result.candidate_records, bench_id, chosen)
+        if metric is None:
+            middle = statistics.median(base) if base else 0.0
+            if not middle:
+                continue
+            base, cand = [x / middle for x in base], [x / middle for x in cand]
+        pairs[bench_id] = (base, cand)
     return pairs
 
 
@@ -102,20 +125,27 @@ def _samples(records: Sequence[ResultsRecord], bench_id: str, metric: str) -> li
     ]
 
 
-def history_of(runs: Sequence[StoredRun], metric: str) -> dict[str, list[tuple[str, float]]]:
-    """Per benchmark, (run label, median) for every stored run that measured it, oldest first."""
+def history_of(runs: Sequence[StoredRun], metric: str | None) -> dict[str, list[tuple[str, float]]]:
+    """Per benchmark, (run label, median) for every stored run that measured it, oldest first
+    (with ``metric=None``: its headline metric, over the first run's value, the name in the title)."""
     trend: dict[str, list[tuple[str, float]]] = {}
     for run in runs:
         for bench in run.record.benchmarks:
-            if metric in bench.metrics:
-                trend.setdefault(bench.id, []).append((f"{run.name} {run.stamp[4:13]}", bench.metrics[metric].value))
+            chosen = metric if metric is not None else headline_metric(list(bench.metrics))
+            if chosen is not None and chosen in bench.metrics:
+                key = bench.id if metric is not None else f"{bench.id} ({chosen})"
+                trend.setdefault(key, []).append((f"{run.name} {run.stamp[4:13]}", bench.metrics[chosen].value))
+    if metric is None:
+        trend = {
+            key: [(label, v / points[0][1]) for label, v in points] for key, points in trend.items() if points[0][1]
+        }
     return trend
 
 
-def _unit_of(runs: Sequence[StoredRun], metric: str) -> str:
+def _unit_of(runs: Sequence[StoredRun], metric: str | None) -> str:
     for run in runs:
         for bench in run.record.benchmarks:
-            if metric in bench.metrics:
+            if metric is not None and metric in bench.metrics:
                 return bench.metrics[metric].unit
     return ""
 

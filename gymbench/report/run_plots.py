@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gymbench.report.plots import pyplot, to_base64_png
-from gymbench.units import time_axis
+from gymbench.units import number, time_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -49,7 +49,7 @@ def stage_figure(stage_mean_s: Mapping[str, float | None]) -> Figure:
     figure, axes = plt.subplots(figsize=(8, 0.4 * len(stages) + 1.2))
     axes.barh([name for name, _ in stages], [v / scale for _, v in stages], color="tab:blue")
     for y, (_, value) in enumerate(stages):
-        axes.annotate(f"{value / scale:.3g}", (value / scale, y), xytext=(3, 0), textcoords="offset points",
+        axes.annotate(number(value / scale, 3), (value / scale, y), xytext=(3, 0), textcoords="offset points",
                       va="center", fontsize=7)  # fmt: skip
     axes.invert_yaxis()
     axes.margins(x=0.15)
@@ -94,14 +94,20 @@ def server_figure(over_time: Sequence[Mapping[str, float | None]]) -> Figure:
         queue.plot(times, [s.get(key) for s in over_time], color=colour, label=f"requests {key}")
     queue.set_ylabel("requests")
     queue.set_xlabel("seconds into the run")
-    kv = queue.twinx()
-    kv.plot(times, [100 * (s.get("kv_cache") or 0.0) for s in over_time], ":", color="tab:purple", label="KV-cache %")
-    kv.set_ylabel("KV-cache use (%)")
     queue.set_ylim(bottom=0)
-    kv.set_ylim(bottom=0)
-    handles = [h for axes in (queue, kv) for h in axes.get_legend_handles_labels()[0]]
+    used = [100 * (s.get("kv_cache") or 0.0) for s in over_time]
+    shown = [queue]
+    if any(used):
+        kv = queue.twinx()
+        kv.plot(times, used, ":", color="tab:purple", label="KV-cache %")
+        kv.set_ylabel("KV-cache use (%)")
+        kv.set_ylim(0, min(100.0, max(1.0, 1.2 * max(used))))  # at least 0–1 %: a trace of use stays a trace
+        shown.append(kv)
+    handles = [h for axes in shown for h in axes.get_legend_handles_labels()[0]]
     figure.legend(handles, [str(h.get_label()) for h in handles], fontsize=7, loc="outside lower center", ncols=3)
-    queue.set_title("the server's view (its /metrics)")
+    # an axis from 0 to 0.05 % under a flat zero line said nothing: say there was no data instead
+    note = "" if any(used) else "; no KV-cache data (the server reported none or 0 %)"
+    queue.set_title(f"the server's view (its /metrics){note}")
     return figure
 
 

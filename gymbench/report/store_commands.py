@@ -44,6 +44,12 @@ def _gate(args: argparse.Namespace, baseline_spec: str, candidate_spec: str) -> 
         correct_shift=False if args.no_shift_correction else None,
     )
     baseline, candidate = store.select(baseline_spec, key), store.select(candidate_spec, key)
+    shared = {path.resolve() for path in baseline.paths} & {path.resolve() for path in candidate.paths}
+    if shared:
+        raise GymbenchError(
+            f"nothing to compare against: {baseline_spec!r} and {candidate_spec!r} are the same run "
+            f"({baseline.label}); save another run first, or name two different runs"
+        )
     noise = noise_for(args.results_dir, key, args.calibration)
     return gate_or_explain(lambda: run_gate(baseline, candidate, settings, noise, args.fail_on), baseline, candidate)
 

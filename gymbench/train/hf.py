@@ -6,6 +6,8 @@ size fields. Its decoder layers become ``blocks`` so gradient checkpointing can 
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,8 +34,13 @@ class HFCausalLM(nn.Module):
         size = str(options.pop("size", "tiny"))
         if size not in HF_SIZES:
             raise GymbenchError(f"unknown size {size!r} for hf-causal-lm; choose {', '.join(HF_SIZES)}")
-        fields = {"vocab_size": 1024, **HF_SIZES[size], **{key: int(value) for key, value in options.items()}}
-        self.inner = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **fields))
+        defaults = _default_config(model_type)
+        fields = {"vocab_size": 1024, **HF_SIZES[size], **checked_options(model_type, defaults, options)}
+        try:
+            self.inner = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **fields))
+        except (ValueError, TypeError, KeyError) as exc:
+            reason = f"unknown value {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc).strip()
+            raise GymbenchError(f"hf-causal-lm ({model_type}) rejects +model_options: {reason}") from None
         self.vocab = fields["vocab_size"]
         self.blocks = _decoder_layers(self.inner)
 
@@ -46,6 +53,67 @@ class HFCausalLM(nn.Module):
 
     def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return self.inner(input_ids=inputs, labels=targets).loss
+
+
+def _default_config(model_type: str) -> Any:
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.for_model(model_type)
+    except (ValueError, KeyError):
+        raise GymbenchError(
+            f"hf-causal-lm: unknown model_type {model_type!r}; use a type transformers knows (llama, qwen2, gpt2 ...)"
+        ) from None
+
+
+def checked_options(model_type: str, defaults: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``+model_options.*`` checked against the model's own config class, before anything is built.
+
+    A name the config does not have is a typo (the size stays the default otherwise, silently), and
+    each value takes the type of the config's default: ``1e-5`` stays a float, ``gelu`` a string.
+    """
+    known = _config_fields(defaults)
+    checked = {}
+    for name, value in options.items():
+        if name not in known:
+            close = difflib.get_close_matches(name, list(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; see transformers' {type(defaults).__name__}"
+            raise GymbenchError(f"+model_options.{name}: {model_type} models have no option {name!r}{hint}")
+        checked[name] = _as_type_of(known[name], value, name)
+    return checked
+
+
+def _config_fields(defaults: Any) -> dict[str, Any]:
+    """Every option of a config and its default (transformers 5 configs are dataclasses)."""
+    known = dict(defaults.to_dict())
+    if dataclasses.is_dataclass(defaults):
+        known.update({f.name: getattr(defaults, f.name, None) for f in dataclasses.fields(defaults)})
+    return known
+
+
+def _as_type_of(default: Any, value: Any, name: str) -> Any:
+    expected = type(default)
+    if default is None or isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
+        return value
+    try:
+        if isinstance(default, bool):
+            if str(value).lower() not in ("true", "false"):
+                raise ValueError(value)
+            return str(value).lower() == "true"
+        if isinstance(default, int):
+            number = float(value)
+            if not number.is_integer():
+                raise ValueError(value)
+            return int(number)
+        if isinstance(default, float):
+            return float(value)
+        if isinstance(default, str):
+            return str(value)
+    except (TypeError, ValueError):
+        raise GymbenchError(
+            f"+model_options.{name}: got {value!r}, expected {expected.__name__} (the default is {default!r})"
+        ) from None
+    return value
 
 
 def _decoder_layers(model: nn.Module) -> nn.ModuleList:

@@ -26,3 +26,13 @@ def test_quantities_convert_time_units_and_keep_others() -> None:
 def test_interval_and_axis_share_the_values_unit() -> None:
     assert interval(0.0239, 0.023, 0.025) == "23.9 ms [23–25]"
     assert time_axis([1e-6, 2e-6, 3e-3]) == (1e-6, "µs")
+
+
+def test_bytes_and_large_counts_read_as_people_read_them() -> None:
+    assert quantity(4.29e8, "B") == "409.1 MiB"
+    assert quantity(512, "B") == "512 B"
+    assert quantity(1190.4, "tokens/s") == "1,190 tokens/s"
+    assert quantity(9.437e7, "FLOP") == "94,370,000 FLOP"
+    assert quantity(8.3551e-05, "s") == "83.55 µs"
+    for shown in (quantity(4.29e8, "B"), quantity(1190.4, "x"), quantity(9.437e7, "FLOP")):
+        assert "e+" not in shown

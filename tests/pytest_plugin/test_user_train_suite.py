@@ -63,3 +63,31 @@ def test_train_step_benchmarks_record_parametrized_ids_and_gate(pytester: pytest
     gated = run(pytester, "-k", "test_step and fp32", "--gymbench-compare", "first", "--gymbench-results-dir", results)
     gated.assert_outcomes(passed=2, deselected=4)
     assert "gymbench comparison" in gated.stdout.str()
+
+
+CONFTEST_MODEL = """
+from gymbench import Component, hookimpl
+from gymbench.train.plugin import build_mlp
+
+
+def build_my_model(config):
+    return build_mlp({**config, "size": "tiny", "depth": 3})
+
+
+@hookimpl
+def gymbench_register_models():
+    return [Component("my-model", build_my_model, "registered from conftest.py")]
+"""
+
+CONFTEST_SUITE = """
+def test_my_model(gymbench):
+    result = gymbench.train_step(model="my-model", batch=4, steps=1, warmup=0, memory=False)
+    assert result.step_time_s > 0 and result.params["model"] == "my-model"
+"""
+
+
+def test_a_conftest_registers_a_model_without_a_package(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST_MODEL)
+    pytester.makepyfile(test_mine=CONFTEST_SUITE)
+    outcome = run(pytester)
+    outcome.assert_outcomes(passed=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -15,7 +16,8 @@ from gymbench.gate.gate import GateResult, Outcome, enforced, outcome_of
 from gymbench.gate.noise import noise_to_dict
 from gymbench.gate.settings import CompareSettings
 from gymbench.gate.store import BaselineStore, save_json
-from gymbench.report.html import render_report
+from gymbench.record import Metric, ResultsRecord
+from gymbench.report.html import history_of, render_report, sample_pairs
 from gymbench.report.markdown import comparison_markdown
 from gymbench.report.terminal import comparison_lines
 from tests.gate.synthetic import calibration, save_run, suite
@@ -124,3 +126,43 @@ def test_each_side_measured_elsewhere_is_named_once(
     assert out.count("was measured on machine") == 2
     assert "a (20260101T000000) was measured" in out and "b (20260102T000000) was measured" in out
     assert "reruns the suite, benches/ by default, 5 times" in out
+
+
+def mixed(seed: int, factor: float = 1.0) -> ResultsRecord:
+    """Benchmark 0 measures throughput only (no ``time``), as a collection benchmark does."""
+    record = suite(seed, benchmarks=3, factor=factor, name=f"m{seed}")
+    first = record.benchmarks[0]
+    throughput = {
+        "rollouts_per_s": Metric.from_samples([1 / x for x in first.metrics["time"].samples], "rollouts/s", "higher")
+    }
+    return dataclasses.replace(
+        record, benchmarks=[dataclasses.replace(first, metrics=throughput), *record.benchmarks[1:]]
+    )
+
+
+def test_the_default_plots_show_every_benchmark_not_only_timed_ones(tmp_path: Path) -> None:
+    base, cand = mixed(1), mixed(2, factor=1.05)
+    for index, record in enumerate((base, cand)):
+        save_run(tmp_path, record, f"2026010{index + 1}T000000")
+    result = compare_runs([base], [cand], CompareSettings(resamples=100), calibration(base), labels=("a", "b"))
+    gate = GateResult(result, outcome_of(result), False, [], [base], [cand])
+    runs = BaselineStore(tmp_path).runs()
+    assert len(sample_pairs(gate, "time")) == 2 and len(history_of(runs, "time")) == 2  # the old default
+    assert len(sample_pairs(gate, None)) == 3
+    history = history_of(runs, None)
+    assert len(history) == 3 and "bench.py::test_0 (rollouts_per_s)" in history
+    assert all(points[0][1] == 1.0 for points in history.values())  # relative to the first run
+    assert len(check_html(render_report(gate, runs)).images) == 3
+
+
+def test_report_on_a_single_record_says_there_is_nothing_to_compare(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    save_run(tmp_path / "results", suite(1, name="only"), "20260101T000000")
+    out = tmp_path / "report.html"
+    assert main(["report", "only", "-o", str(out), "--results-dir", "results"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to compare against" in err and "Traceback" not in err
+    assert not out.exists()
+    assert main(["compare", "only", "latest", "--results-dir", "results"]) == 2

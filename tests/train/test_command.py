@@ -81,7 +81,7 @@ def test_fp16_on_a_cpu_with_native_fp16_keeps_the_shapes(
     ("extra", "message"),
     [
         (["--batch", "6", "--accumulation", "4"], "not divisible by accumulation 4"),
-        (["--model", "nope"], "unknown model 'nope'; known models: mlp, transformer"),
+        (["--model", "nope"], "unknown model 'nope'; known models: "),  # hf-causal-lm too with transformers
         (["--checkpointing", "half"], "use 'off', 'on' or 'every-K'"),
         (["+model_options=layers"], "setting 'model_options'"),
         (["+model_options.layers=many"], "invalid literal for int"),
@@ -155,7 +155,8 @@ class ThirdParty:
 
 def test_a_plugin_registers_a_model_next_to_the_built_ins() -> None:
     plugins = make_plugins(ThirdParty())
-    assert plugins.names("model") == ["mlp", "my-mlp", "transformer"]
+    names = plugins.names("model")  # hf-causal-lm as well where transformers is installed
+    assert {"mlp", "my-mlp", "transformer"} <= set(names) and names == sorted(names)
     assert plugins.components["model"]["mlp"].plugin == "gymbench.train.plugin"
     assert isinstance(plugins.create("model", "my-mlp"), DeepMLP)
     assert "train" in plugins.commands

@@ -1,0 +1,30 @@
+"""A shift-corrected comparison shows raw and corrected side by side and says when it reverses a change."""
+
+from __future__ import annotations
+
+import math
+
+from gymbench.gate.compare import MetricComparison
+from gymbench.gate.stats import Effect
+from gymbench.report.format import row
+
+
+def latency(base: float, cand: float, corrected_ratio: float, verdict: str) -> MetricComparison:
+    log = math.log(corrected_ratio)
+    effect = Effect(log, log - 0.05, log + 0.05, 0.02, "sample")
+    return MetricComparison(
+        "bench.py::test_p4", "latency_p50", "s", "lower", base, cand, effect, 0.05, None, 1e-13, 1.5e-13,
+        verdict,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_a_change_the_correction_reverses_is_said_with_both_ratios() -> None:
+    cells = row(latency(0.106, 0.126, 0.49, "improved"))
+    ratio, verdict = cells[4], cells[-1]
+    assert ratio == "1.189 raw, 0.490 corrected"
+    assert verdict.startswith("improved (raw went up +18.9%") and "suite-wide shift" in verdict
+
+
+def test_an_uncorrected_change_reads_as_before() -> None:
+    cells = row(latency(0.100, 0.110, 0.110 / 0.100, "regressed"))
+    assert cells[4] == "1.100" and cells[-1] == "REGRESSED"
