@@ -18,6 +18,9 @@ from gymbench.train.lengths import LENGTH_DISTRIBUTIONS, Distribution, LengthSou
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 STEPS = ("lm", "rl")
+GRPO_VARIANTS = ("plain", "nemo-rl")
+"""plain: group mean, population std, unclamped KL (gymbench's first step, kept as the default so
+existing baselines measure the same step); nemo-rl: NeMo RL's ``grpo_math_1B.yaml`` defaults."""
 TRIAL_ALLOCATORS = ("default", "fixed")
 
 
@@ -68,6 +71,24 @@ class StepSettings:
     kl_penalty: float = field(default=0.01, metadata=doc("RL: NeMo RL's reference_policy_kl_penalty"))
     ratio_clip: float = field(default=0.2, metadata=doc("RL: NeMo RL's ratio_clip_min/max"))
     max_grad_norm: float = field(default=1.0, metadata=doc("RL: gradient-norm clip"))
+    grpo: str = field(
+        default="plain",
+        metadata=doc(
+            "RL: plain (group mean, population std, unclamped KL) or nemo-rl (NeMo RL's defaults: "
+            "leave-one-out baseline, Bessel-corrected std, KL log-ratio clamped to ±20 and KL to ≤ 10)"
+        ),
+    )
+    updates_per_batch: int = field(
+        default=1,
+        metadata=doc(
+            "RL: optimizer updates per batch of rollouts (each on batch samples); above 1 the policy lags "
+            "the one that generated, so the ratio leaves 1 and the clip acts"
+        ),
+    )
+    logprob_batch: int | None = field(
+        default=None,
+        metadata=doc("RL: samples per logprob forward (NeMo RL's logprob_batch_size; unset: the micro-batch)"),
+    )
 
 
 @dataclass(frozen=True)
@@ -129,6 +150,15 @@ class TrainConfig(StepSettings):
             )
         if self.checkpoint_ratio is not None and not 0 <= self.checkpoint_ratio <= 1:
             raise GymbenchError(f"checkpoint_ratio must lie in [0, 1], got {self.checkpoint_ratio}")
+        self._check_grpo()
+
+    def _check_grpo(self) -> None:
+        if self.grpo not in GRPO_VARIANTS:
+            raise GymbenchError(f"unknown grpo {self.grpo!r}; choose one of {', '.join(GRPO_VARIANTS)}")
+        if self.updates_per_batch < 1:
+            raise GymbenchError(f"updates_per_batch must be at least 1, got {self.updates_per_batch}")
+        if self.logprob_batch is not None and self.logprob_batch < 1:
+            raise GymbenchError(f"logprob_batch must be at least 1, got {self.logprob_batch}")
 
     @property
     def uses_sequences(self) -> bool:
@@ -138,6 +168,11 @@ class TrainConfig(StepSettings):
     @property
     def micro_batch(self) -> int:
         return self.batch // self.accumulation
+
+    @property
+    def rollouts_per_step(self) -> int:
+        """Samples one step draws: one batch per update (the RL step's batch of rollouts)."""
+        return self.batch * (self.updates_per_batch if self.step == "rl" else 1)
 
     @property
     def effective_lr(self) -> float:
