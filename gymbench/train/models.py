@@ -243,7 +243,9 @@ def build_transformer(config: Mapping[str, Any]) -> TinyDecoder:
 def flop_parameter_count(model: nn.Module) -> int:
     """Parameters that take part in matrix multiplies: embeddings are lookups, so the 6·N rule skips
     them, unless a layer also multiplies by them (a head tied to the input embedding, as gpt2's)."""
-    multiplied = {id(p) for m in model.modules() if not isinstance(m, nn.Embedding) for p in m.parameters(recurse=False)}
+    multiplied = {
+        id(p) for m in model.modules() if not isinstance(m, nn.Embedding) for p in m.parameters(recurse=False)
+    }
     embedded = {
         id(p): p.numel()
         for m in model.modules()

@@ -81,7 +81,7 @@ def test_fp16_on_a_cpu_with_native_fp16_keeps_the_shapes(
     ("extra", "message"),
     [
         (["--batch", "6", "--accumulation", "4"], "not divisible by accumulation 4"),
-        (["--model", "nope"], "unknown model 'nope'; known models: mlp, transformer"),
+        (["--model", "nope"], "unknown model 'nope'; known models: "),  # hf-causal-lm too with transformers
         (["--checkpointing", "half"], "use 'off', 'on' or 'every-K'"),
         (["+model_options=layers"], "setting 'model_options'"),
         (["+model_options.layers=many"], "invalid literal for int"),
@@ -153,7 +153,8 @@ class ThirdParty:
 
 def test_a_plugin_registers_a_model_next_to_the_built_ins() -> None:
     plugins = make_plugins(ThirdParty())
-    assert plugins.names("model") == ["mlp", "my-mlp", "transformer"]
+    names = [name for name in plugins.names("model") if name != "hf-causal-lm"]  # there with transformers
+    assert names == ["mlp", "my-mlp", "transformer"]
     assert plugins.components["model"]["mlp"].plugin == "gymbench.train.plugin"
     assert isinstance(plugins.create("model", "my-mlp"), DeepMLP)
     assert "train" in plugins.commands
@@ -166,3 +167,21 @@ def test_starting_the_cli_does_not_import_torch() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+BF16 = ["train", "--model", "mlp", "--size", "tiny", "--precision", "bf16", "--batch", "8", "--steps", "1"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "warned"), [({"avx2", "avx512f"}, True), ({"avx512_bf16"}, False), ({"amx_bf16"}, False)]
+)
+def test_bf16_on_a_cpu_without_bf16_kernels_warns_like_fp16(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flags: set[str], warned: bool
+) -> None:
+    monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
+    argv = [*BF16, "--warmup", "0", "--no-memory", "--no-flops", "--no-progress", "--device", "cpu"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert ("bf16 on this CPU (no avx512_bf16 or amx_bf16)" in captured.err) is warned
+    assert "batch 8 = 1 x 8" in captured.out  # bf16 keeps the shapes asked for
+    assert ("has neither avx512_bf16 nor amx_bf16" in captured.out) is warned
