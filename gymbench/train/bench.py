@@ -86,7 +86,7 @@ class TrainReport:
 def run_benchmark(factory: ModelFactory, config: TrainConfig, options: BenchOptions) -> TrainReport:
     session = TrainSession(factory, config)
     flops = count_flops(session, attention=options.attention_flops) if options.count_flops else None
-    with GpuMonitor(session.device.index or 0) as monitor:
+    with GpuMonitor.for_device(session.device) as monitor:
         timings = run_steps(session, progress=options.progress)
     peak, source = device_peak_flops(session, options.peak_tflops)
     report = TrainReport(
