@@ -110,3 +110,43 @@ def test_the_monitor_of_a_cuda_device_asks_torch_for_its_identity(nvml: Any, mon
     assert monitor.identity.uuid == "GPU-bbbb" and monitor.index == 3
     assert GpuMonitor.for_device(torch.device("cpu")).identity == DeviceIdentity(0)
     assert gpu_monitor.DeviceIdentity is DeviceIdentity
+
+
+@pytest.mark.parametrize(
+    ("name", "tflops"),
+    [
+        ("NVIDIA H100 80GB HBM3", 989),
+        ("NVIDIA H100 PCIe", 756),
+        ("NVIDIA H100 NVL", 835),
+        ("NVIDIA H200", 989),
+        ("NVIDIA L40S", 362),
+        ("NVIDIA L40", 181),
+        ("NVIDIA L4", 121),
+        ("NVIDIA A10", 125),
+        ("NVIDIA A100-SXM4-80GB", 312),
+    ],
+)
+def test_peaks_match_the_exact_part(name: str, tflops: int) -> None:
+    from gymbench.train.flops import known_peak
+
+    peak, source = known_peak(name, "bf16")
+    assert peak == tflops * 1e12 and "data sheet" in source
+
+
+@pytest.mark.parametrize("name", ["NVIDIA A10G", "NVIDIA L4X", "NVIDIA H100 something new", "NVIDIA GeForce RTX 4090"])
+def test_a_part_that_only_contains_a_known_name_has_no_peak(name: str) -> None:
+    """Substrings used to give an A10G the A10's peak, and every "H100" the SXM's."""
+    from gymbench.train.flops import known_peak
+
+    peak, source = known_peak(name, "bf16")
+    assert peak is None and "pass --peak-tflops" in source and repr(name) in source
+
+
+def test_the_session_device_name_comes_from_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gymbench.train.flops import device_peak_flops
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H100 PCIe")
+    session: Any = types.SimpleNamespace(device=torch.device("cuda", 0), config=types.SimpleNamespace(precision="bf16"))
+    assert device_peak_flops(session, None) == (756e12, "data sheet of H100 PCIe (bf16)")
+    session.config.precision = "fp32"
+    assert device_peak_flops(session, None)[0] is None
