@@ -18,6 +18,7 @@ from gymbench.train.lengths import LENGTH_DISTRIBUTIONS, Distribution, LengthSou
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 STEPS = ("lm", "rl")
+CUDA_TIMINGS = ("sync", "events")
 GRPO_VARIANTS = ("plain", "nemo-rl")
 """plain: group mean, population std, unclamped KL (gymbench's first step, kept as the default so
 existing baselines measure the same step); nemo-rl: NeMo RL's ``grpo_math_1B.yaml`` defaults."""
@@ -44,6 +45,13 @@ class StepSettings:
     steps: int = field(default=10, metadata=doc("measured steps"))
     warmup: int = field(default=2, metadata=doc("unmeasured steps first"))
     device: str = field(default="auto", metadata=doc("auto, cpu, cuda or cuda:N"))
+    cuda_timing: str = field(
+        default="sync",
+        metadata=doc(
+            "CUDA phase timing: sync (synchronise at every phase: wall times that add up to the step) or "
+            "events (CUDA events, one synchronise per step, as a trainer runs: the step is not inflated)"
+        ),
+    )
     lr: float = field(default=1e-4, metadata=doc("AdamW learning rate at base_batch"))
     base_batch: int | None = field(default=None, metadata=doc("the batch lr was tuned for; the √ rule rescales it"))
     seed: int = field(default=0, metadata=doc("random seed"))
@@ -117,6 +125,8 @@ class TrainConfig(StepSettings):
             raise GymbenchError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
             raise GymbenchError(f"unknown device {self.device!r}; choose auto, cpu, cuda or cuda:N")
+        if self.cuda_timing not in CUDA_TIMINGS:
+            raise GymbenchError(f"unknown cuda_timing {self.cuda_timing!r}; choose one of {', '.join(CUDA_TIMINGS)}")
         if self.threads is not None and self.threads < 1:
             raise GymbenchError(f"threads must be at least 1, got {self.threads}")
         if self.base_batch is not None and self.base_batch < 1:

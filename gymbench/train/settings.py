@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymbench.settings import at_least, doc, one_of, require, safe_name
-from gymbench.train.config import GRPO_VARIANTS, STEPS, TRIAL_ALLOCATORS, StepSettings
+from gymbench.train.config import CUDA_TIMINGS, GRPO_VARIANTS, STEPS, TRIAL_ALLOCATORS, StepSettings
 from gymbench.train.lengths import LENGTH_DISTRIBUTIONS
 
 FIND_BATCH = ("search", "halve")
@@ -102,6 +102,7 @@ class TrainSettings(StepSettings):
         one_of("trial_allocator", self.trial_allocator, TRIAL_ALLOCATORS)
         one_of("step", self.step, STEPS)
         one_of("grpo", self.grpo, GRPO_VARIANTS)
+        one_of("cuda_timing", self.cuda_timing, CUDA_TIMINGS)
         at_least("updates_per_batch", self.updates_per_batch, 1, 4096)
         if self.logprob_batch is not None:
             at_least("logprob_batch", self.logprob_batch, 1, LARGEST)

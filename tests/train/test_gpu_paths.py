@@ -150,3 +150,48 @@ def test_the_session_device_name_comes_from_torch(monkeypatch: pytest.MonkeyPatc
     assert device_peak_flops(session, None) == (756e12, "data sheet of H100 PCIe (bf16)")
     session.config.precision = "fp32"
     assert device_peak_flops(session, None)[0] is None
+
+
+class FakeEvent:
+    """``torch.cuda.Event`` on a fake GPU clock that advances 2 ms at every record."""
+
+    now = 0.0
+
+    def record(self) -> None:
+        FakeEvent.now += 2.0
+        self.at = FakeEvent.now
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return end.at - self.at
+
+
+def test_event_timing_synchronises_once_per_step_not_per_phase(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gymbench.train.config import TrainConfig
+    from gymbench.train.plugin import build_mlp
+    from gymbench.train.runner import EventClock, PhaseClock, run_steps
+    from gymbench.train.session import TrainSession
+
+    config = TrainConfig(model="mlp", model_config={"size": "tiny"}, batch=8, accumulation=2, steps=3, warmup=1)
+    counts = {}
+    for name, make in (("sync", PhaseClock), ("events", lambda s: EventClock(s, FakeEvent))):
+        session = TrainSession(build_mlp, config)
+        syncs = []
+        monkeypatch.setattr(session, "synchronize", lambda syncs=syncs: syncs.append(1))
+        timings = run_steps(session, clock=make(session))
+        counts[name] = len(syncs) / (config.warmup + config.steps)
+    assert counts["events"] == 2  # before the step, and once to read the events
+    assert counts["sync"] == 1 + 2 * 7  # before the step and around each of 7 phases (3 per micro-batch, optimizer)
+    assert timings.phases_s["forward"] == [2 * 0.002] * 3  # two micro-batches, each 2 ms between its events
+    assert timings.phases_s["optimizer"] == [0.002] * 3
+
+
+def test_events_are_used_only_on_a_cuda_device() -> None:
+    from gymbench.train.config import TrainConfig
+    from gymbench.train.plugin import build_mlp
+    from gymbench.train.runner import EventClock, PhaseClock, step_clock
+    from gymbench.train.session import TrainSession
+
+    session = TrainSession(build_mlp, TrainConfig(model="mlp", model_config={"size": "tiny"}, cuda_timing="events"))
+    assert type(step_clock(session)) is PhaseClock
+    session.device = torch.device("cuda", 0)  # the choice only: nothing runs
+    assert type(step_clock(session)) is EventClock
