@@ -16,7 +16,6 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from gymbench.train.config import TrainConfig
 from gymbench.train.lengths import Sample
@@ -133,7 +132,9 @@ def compare(config: TrainConfig = CONFIG) -> dict[str, float]:
     assert len(grads) == len(expected) == config.updates_per_batch
     loss_error = max(abs(a - b[0]) for a, b in zip(losses, expected, strict=True))
     grad_error = max(
-        float((g - e).abs().max()) for got, want in zip(grads, expected, strict=True) for g, e in zip(got, want[1])
+        float((g - e).abs().max())
+        for got, want in zip(grads, expected, strict=True)
+        for g, e in zip(got, want[1], strict=True)
     )
     return {
         "loss_max_abs_error": loss_error,
