@@ -39,7 +39,8 @@ class StepSettings:
     precision: str = field(default="fp32", metadata=doc("fp32, bf16 or fp16"))
     checkpointing: str = field(default="off", metadata=doc("off, on, or every-K (checkpoint every K-th block)"))
     checkpoint_ratio: float | None = field(
-        default=None, metadata=doc("NeMo RL's checkpoint_ratio (0.5 = every other block)")
+        default=None,
+        metadata=doc("share of blocks to checkpoint, 0.5 = every other (NeMo RL's is on/off; this is gymbench's)"),
     )
     accumulation: int = field(default=1, metadata=doc("micro-batches per step; the global batch stays"))
     steps: int = field(default=10, metadata=doc("measured steps"))
@@ -229,7 +230,7 @@ EVERY_K = re.compile(r"^every-(\d+)$")
 
 
 def checkpoint_every(mode: str) -> int:
-    """``off`` → 0, ``on`` → 1, ``every-k`` → k. NeMo RL's ``checkpoint_ratio: 0.5`` is ``every-2``."""
+    """``off`` → 0, ``on`` → 1 (NeMo RL's ``activation_checkpointing: true``), ``every-k`` → k."""
     if mode == "off":
         return 0
     if mode == "on":
