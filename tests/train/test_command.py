@@ -185,3 +185,17 @@ def test_bf16_on_a_cpu_without_bf16_kernels_warns_like_fp16(
     assert ("bf16 on this CPU (no avx512_bf16 or amx_bf16)" in captured.err) is warned
     assert "batch 8 = 1 x 8" in captured.out  # bf16 keeps the shapes asked for
     assert ("has neither avx512_bf16 nor amx_bf16" in captured.out) is warned
+
+
+def test_the_rl_output_and_record_say_which_grpo_ran(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = ["train", "--step", "rl", "--size", "tiny", "--batch", "8", "--seq-len", "32", "--lengths", "skewed"]
+    argv += ["--grpo", "nemo-rl", "--updates-per-batch", "2", "--logprob-batch", "3", "--steps", "1", "--warmup", "0"]
+    argv += ["--no-memory", "--no-flops", "--no-progress", "--device", "cpu", "--results-dir", str(tmp_path)]
+    assert main([*argv, "--save", "rl"]) == 0
+    out = capsys.readouterr().out
+    assert "grpo         nemo-rl (leave-one-out baseline" in out
+    assert "2 updates per batch of 16 rollouts; logprobs 3 samples per forward" in out
+    (path,) = tmp_path.glob("*/*_rl.json")
+    [bench] = load_record(path).benchmarks
+    config = bench.extra["config"]
+    assert (config["grpo"], config["updates_per_batch"], config["logprob_batch"]) == ("nemo-rl", 2, 3)
