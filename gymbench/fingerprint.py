@@ -3,7 +3,12 @@
 Figures from different machines or library versions are not comparable, so every results record
 carries this; valgrind's version too, since instruction counts move with it and with Python's.
 ``machine.key`` hashes only fields that do not drift between runs of one machine (no clock speed,
-no load), so a baseline store can find "this machine" again.
+no load), so a baseline store can find "this machine" again. The CPU's instruction-set flags that
+decide the speed of a precision (``cpu_flags``: bf16 and fp16 kernels, AVX-512, AVX2, FMA) are in
+the key: a bf16 step runs about 9x slower than fp32 on a CPU without avx512_bf16 or amx_bf16, so two
+CPUs of one model name with and without those flags (a VM that masks them) are two machines.
+``key_without_cpu_flags`` is the key as computed before the flags were added, so records saved
+then can still be matched to this machine by hand.
 
 psutil and the valgrind probe are imported when a fingerprint is taken: ``gymbench --version``
 reads :func:`package_version` from here and must not pay for them.
@@ -21,6 +26,29 @@ from pathlib import Path
 from typing import Any
 
 KEY_PACKAGES = ("torch", "numpy", "scipy", "aiohttp", "pluggy", "pytest", "nvidia-ml-py", "uvloop")
+CPU_FEATURE_FLAGS = (
+    # x86 (/proc/cpuinfo "flags")
+    "avx512_bf16",
+    "amx_bf16",
+    "avx512_fp16",
+    "amx_fp16",
+    "amx_tile",
+    "avx512f",
+    "avx512_vnni",
+    "avx_vnni",
+    "avx2",
+    "fma",
+    "f16c",
+    # arm64 (/proc/cpuinfo "Features")
+    "bf16",
+    "fphp",
+    "asimdhp",
+    "sve",
+    "sve2",
+    "i8mm",
+)
+"""The CPU features that change how fast torch runs a precision on the CPU (bf16 and fp16 kernels,
+vector width, fused multiply-add); other flags do not move the benchmarks and are left out."""
 
 
 def collect_fingerprint(cwd: str | os.PathLike[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -38,6 +66,7 @@ def machine_info() -> dict[str, Any]:
     memory_total = int(psutil.virtual_memory().total)
     info: dict[str, Any] = {
         "cpu_model": cpu_model(),
+        "cpu_flags": sorted(cpu_flags() & set(CPU_FEATURE_FLAGS)),
         "cpu_count_logical": os.cpu_count(),
         "cpu_count_physical": psutil.cpu_count(logical=False),
         "memory_total_bytes": memory_total,
@@ -49,11 +78,14 @@ def machine_info() -> dict[str, Any]:
         "gpu_note": gpu_note,
     }
     info["key"] = machine_key(info)
+    info["key_without_cpu_flags"] = machine_key({**info, "cpu_flags": None})
     return info
 
 
 def machine_key(info: dict[str, Any]) -> str:
-    stable = {
+    """A hash of the fields that stay put; a record without ``cpu_flags`` (saved before they were
+    taken) hashes as it did then, so its stored key is still its key."""
+    stable: dict[str, Any] = {
         "cpu_model": info.get("cpu_model"),
         "cpu_count_logical": info.get("cpu_count_logical"),
         "memory_total_gib": round((info.get("memory_total_bytes") or 0) / 2**30),
@@ -61,6 +93,8 @@ def machine_key(info: dict[str, Any]) -> str:
         "arch": info.get("arch"),
         "gpu_names": sorted(gpu.get("name", "") for gpu in info.get("gpus", [])),
     }
+    if info.get("cpu_flags") is not None:
+        stable["cpu_flags"] = sorted(info["cpu_flags"])
     digest = hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()
     return digest[:12]
 
@@ -73,6 +107,19 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The ``flags`` (x86) or ``Features`` (arm64) of ``/proc/cpuinfo``; empty where there is none."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return set()
+    for line in cpuinfo.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
 
 
 def gpu_info() -> tuple[list[dict[str, Any]], str]:

@@ -143,7 +143,7 @@ SAME_MACHINE_FIELDS = ("hostname", "cpu_model", "cpu_count_logical", "system", "
 def _this_machine_if_same(machine: Mapping[str, Any]) -> JSONObject:
     """This machine's memory and GPUs when the file was written here (same host name, CPU, OS).
 
-    pytest-benchmark records neither, so without them the file's key could never be this
+    pytest-benchmark records neither (nor the CPU flags), so without them the file's key could never be this
     machine's, and its results would be filed and warned about as another machine's.
     """
     here = machine_info()
@@ -151,6 +151,7 @@ def _this_machine_if_same(machine: Mapping[str, Any]) -> JSONObject:
         return {}
     return {
         "memory_total_bytes": here["memory_total_bytes"],
+        "cpu_flags": here["cpu_flags"],
         "gpus": here["gpus"],
         "gpu_note": f"{here['gpu_note']} (this machine: same host name, CPU and OS as the file's)",
     }

@@ -17,7 +17,7 @@ from gymbench.train.config import TrainConfig
 from gymbench.train.flops import FlopReport, count_flops, device_peak_flops
 from gymbench.train.gpu_monitor import GpuMonitor, GpuReport
 from gymbench.train.memory import LeakCheck, MemoryReport, check_leak, measure_step_memory
-from gymbench.train.precision import LossScaling, fp16_cpu_note
+from gymbench.train.precision import LossScaling, cpu_precision_note
 from gymbench.train.profiling import trace_one_step
 from gymbench.train.runner import StepTimings, run_steps
 from gymbench.train.session import ModelFactory, TrainSession
@@ -86,7 +86,7 @@ class TrainReport:
 def run_benchmark(factory: ModelFactory, config: TrainConfig, options: BenchOptions) -> TrainReport:
     session = TrainSession(factory, config)
     flops = count_flops(session, attention=options.attention_flops) if options.count_flops else None
-    with GpuMonitor(session.device.index or 0) as monitor:
+    with GpuMonitor.for_device(session.device) as monitor:
         timings = run_steps(session, progress=options.progress)
     peak, source = device_peak_flops(session, options.peak_tflops)
     report = TrainReport(
@@ -106,7 +106,7 @@ def run_benchmark(factory: ModelFactory, config: TrainConfig, options: BenchOpti
         report.trace, report.trace_table = trace_one_step(session, options.profile_path)
     if options.memory_pass:
         report.memory = _memory_pass(session, factory, config)
-    report.notes += [note for note in (session.checkpointing.note, fp16_cpu_note(config, session.device)) if note]
+    report.notes += [note for note in (session.checkpointing.note, cpu_precision_note(config, session.device)) if note]
     return report
 
 

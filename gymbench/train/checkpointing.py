@@ -56,7 +56,8 @@ class CheckpointPlan:
 
 
 def blocks_for_ratio(ratio: float, total: int) -> tuple[list[int], str]:
-    """NeMo RL's ``checkpoint_ratio``: the nearest whole number of blocks, spread evenly.
+    """A share of the blocks (gymbench's own knob: NeMo RL has no ``checkpoint_ratio``; its
+    ``activation_checkpointing`` is on or off): the nearest whole number of blocks, spread evenly.
 
     ``k = round(ratio · N)`` blocks at indices ``floor(i · N / k)``; 0.5 of 4 is blocks 0 and 2
     (the same as ``every-2``). When ``ratio · N`` is not whole the note says what was done.

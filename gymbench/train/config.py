@@ -18,6 +18,10 @@ from gymbench.train.lengths import LENGTH_DISTRIBUTIONS, Distribution, LengthSou
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 STEPS = ("lm", "rl")
+CUDA_TIMINGS = ("sync", "events")
+GRPO_VARIANTS = ("plain", "nemo-rl")
+"""plain: group mean, population std, unclamped KL (gymbench's first step, kept as the default so
+existing baselines measure the same step); nemo-rl: NeMo RL's ``grpo_math_1B.yaml`` defaults."""
 TRIAL_ALLOCATORS = ("default", "fixed")
 DEFAULT_MARGIN = 0.08
 """The share of the memory budget the chosen batch leaves unused in every verification run (and the
@@ -40,12 +44,20 @@ class StepSettings:
     precision: str = field(default="fp32", metadata=doc("fp32, bf16 or fp16"))
     checkpointing: str = field(default="off", metadata=doc("off, on, or every-K (checkpoint every K-th block)"))
     checkpoint_ratio: float | None = field(
-        default=None, metadata=doc("NeMo RL's checkpoint_ratio (0.5 = every other block)")
+        default=None,
+        metadata=doc("share of blocks to checkpoint, 0.5 = every other (NeMo RL's is on/off; this is gymbench's)"),
     )
     accumulation: int = field(default=1, metadata=doc("micro-batches per step; the global batch stays"))
     steps: int = field(default=10, metadata=doc("measured steps", run_neutral=True))
     warmup: int = field(default=2, metadata=doc("unmeasured steps first", run_neutral=True))
     device: str = field(default="auto", metadata=doc("auto, cpu, cuda or cuda:N"))
+    cuda_timing: str = field(
+        default="sync",
+        metadata=doc(
+            "CUDA phase timing: sync (synchronise at every phase: wall times that add up to the step) or "
+            "events (CUDA events, one synchronise per step, as a trainer runs: the step is not inflated)"
+        ),
+    )
     lr: float = field(default=1e-4, metadata=doc("AdamW learning rate at base_batch", run_neutral=True))
     base_batch: int | None = field(
         default=None, metadata=doc("the batch lr was tuned for; the √ rule rescales it", run_neutral=True)
@@ -75,6 +87,24 @@ class StepSettings:
     kl_penalty: float = field(default=0.01, metadata=doc("RL: NeMo RL's reference_policy_kl_penalty"))
     ratio_clip: float = field(default=0.2, metadata=doc("RL: NeMo RL's ratio_clip_min/max"))
     max_grad_norm: float = field(default=1.0, metadata=doc("RL: gradient-norm clip"))
+    grpo: str = field(
+        default="plain",
+        metadata=doc(
+            "RL: plain (group mean, population std, unclamped KL) or nemo-rl (NeMo RL's defaults: "
+            "leave-one-out baseline, Bessel-corrected std, KL log-ratio clamped to ±20 and KL to ≤ 10)"
+        ),
+    )
+    updates_per_batch: int = field(
+        default=1,
+        metadata=doc(
+            "RL: optimizer updates per batch of rollouts (each on batch samples); above 1 the policy lags "
+            "the one that generated, so the ratio leaves 1 and the clip acts"
+        ),
+    )
+    logprob_batch: int | None = field(
+        default=None,
+        metadata=doc("RL: samples per logprob forward (NeMo RL's logprob_batch_size; unset: the micro-batch)"),
+    )
 
 
 @dataclass(frozen=True)
@@ -103,6 +133,8 @@ class TrainConfig(StepSettings):
             raise GymbenchError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
             raise GymbenchError(f"unknown device {self.device!r}; choose auto, cpu, cuda or cuda:N")
+        if self.cuda_timing not in CUDA_TIMINGS:
+            raise GymbenchError(f"unknown cuda_timing {self.cuda_timing!r}; choose one of {', '.join(CUDA_TIMINGS)}")
         if self.threads is not None and self.threads < 1:
             raise GymbenchError(f"threads must be at least 1, got {self.threads}")
         if self.base_batch is not None and self.base_batch < 1:
@@ -136,6 +168,15 @@ class TrainConfig(StepSettings):
             )
         if self.checkpoint_ratio is not None and not 0 <= self.checkpoint_ratio <= 1:
             raise GymbenchError(f"checkpoint_ratio must lie in [0, 1], got {self.checkpoint_ratio}")
+        self._check_grpo()
+
+    def _check_grpo(self) -> None:
+        if self.grpo not in GRPO_VARIANTS:
+            raise GymbenchError(f"unknown grpo {self.grpo!r}; choose one of {', '.join(GRPO_VARIANTS)}")
+        if self.updates_per_batch < 1:
+            raise GymbenchError(f"updates_per_batch must be at least 1, got {self.updates_per_batch}")
+        if self.logprob_batch is not None and self.logprob_batch < 1:
+            raise GymbenchError(f"logprob_batch must be at least 1, got {self.logprob_batch}")
 
     @property
     def uses_sequences(self) -> bool:
@@ -145,6 +186,11 @@ class TrainConfig(StepSettings):
     @property
     def micro_batch(self) -> int:
         return self.batch // self.accumulation
+
+    @property
+    def rollouts_per_step(self) -> int:
+        """Samples one step draws: one batch per update (the RL step's batch of rollouts)."""
+        return self.batch * (self.updates_per_batch if self.step == "rl" else 1)
 
     @property
     def effective_lr(self) -> float:
@@ -191,7 +237,7 @@ EVERY_K = re.compile(r"^every-(\d+)$")
 
 
 def checkpoint_every(mode: str) -> int:
-    """``off`` → 0, ``on`` → 1, ``every-k`` → k. NeMo RL's ``checkpoint_ratio: 0.5`` is ``every-2``."""
+    """``off`` → 0, ``on`` → 1 (NeMo RL's ``activation_checkpointing: true``), ``every-k`` → k."""
     if mode == "off":
         return 0
     if mode == "on":

@@ -60,7 +60,7 @@ def prepare(settings: TrainSettings, plugins: Plugins) -> PreparedTrain:
     prepared = PreparedTrain(settings, factory, build_config(settings))
     if prepared.config.rollouts is not None:
         length_source(prepared.config)  # a bad file is reported now, with its line
-    _shrink_fp16_on_cpu(prepared)
+    _slow_precision_on_cpu(prepared)
     _check_model(prepared)
     if settings.profile:
         from gymbench.jsonio import check_writable_file
@@ -126,19 +126,20 @@ def _check_model(prepared: PreparedTrain) -> None:
         checked_model(prepared.factory, prepared.config)
 
 
-def _shrink_fp16_on_cpu(prepared: PreparedTrain) -> None:
-    """fp16 without native CPU kernels crawls: warn, and unless told otherwise keep the shapes tiny."""
-    from gymbench.train.precision import FP16_SLOWDOWN_MEASURED, cpu_flags, native_fp16
+def _slow_precision_on_cpu(prepared: PreparedTrain) -> None:
+    """fp16 or bf16 without native CPU kernels crawls: warn; for fp16, unless told otherwise, keep the
+    shapes tiny (bf16 keeps them: it is the precision NeMo RL trains in, and a run asks for it)."""
+    from gymbench.train import precision
     from gymbench.train.session import resolve_device
 
     config = prepared.config
-    if config.precision != "fp16" or resolve_device(config.device).type != "cpu" or native_fp16(cpu_flags()):
+    if resolve_device(config.device).type != "cpu":
         return
-    prepared.warnings.append(
-        "fp16 on this CPU (no avx512_fp16 or amx_fp16) runs through conversion kernels, much slower than fp32: "
-        + FP16_SLOWDOWN_MEASURED
-    )
-    if prepared.settings.allow_slow_fp16:
+    warning = precision.slow_on_this_cpu(config.precision, precision.cpu_flags())
+    if not warning:
+        return
+    prepared.warnings.append(warning)
+    if config.precision != "fp16" or prepared.settings.allow_slow_fp16:
         return
     shrunk = {key: min(getattr(config, key), limit) for key, limit in FP16_CPU_LIMITS.items()}
     shrunk["batch"] = config.accumulation * max(1, shrunk["batch"] // config.accumulation)

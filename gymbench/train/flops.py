@@ -38,16 +38,42 @@ BACKWARD_MATMULS_NEEDED = (4, 5)
 DENSE_FLOPS_PER_PARAMETER = {"lm": 6, "rl": 10}
 """Per token and parameter: forward 2 + backward 4; the RL step adds two forward-only passes."""
 
-# Peak dense tensor-core throughput (FLOP/s) from the vendors' data sheets, by precision. fp32 is
-# left out on purpose: it depends on whether TF32 is enabled. Pass --peak-tflops for anything else.
+# Peak dense tensor-core throughput (FLOP/s) from the vendors' data sheets, by precision, keyed by
+# the exact name torch reports (less "NVIDIA "), so one part is never taken for another: an H100
+# PCIe or NVL is not an SXM, an L4 is not an L40, an A10G (AWS's part, no NVIDIA data sheet) is not
+# an A10. fp32 is left out on purpose: it depends on whether TF32 is enabled. Pass --peak-tflops for
+# anything else.
+H100_SXM = {"bf16": 989e12, "fp16": 989e12}
+H100_PCIE = {"bf16": 756e12, "fp16": 756e12}
+H100_NVL = {"bf16": 835e12, "fp16": 835e12}
+A100 = {"bf16": 312e12, "fp16": 312e12}
 KNOWN_PEAKS = {
-    "H200": {"bf16": 989e12, "fp16": 989e12},
-    "H100": {"bf16": 989e12, "fp16": 989e12},
-    "A100": {"bf16": 312e12, "fp16": 312e12},
+    "H200": H100_SXM,
+    "H200 NVL": H100_NVL,
+    "H100 80GB HBM3": H100_SXM,
+    "H100 PCIe": H100_PCIE,
+    "H100 NVL": H100_NVL,
+    "A100-SXM4-40GB": A100,
+    "A100-SXM4-80GB": A100,
+    "A100-PCIE-40GB": A100,
+    "A100 80GB PCIe": A100,
     "L40S": {"bf16": 362e12, "fp16": 362e12},
-    "A10": {"bf16": 125e12, "fp16": 125e12},
+    "L40": {"bf16": 181e12, "fp16": 181e12},
     "L4": {"bf16": 121e12, "fp16": 121e12},
+    "A10": {"bf16": 125e12, "fp16": 125e12},
 }
+
+
+def known_peak(device_name: str, precision: str) -> tuple[float | None, str]:
+    """The data-sheet peak of exactly this part, and where it came from; ``None`` with the reason."""
+    name = device_name.strip()
+    name = name.removeprefix("NVIDIA ").strip()
+    peaks = KNOWN_PEAKS.get(name)
+    if peaks is None:
+        return None, f"no known peak for {device_name!r} (gymbench knows {', '.join(KNOWN_PEAKS)}); pass --peak-tflops"
+    if precision not in peaks:
+        return None, f"no known {precision} peak for {device_name!r}; pass --peak-tflops"
+    return peaks[precision], f"data sheet of {name} ({precision})"
 
 
 def _cpu_sdpa(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
@@ -164,11 +190,7 @@ def device_peak_flops(session: TrainSession, given_tflops: float | None) -> tupl
         return given_tflops * 1e12, "given"
     if session.device.type != "cuda":
         return None, "no known peak for a CPU; pass --peak-tflops to get MFU"
-    name = torch.cuda.get_device_name(session.device)
-    for key, peaks in KNOWN_PEAKS.items():
-        if key in name and session.config.precision in peaks:
-            return peaks[session.config.precision], f"data sheet of {key} ({session.config.precision})"
-    return None, f"no known {session.config.precision} peak for {name!r}; pass --peak-tflops"
+    return known_peak(torch.cuda.get_device_name(session.device), session.config.precision)
 
 
 def flop_rate_text(flops_per_s: float) -> str:

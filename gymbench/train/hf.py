@@ -2,6 +2,13 @@
 
 Built from a config (random weights, nothing downloaded): ``model_type`` (default ``llama``) plus
 size fields. Its decoder layers become ``blocks`` so gradient checkpointing can wrap them.
+
+Packed rows: a Hugging Face model given only ``input_ids`` attends causally across the whole row,
+so the documents of a packed row would see each other (and take positions that run on from their
+neighbours'). :meth:`HFCausalLM.token_logprobs` passes the block-diagonal mask as a 4-D
+``attention_mask`` and the per-document ``position_ids``, which every model on transformers' shared
+masking takes as given (tests/train/test_models.py checks llama, qwen2 and gpt2 against each
+document alone).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from gymbench.errors import GymbenchError
@@ -36,12 +44,16 @@ class HFCausalLM(nn.Module):
             raise GymbenchError(f"unknown size {size!r} for hf-causal-lm; choose {', '.join(HF_SIZES)}")
         defaults = _default_config(model_type)
         fields = {"vocab_size": 1024, **HF_SIZES[size], **checked_options(model_type, defaults, options)}
+        if hasattr(defaults, "num_key_value_heads"):
+            # grouped-query models (qwen2, mistral, ...) default to their big model's KV heads (qwen2: 32),
+            # which a small preset's head count does not divide: plain multi-head attention unless given
+            fields.setdefault("num_key_value_heads", fields["num_attention_heads"])
         try:
             self.inner = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **fields))
         except (ValueError, TypeError, KeyError) as exc:
             reason = f"unknown value {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc).strip()
             raise GymbenchError(f"hf-causal-lm ({model_type}) rejects +model_options: {reason}") from None
-        self.vocab = fields["vocab_size"]
+        self.vocab = self.vocab_size = fields["vocab_size"]
         self.blocks = _decoder_layers(self.inner)
 
     def make_batch(self, batch_size: int, seq_len: int, generator: torch.Generator) -> Batch:
@@ -53,6 +65,18 @@ class HFCausalLM(nn.Module):
 
     def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return self.inner(input_ids=inputs, labels=targets).loss
+
+    def token_logprobs(
+        self,
+        tokens: torch.Tensor,
+        targets: torch.Tensor,
+        positions: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The packed row's mask and positions go to the model, so no document sees another."""
+        logits = self.inner(input_ids=tokens, position_ids=positions, attention_mask=attn_mask).logits.float()
+        picked = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+        return -picked.view(targets.shape)
 
 
 def _default_config(model_type: str) -> Any:

@@ -241,6 +241,16 @@ def build_transformer(config: Mapping[str, Any]) -> TinyDecoder:
 
 
 def flop_parameter_count(model: nn.Module) -> int:
-    """Parameters that take part in matrix multiplies: embeddings are lookups, so the 6·N rule skips them."""
-    embedded = sum(p.numel() for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters())
-    return sum(p.numel() for p in model.parameters()) - embedded
+    """Parameters that take part in matrix multiplies: embeddings are lookups, so the 6·N rule skips
+    them, unless a layer also multiplies by them (a head tied to the input embedding, as gpt2's)."""
+    multiplied = {
+        id(p) for m in model.modules() if not isinstance(m, nn.Embedding) for p in m.parameters(recurse=False)
+    }
+    embedded = {
+        id(p): p.numel()
+        for m in model.modules()
+        if isinstance(m, nn.Embedding)
+        for p in m.parameters()
+        if id(p) not in multiplied
+    }
+    return sum(p.numel() for p in model.parameters()) - sum(embedded.values())

@@ -10,52 +10,67 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
 from gymbench.errors import GymbenchError
+from gymbench.fingerprint import cpu_flags
 from gymbench.train.config import PRECISIONS, TrainConfig
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 NATIVE_FP16_FLAGS = ("avx512_fp16", "amx_fp16")
 """CPU instructions that compute in fp16 natively; without them torch converts, and fp16 crawls."""
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+"""The same for bf16 (x86; arm64 calls it ``bf16``)."""
+NATIVE_FLAGS = {"fp16": NATIVE_FP16_FLAGS, "bf16": (*NATIVE_BF16_FLAGS, "bf16")}
 FP16_SLOWDOWN_MEASURED = (
     "on gymbench's development machine (AMD EPYC, avx512_bf16 but no avx512_fp16 or amx_fp16) an fp16 "
     "step of the transformer (d_model 128, batch 8 x 128 tokens, one thread) took about 10x as long as fp32"
 )
 
 
-def cpu_flags(cpuinfo: str | None = None) -> set[str]:
-    """The ``flags`` of ``/proc/cpuinfo`` (empty where there is none, e.g. not Linux)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+BF16_SLOWDOWN_MEASURED = (
+    "a user's CPU without avx512_bf16 ran a bf16 step about 9x as long as fp32 (gymbench issue #29)"
+)
+SLOWDOWN_MEASURED = {"fp16": FP16_SLOWDOWN_MEASURED, "bf16": BF16_SLOWDOWN_MEASURED}
 
 
 def native_fp16(flags: set[str]) -> str | None:
     """The first native fp16 instruction set the CPU has, or ``None``."""
-    return next((flag for flag in NATIVE_FP16_FLAGS if flag in flags), None)
+    return native_kernels("fp16", flags)
 
 
-def fp16_cpu_note(config: TrainConfig, device: torch.device, flags: set[str] | None = None) -> str:
-    """What an fp16 figure measured on this CPU means; empty when not fp16 on a CPU."""
-    if config.precision != "fp16" or device.type != "cpu":
+def native_kernels(precision: str, flags: set[str]) -> str | None:
+    """The first instruction set the CPU has that computes in ``precision`` natively, or ``None``."""
+    return next((flag for flag in NATIVE_FLAGS.get(precision, ()) if flag in flags), None)
+
+
+def slow_on_this_cpu(precision: str, flags: set[str] | None = None) -> str:
+    """The warning for a reduced precision without native CPU kernels; empty when it has them."""
+    if precision not in NATIVE_FLAGS or native_kernels(precision, cpu_flags() if flags is None else flags):
         return ""
-    native = native_fp16(cpu_flags() if flags is None else flags)
+    names = NATIVE_FP16_FLAGS if precision == "fp16" else NATIVE_BF16_FLAGS
+    return (
+        f"{precision} on this CPU (no {' or '.join(names)}) runs through conversion kernels, much slower than "
+        f"fp32: {SLOWDOWN_MEASURED[precision]}"
+    )
+
+
+def cpu_precision_note(config: TrainConfig, device: torch.device, flags: set[str] | None = None) -> str:
+    """What an fp16 or bf16 figure measured on this CPU means; empty for fp32 or a GPU."""
+    precision = config.precision
+    if precision not in NATIVE_FLAGS or device.type != "cpu":
+        return ""
+    native = native_kernels(precision, cpu_flags() if flags is None else flags)
     if native:
         return (
-            f"this CPU has {native}, so fp16 runs native kernels here; the speed still says nothing about fp16 on a GPU"
+            f"this CPU has {native}, so {precision} runs native kernels here; the speed still says nothing "
+            f"about {precision} on a GPU"
         )
+    names = NATIVE_FP16_FLAGS if precision == "fp16" else NATIVE_BF16_FLAGS
     return (
-        f"this CPU has neither {' nor '.join(NATIVE_FP16_FLAGS)}: fp16 runs through conversion kernels, "
-        f"much slower than fp32 ({FP16_SLOWDOWN_MEASURED}); the speed says nothing about fp16 on a GPU"
+        f"this CPU has neither {' nor '.join(names)}: {precision} runs through conversion kernels, "
+        f"much slower than fp32 ({SLOWDOWN_MEASURED[precision]}); the speed says nothing about {precision} on a GPU"
     )
 
 

@@ -1,8 +1,12 @@
 """The timing loop: warm-up steps excluded, then per-step wall time, phase times, counts and memory.
 
-The clock synchronises CUDA at phase boundaries, otherwise a phase would measure only the time to
-queue its kernels. On the CPU that is a no-op, so the loop costs a handful of ``perf_counter``
-calls per step, which the harness-overhead benchmark compares against a bare torch loop.
+The default clock synchronises CUDA at phase boundaries, otherwise a phase would measure only the
+time to queue its kernels. On the CPU that is a no-op, so the loop costs a handful of
+``perf_counter`` calls per step, which the harness-overhead benchmark compares against a bare torch
+loop. On a GPU those synchronisations stall the queue a trainer keeps full, so they inflate the
+step; ``cuda_timing=events`` records a CUDA event pair per phase instead and synchronises once per
+step (a phase's time is then the GPU's time between its events). ``sync`` stays the default: its
+phase times are wall times that add up to the step, and the stored baselines were taken with it.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import contextlib
 import ctypes
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +50,49 @@ class PhaseClock:
 
     def mark(self, event: str) -> None:
         return None
+
+    def finish(self) -> None:
+        """The step has ended; every phase synchronised already."""
+        return None
+
+
+class EventClock:
+    """A CUDA event pair around each phase; one synchronise at the end of the step reads them all."""
+
+    def __init__(self, session: TrainSession, event: Callable[[], Any] | None = None) -> None:
+        self.sync = session.synchronize
+        self.names = session.phases
+        self.event = event or (lambda: torch.cuda.Event(enable_timing=True))
+        self.totals = dict.fromkeys(self.names, 0.0)
+        self.pending: list[tuple[str, Any, Any]] = []
+
+    def start(self) -> None:
+        self.totals = dict.fromkeys(self.names, 0.0)
+        self.pending = []
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        begin = self.event()
+        begin.record()
+        yield
+        end = self.event()
+        end.record()
+        self.pending.append((name, begin, end))
+
+    def mark(self, event: str) -> None:
+        return None
+
+    def finish(self) -> None:
+        self.sync()
+        for name, begin, end in self.pending:
+            self.totals[name] += begin.elapsed_time(end) / 1e3  # milliseconds
+        self.pending = []
+
+
+def step_clock(session: TrainSession) -> PhaseClock | EventClock:
+    if session.device.type == "cuda" and session.config.cuda_timing == "events":
+        return EventClock(session)
+    return PhaseClock(session)
 
 
 @dataclass
@@ -132,10 +179,12 @@ def process_rss() -> int:
         return int(psutil.Process().memory_info().rss)
 
 
-def run_steps(session: TrainSession, *, progress: bool = False) -> StepTimings:
+def run_steps(
+    session: TrainSession, *, progress: bool = False, clock: PhaseClock | EventClock | None = None
+) -> StepTimings:
     """Run ``warmup`` unmeasured steps, then ``steps`` measured ones."""
     config = session.config
-    clock = PhaseClock(session)
+    clock = clock or step_clock(session)
     timings = StepTimings(phases_s={phase: [] for phase in session.phases})
     losses: list[torch.Tensor] = []
     for index in tqdm(range(config.warmup + config.steps), desc="train steps", disable=not progress):
@@ -145,6 +194,7 @@ def run_steps(session: TrainSession, *, progress: bool = False) -> StepTimings:
         session.synchronize()
         started = time.perf_counter()
         loss = session.step(clock)
+        clock.finish()
         elapsed = time.perf_counter() - started
         if index >= config.warmup:
             keep_step(timings, clock, elapsed, session)
@@ -153,7 +203,7 @@ def run_steps(session: TrainSession, *, progress: bool = False) -> StepTimings:
     return timings
 
 
-def keep_step(timings: StepTimings, clock: PhaseClock, elapsed: float, session: TrainSession) -> None:
+def keep_step(timings: StepTimings, clock: PhaseClock | EventClock, elapsed: float, session: TrainSession) -> None:
     """The per-step bookkeeping (the harness-overhead benchmark times it on its own)."""
     timings.step_s.append(elapsed)
     timings.counts.append(session.last_count)

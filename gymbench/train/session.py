@@ -62,7 +62,7 @@ class TrainSession:
 
     @property
     def samples_per_step(self) -> int:
-        return self.config.batch
+        return self.config.rollouts_per_step
 
     def data(self) -> Batch:
         inputs, targets = self.model.make_batch(self.config.micro_batch, self.config.seq_len, self.generator)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymbench.settings import at_least, doc, one_of, require, safe_name
-from gymbench.train.config import DEFAULT_MARGIN, STEPS, TRIAL_ALLOCATORS, StepSettings
+from gymbench.train.config import CUDA_TIMINGS, DEFAULT_MARGIN, GRPO_VARIANTS, STEPS, TRIAL_ALLOCATORS, StepSettings
 from gymbench.train.lengths import LENGTH_DISTRIBUTIONS
 
 FIND_BATCH = ("search", "halve")
@@ -134,6 +134,11 @@ class TrainSettings(StepSettings):
         require(bound >= 0, "leak_bound_mib_per_step", bound, "0 or more")
         one_of("trial_allocator", self.trial_allocator, TRIAL_ALLOCATORS)
         one_of("step", self.step, STEPS)
+        one_of("grpo", self.grpo, GRPO_VARIANTS)
+        one_of("cuda_timing", self.cuda_timing, CUDA_TIMINGS)
+        at_least("updates_per_batch", self.updates_per_batch, 1, 4096)
+        if self.logprob_batch is not None:
+            at_least("logprob_batch", self.logprob_batch, 1, LARGEST)
         one_of("lengths", self.lengths, LENGTH_DISTRIBUTIONS)
         if self.checkpoint_ratio is not None:
             require(0 <= self.checkpoint_ratio <= 1, "checkpoint_ratio", self.checkpoint_ratio, "a share in [0, 1]")

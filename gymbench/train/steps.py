@@ -61,14 +61,24 @@ class SequenceBatches:
 
     def draw(self, session: TrainSession) -> tuple[list[Sample], list[SequenceBatch]]:
         config = session.config
-        samples = self.source.draw(config.batch, self.rng)
-        size = config.micro_batch
-        batches = [self.lay_out(session, samples[start : start + size]) for start in range(0, config.batch, size)]
+        samples, tokens = self.draw_samples(session, config.batch)
+        batches = self.chunks(session, samples, tokens, config.micro_batch)
         session.last_count = sum((batch.count for batch in batches), StepCount())
         return samples, batches
 
-    def lay_out(self, session: TrainSession, samples: list[Sample]) -> SequenceBatch:
-        tokens = random_tokens(samples, session.model.vocab_size, session.generator)
+    def draw_samples(self, session: TrainSession, count: int) -> tuple[list[Sample], list[torch.Tensor]]:
+        """``count`` samples and their tokens, drawn once so that several layouts hold the same data."""
+        samples = self.source.draw(count, self.rng)
+        return samples, random_tokens(samples, session.model.vocab_size, session.generator)
+
+    def chunks(
+        self, session: TrainSession, samples: list[Sample], tokens: list[torch.Tensor], size: int
+    ) -> list[SequenceBatch]:
+        """The samples laid out ``size`` at a time (a micro-batch, or a logprob batch)."""
+        starts = range(0, len(samples), size)
+        return [self.lay_out(session, samples[s : s + size], tokens[s : s + size]) for s in starts]
+
+    def lay_out(self, session: TrainSession, samples: list[Sample], tokens: list[torch.Tensor]) -> SequenceBatch:
         if session.config.packing:
             batch = pack(samples, tokens, self.capacity, completion_only=self.completion_only)
         else:

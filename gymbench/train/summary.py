@@ -31,6 +31,8 @@ def benchmark_lines(report: TrainReport) -> list[str]:
         f"({plan.wrapped} of {plan.total} blocks), batch {config.batch} = {config.accumulation} x "
         f"{config.micro_batch}, seq {config.seq_len}, lr {config.effective_lr:.3g}",
     ]
+    if config.step == "rl":
+        lines.append(rl_line(config))
     if report.lengths:
         layout = f"packed into rows of up to {report.config.seq_len}" if config.packing else "padded to the longest"
         lines.append(f"lengths      {report.lengths}; {layout}: padding {timings.padding_share:.1%} of slots")
@@ -123,6 +125,19 @@ def search_lines(result: SearchResult, config: TrainConfig, longest: str) -> lis
     if config.base_batch is not None:
         lines.append(lr_line(config, result.chosen))
     return lines
+
+
+def rl_line(config: TrainConfig) -> str:
+    """Which GRPO the step ran: the advantage and KL variant, updates per batch, the logprob batch."""
+    variant = {
+        "plain": "plain (group mean, population std, unclamped KL)",
+        "nemo-rl": "nemo-rl (leave-one-out baseline, Bessel std, KL clamped: NeMo RL's defaults)",
+    }[config.grpo]
+    updates = config.updates_per_batch
+    lag = (
+        f"{updates} updates per batch of {config.rollouts_per_step} rollouts" if updates > 1 else "1 update (on-policy)"
+    )
+    return f"grpo         {variant}; {lag}; logprobs {config.logprob_batch or config.micro_batch} samples per forward"
 
 
 def _headroom_lines(result: SearchResult) -> list[str]:

@@ -63,3 +63,29 @@ def test_commit_info_in_and_outside_git(tmp_path: Path) -> None:
     assert len(info["id"]) == 40 and info["dirty"] is False and info["branch"] == "trunk"
     (tmp_path / "f").write_text("changed")
     assert fp.commit_info(tmp_path)["dirty"] is True
+
+
+X86 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16 amx_tile\n"
+ARM = "processor\t: 0\nFeatures\t: fp asimd asimdhp bf16 sve\n"
+
+
+def test_cpu_flags_read_x86_flags_and_arm_features() -> None:
+    assert {"avx2", "avx512_bf16"} <= fp.cpu_flags(X86)
+    assert {"bf16", "sve"} <= fp.cpu_flags(ARM)
+    assert fp.cpu_flags("") == set()
+
+
+def test_the_key_tells_a_cpu_with_bf16_kernels_from_one_without(monkeypatch) -> None:
+    """Same model name, one with avx512_bf16 masked (a VM): bf16 runs ~9x slower there, another machine."""
+    with_bf16 = fp.cpu_flags(X86)
+    monkeypatch.setattr(fp, "cpu_flags", lambda: with_bf16)
+    machine = fp.machine_info()
+    assert machine["cpu_flags"] == ["amx_tile", "avx2", "avx512_bf16", "avx512f", "fma"]  # sse2, fpu: not speed
+    monkeypatch.setattr(fp, "cpu_flags", lambda: with_bf16 - {"avx512_bf16"})
+    assert fp.machine_info()["key"] != machine["key"]
+
+
+def test_a_record_saved_before_cpu_flags_keeps_its_key() -> None:
+    machine = fp.machine_info()
+    old = {name: value for name, value in machine.items() if name != "cpu_flags"}
+    assert fp.machine_key(old) == machine["key_without_cpu_flags"]

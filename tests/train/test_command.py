@@ -231,3 +231,35 @@ def test_what_only_changes_the_measuring_keeps_the_record_id(unchanged: str) -> 
 def test_search_settings_define_a_search_but_not_a_benchmark() -> None:
     assert record_id("margin=0.2") == record_id()
     assert record_id("find_batch=search", "margin=0.2") != record_id("find_batch=search")
+
+
+BF16 = ["train", "--model", "mlp", "--size", "tiny", "--precision", "bf16", "--batch", "8", "--steps", "1"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "warned"), [({"avx2", "avx512f"}, True), ({"avx512_bf16"}, False), ({"amx_bf16"}, False)]
+)
+def test_bf16_on_a_cpu_without_bf16_kernels_warns_like_fp16(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flags: set[str], warned: bool
+) -> None:
+    monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
+    argv = [*BF16, "--warmup", "0", "--no-memory", "--no-flops", "--no-progress", "--device", "cpu"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert ("bf16 on this CPU (no avx512_bf16 or amx_bf16)" in captured.err) is warned
+    assert "batch 8 = 1 x 8" in captured.out  # bf16 keeps the shapes asked for
+    assert ("has neither avx512_bf16 nor amx_bf16" in captured.out) is warned
+
+
+def test_the_rl_output_and_record_say_which_grpo_ran(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = ["train", "--step", "rl", "--size", "tiny", "--batch", "8", "--seq-len", "32", "--lengths", "skewed"]
+    argv += ["--grpo", "nemo-rl", "--updates-per-batch", "2", "--logprob-batch", "3", "--steps", "1", "--warmup", "0"]
+    argv += ["--no-memory", "--no-flops", "--no-progress", "--device", "cpu", "--results-dir", str(tmp_path)]
+    assert main([*argv, "--save", "rl"]) == 0
+    out = capsys.readouterr().out
+    assert "grpo         nemo-rl (leave-one-out baseline" in out
+    assert "2 updates per batch of 16 rollouts; logprobs 3 samples per forward" in out
+    (path,) = tmp_path.glob("*/*_rl.json")
+    [bench] = load_record(path).benchmarks
+    config = bench.extra["config"]
+    assert (config["grpo"], config["updates_per_batch"], config["logprob_batch"]) == ("nemo-rl", 2, 3)
