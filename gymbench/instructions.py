@@ -29,6 +29,13 @@ INSTRUCTION_SAMPLES = 5
 """Counted brackets per benchmark, each after its own heap layout: enough for the comparison's
 interval to see the allocator's share of the count, few because each is slow under callgrind."""
 WORKER_OPTION = "--gymbench-instructions-worker"
+COUNTS_EXTRA = "instructions"
+"""The key in a benchmark's ``extra`` that says how (or why not) its instructions were counted."""
+COUNTED_HOW = (
+    "counted under callgrind with one BLAS/OpenMP thread forced (OPENBLAS_NUM_THREADS=1 and the like): "
+    "work on other threads and a change in thread count are invisible to counts"
+)
+NOT_COUNTED_ASYNC = "not counted: asyncio (ameasure awaits on an event loop, there is no call to bracket)"
 DEFAULT_TIMEOUT_S = 3600.0
 """How long the callgrind child may run (``--gymbench-instructions-timeout``) before it is stopped."""
 
@@ -55,7 +62,27 @@ class CountedBenchmarks:
     note: str | None = None
 
     def merge_into(self, results: Sequence[BenchmarkResult]) -> list[BenchmarkResult]:
-        return [replace(r, metrics={**r.metrics, **self.metrics.get(r.id, {})}) for r in results]
+        """Every result says how it was counted, or why not (every verdict on counts lists it)."""
+        return [self._merged(r) for r in results]
+
+    def _merged(self, result: BenchmarkResult) -> BenchmarkResult:
+        if result.id in self.metrics:
+            how = COUNTED_HOW
+        else:
+            how = result.extra.get(
+                COUNTS_EXTRA, "not counted: it failed, was skipped or ran out of time under callgrind"
+            )
+        return replace(result, metrics={**result.metrics, **self.metrics.get(result.id, {})},
+                       extra={**result.extra, COUNTS_EXTRA: how})  # fmt: skip
+
+
+def not_counted_reason(measured_sync: bool, measured_async: bool, marker: object) -> str:
+    """Why a benchmark of a counted session is not counted, in the words every verdict shows."""
+    if marker is False:
+        return "not counted: marked @pytest.mark.gymbench(instructions=False)"
+    if measured_async and not measured_sync:
+        return NOT_COUNTED_ASYNC
+    return "not counted: no gymbench.measure() call (its figures are recorded, not measured)"
 
 
 def count_in_child(

@@ -94,6 +94,8 @@ class Recorder:
         self.pacer = pacer
         self.measured_sync = False
         """Whether :meth:`measure` ran: its calls can be counted under callgrind, ``ameasure``'s cannot."""
+        self.measured_async = False
+        """Whether :meth:`ameasure` ran: said in every verdict on counts (not counted: asyncio)."""
 
     @property
     def quick(self) -> bool:
@@ -141,6 +143,7 @@ class Recorder:
         Awaited calls cannot be counted (the loop runs between them), so under callgrind this
         only makes one call and records nothing.
         """
+        self.measured_async = True
         if self.counter is not None:
             return await fn(*args, **kwargs)
         for calls in self._rounds(metric, iterations):

@@ -42,11 +42,13 @@ class Outcome(enum.Enum):
 
 
 def outcome_of(suite: SuiteComparison) -> Outcome:
-    """Regression beats inconclusive; a missing or renamed benchmark, or an inconclusive skip, too."""
+    """Regression beats inconclusive; a missing or renamed benchmark, an inconclusive skip, or a
+    comparison in which no metric was gated, too (no green for what was not gated)."""
     counts = suite.counts
     if counts["regressed"]:
         return Outcome.REGRESSION
-    if counts["inconclusive"] or suite.match.missing or suite.match.renamed or _judged_nothing(suite):
+    missing = suite.match.missing or suite.match.renamed
+    if counts["inconclusive"] or missing or _judged_nothing(suite) or suite.nothing_gated:
         return Outcome.INCONCLUSIVE
     return Outcome.PASS
 

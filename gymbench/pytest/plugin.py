@@ -10,7 +10,7 @@ import inspect
 import math
 import statistics
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -251,6 +251,11 @@ def gymbench(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         return
     if recorder.measured_sync and options.get("instructions", session.instructions) is True:
         session.to_count.append(request.node.nodeid)  # the flag, or the marker's instructions=True
+    elif session.instructions:
+        from gymbench.instructions import COUNTS_EXTRA, not_counted_reason
+
+        why = not_counted_reason(recorder.measured_sync, recorder.measured_async, options.get("instructions"))
+        result = replace(result, extra={**result.extra, COUNTS_EXTRA: why})
     session.start_run()
     session.results.append(result)
 
