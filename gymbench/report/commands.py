@@ -76,7 +76,7 @@ def _configure_calibrate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default="calibration", help="save name of the reruns and the calibration")
     parser.add_argument("--from", dest="source", help="use stored runs instead (a name glob or git ref)")
     parser.add_argument("--min-effect", type=float, help="report which metrics can see this effect")
-    parser.add_argument("pytest_args", nargs="*", default=["benches/"], help="the suite (default: benches/)")
+    parser.add_argument("pytest_args", nargs="*", default=[], help="the suite (default: benches/)")
     ab = parser.add_argument_group("interleaved A/B: the same commit on both sides (A/A) gives the A/B gate its noise")
     ab.add_argument(
         "--ab", nargs="?", const="", metavar="REF", help="calibrate the A/B gate on REF (default: the working tree)"

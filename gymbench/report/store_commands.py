@@ -86,7 +86,11 @@ def _run_compare_ab(args: argparse.Namespace) -> int:
     return result.enforced.cli_code
 
 
+DEFAULT_SUITE = ["benches/"]
+
+
 def _run_calibrate(args: argparse.Namespace, plugins: Plugins) -> int:
+    args.ab, args.pytest_args = ab_ref_and_suite(args.ab, args.pytest_args)
     if args.ab is not None:
         return _run_calibrate_ab(args)
     store = BaselineStore(args.results_dir)
@@ -103,6 +107,23 @@ def _run_calibrate(args: argparse.Namespace, plugins: Plugins) -> int:
     _print_noise(noise, settings)
     print(f"calibration from {len(selection.records)} runs saved to {path}")
     return 0
+
+
+def ab_ref_and_suite(ref: str | None, suite: list[str]) -> tuple[str | None, list[str]]:
+    """``--ab`` takes an optional REF, so ``calibrate --ab benches/`` hands it the suite's path:
+    a value that is a path on disk and not a commit is the suite's first argument, not the ref."""
+    if ref and Path(ref).exists() and not _is_commit(ref):
+        return "", [ref, *suite]
+    return ref, suite or list(DEFAULT_SUITE)
+
+
+def _is_commit(ref: str) -> bool:
+    import subprocess
+
+    done = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], capture_output=True, check=False
+    )
+    return done.returncode == 0
 
 
 def _run_calibrate_ab(args: argparse.Namespace) -> int:
