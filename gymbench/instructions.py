@@ -25,6 +25,7 @@ from gymbench.record import BenchmarkResult, Metric
 
 COUNTS_FILE = "counts.jsonl"
 NOTE_FILE = "note.txt"
+CODE_FILE = "code.json"
 INSTRUCTION_SAMPLES = 5
 """Counted brackets per benchmark, each after its own heap layout: enough for the comparison's
 interval to see the allocator's share of the count, few because each is slow under callgrind."""
@@ -60,6 +61,8 @@ class CountedBenchmarks:
 
     metrics: dict[str, dict[str, Metric]] = field(default_factory=dict)
     note: str | None = None
+    code: dict[str, str] | None = None
+    """Where the child imported the checkout's packages from (:func:`write_code`)."""
 
     def merge_into(self, results: Sequence[BenchmarkResult]) -> list[BenchmarkResult]:
         """Every result says how it was counted, or why not (every verdict on counts lists it)."""
@@ -145,6 +148,8 @@ def _read_counts(out_dir: Path, returncode: int, log: Path, expected: int) -> Co
         for line in (out_dir / COUNTS_FILE).read_text().splitlines():
             entry = json.loads(line)
             found.metrics[entry["id"]] = {name: Metric.from_dict(m) for name, m in entry["metrics"].items()}
+    if (out_dir / CODE_FILE).exists():
+        found.code = json.loads((out_dir / CODE_FILE).read_text())["imported"]
     if (out_dir / NOTE_FILE).exists():
         found.note = (out_dir / NOTE_FILE).read_text().strip()
     elif returncode not in (0, 1) or not found.metrics:
@@ -168,3 +173,10 @@ def write_counts(out_dir: Path, result: BenchmarkResult) -> None:
 
 def write_note(out_dir: Path, note: str) -> None:
     (out_dir / NOTE_FILE).write_text(note + "\n")
+
+
+def write_code(out_dir: Path, root: Path) -> None:
+    """The child's side: which code it counted, so the record proves it was the checkout's own."""
+    from gymbench.measured_code import measured_code
+
+    (out_dir / CODE_FILE).write_text(json.dumps(measured_code(root)) + "\n")

@@ -48,4 +48,5 @@ def count_instructions(config: pytest.Config, bench: BenchSession) -> list[Bench
     timeout_s = config.getoption("--gymbench-instructions-timeout")
     counted = count_in_child(bench.to_count, config.rootpath, child_args, timeout_s)
     bench.instructions_note = counted.note
+    bench.counted_code = counted.code
     return counted.merge_into(bench.results)

@@ -57,6 +57,8 @@ class BenchSession:
     counter: InstructionCounter | None = None
     """In the callgrind child session: the :class:`gymbench.callgrind.InstructionCounter`."""
     count_dir: Path | None = None
+    counted_code: dict[str, str] | None = None
+    """Where the callgrind child imported the checkout's packages from (its ``imported``)."""
     ab_link: WorkerLink | None = None
     """In an A/B worker: the :class:`gymbench.gate.ab.worker.WorkerLink` to the runner."""
 
@@ -283,6 +285,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if bench.ab_link is not None:
         bench.ab_link.close()
+    if bench.count_dir is not None:
+        from gymbench.instructions import write_code
+
+        write_code(bench.count_dir, session.config.rootpath)  # which code the callgrind child counted
     _gate_exit_status(session, bench)
     if bench.run is None:
         return
@@ -291,11 +297,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             from gymbench.pytest.children import count_instructions
 
             bench.results = count_instructions(session.config, bench)
-        record = bench.run.make_record(bench.results)
+        record = _with_code(bench.run.make_record(bench.results), session.config.rootpath, bench.counted_code)
         if bench.compare:
             _compare(session, bench, record)
         bench.run.finish(record, say=False)  # said in the terminal summary
     bench.saved_path = bench.run.saved_path
+
+
+def _with_code(record: ResultsRecord, root: Path, counted: dict[str, str] | None) -> ResultsRecord:
+    """The record says which code it measured (:mod:`gymbench.measured_code`), and which code
+    the callgrind child counted."""
+    from gymbench.measured_code import measured_code
+
+    code = measured_code(root)
+    if counted is not None:
+        code["counted"] = counted
+    return replace(record, fingerprint={**record.fingerprint, "code": code})
 
 
 def _compare(session: pytest.Session, bench: BenchSession, record: ResultsRecord) -> None:

@@ -88,6 +88,13 @@ def _configure_calibrate(parser: argparse.ArgumentParser) -> None:
     add_settings_flags(ab, ABSettings, skip=("repeats",))
 
 
+def _configure_gate(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--base", required=True, metavar="REF", help="the commit to gate against (e.g. the merge base)")
+    parser.add_argument("pytest_args", nargs="*", default=[], help="the suite and pytest options (default: benches/)")
+    parser.add_argument("-k", dest="keyword", metavar="EXPR", help="count only the benchmarks this -k selects")
+    _add_compare_options(parser, fail_on_default="inconclusive")
+
+
 def _configure_report(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "baseline",
@@ -141,6 +148,8 @@ def gymbench_register_commands() -> list[Command]:
     return [
         Command("compare", "compare two runs; exit 0 pass, 1 regression, 3 inconclusive, 2 error",
                 _configure_compare, _lazy_run("_run_compare")),
+        Command("gate", "count instructions of --base REF (its own worktree and code) and of this checkout, then gate",
+                _configure_gate, _lazy_run("_run_gate")),
         Command("calibrate", "rerun a suite unchanged (A/A) to learn each benchmark's noise on this machine",
                 _configure_calibrate, _lazy_run("_run_calibrate")),
         Command("report", "write a self-contained HTML report with plots from stored results",

@@ -89,6 +89,28 @@ def _run_compare_ab(args: argparse.Namespace) -> int:
 DEFAULT_SUITE = ["benches/"]
 
 
+def _run_gate(args: argparse.Namespace, plugins: Plugins) -> int:
+    """``gymbench gate --base REF``: both commits counted, each importing its own code, then gated."""
+    from gymbench.gate.base_run import gate_against_base
+
+    if args.markdown:
+        check_writable_file(args.markdown, "markdown summary", "--markdown")
+    settings = compare_settings(
+        Path("pyproject.toml"),
+        min_effect=args.min_effect,
+        alpha=args.alpha,
+        metrics=tuple(args.metrics) if args.metrics else None,
+    )
+    pytest_args = [*(args.pytest_args or DEFAULT_SUITE), *(["-k", args.keyword] if args.keyword else [])]
+    result, runs = gate_against_base(
+        Path.cwd(), args.base, pytest_args, settings, args.fail_on, args.results_dir, args.calibration
+    )
+    for run in runs:
+        print(f"counted {run.selection.label} in {run.seconds:.0f} s")
+    _publish(result, args)
+    return result.enforced.cli_code
+
+
 def _run_calibrate(args: argparse.Namespace, plugins: Plugins) -> int:
     args.ab, args.pytest_args = ab_ref_and_suite(args.ab, args.pytest_args)
     if args.ab is not None:
