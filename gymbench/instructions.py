@@ -37,8 +37,20 @@ COUNTED_HOW = (
     "work on other threads and a change in thread count are invisible to counts"
 )
 NOT_COUNTED_ASYNC = "not counted: asyncio (ameasure awaits on an event loop, there is no call to bracket)"
+START_UP_CPU_S = 7.0
+"""CPU seconds callgrind spends importing pytest and gymbench's plugin before the first bracket."""
 DEFAULT_TIMEOUT_S = 3600.0
 """How long the callgrind child may run (``--gymbench-instructions-timeout``) before it is stopped."""
+
+
+def cost_line(benchmarks: int, brackets: int) -> str:
+    """The cost, said before it is paid: a counted session under load took 10-53 min of wall."""
+    return (
+        f"gymbench: counting {benchmarks} benchmarks under callgrind: about {START_UP_CPU_S:g} s of CPU to start, "
+        f"then {brackets + 1} rounds of each benchmark's calls (a warm-up, {brackets} counted brackets) at "
+        "20-100x their normal CPU time (docs/baselines.md, 'Counting cost'); -k or a list of benchmarks "
+        "counts fewer, --gymbench-instructions-brackets fewer rounds"
+    )
 
 
 def instruction_metric(metric: str) -> str:

@@ -187,7 +187,7 @@ class Recorder:
                iterations: int) -> T:  # fmt: skip
         """A warm-up call (first-call set-up is not the code's cost), then counted brackets."""
         from gymbench.callgrind import INSTRUCTIONS_UNIT
-        from gymbench.instructions import INSTRUCTION_SAMPLES, instruction_metric
+        from gymbench.instructions import instruction_metric
 
         assert self.counter is not None
         if iterations < 1:
@@ -198,7 +198,7 @@ class Recorder:
             for _ in range(iterations):
                 last[0] = fn(*args, **kwargs)
 
-        counts = [self.counter.count(calls, sample) / iterations for sample in range(INSTRUCTION_SAMPLES)]
+        counts = [self.counter.count(calls, sample) / iterations for sample in range(self.counter.brackets)]
         self.record(instruction_metric(metric), counts, unit=INSTRUCTIONS_UNIT, direction="lower")
         return last[0]
 

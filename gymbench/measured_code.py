@@ -71,9 +71,7 @@ def _digest(directories: Iterable[Path]) -> str:
 def foreign_imports(code: Mapping[str, Any], root: Path) -> dict[str, str]:
     """Packages a run imported from outside its own checkout ``root``: name → directory."""
     inside = root.resolve()
-    return {
-        name: where for name, where in code.get("imported", {}).items() if not Path(where).is_relative_to(inside)
-    }
+    return {name: where for name, where in code.get("imported", {}).items() if not Path(where).is_relative_to(inside)}
 
 
 def refuse_same_code(baseline: Sequence[Any], candidate: Sequence[Any]) -> None:

@@ -55,7 +55,9 @@ def gate_against_base(
         store_dir = (results_dir or Path(tmp)).resolve()
         base = checkouts.side("base", base_ref)
         cand = checkouts.side("candidate", None)
-        runs = [_count_side(side, name, pytest_args, store_dir) for side, name in zip((base, cand), SAVE_NAMES)]
+        runs = [
+            _count_side(side, name, pytest_args, store_dir) for side, name in zip((base, cand), SAVE_NAMES, strict=True)
+        ]
         noise = noise_for(store_dir, machine_info()["key"], calibration)
         result = run_gate(runs[0].selection, runs[1].selection, settings, noise, fail_on)
     return result, runs

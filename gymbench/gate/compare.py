@@ -226,7 +226,7 @@ def _how_measured(
     for bench_id in common:
         if bench_id in compared:
             continue
-        why = _extra(candidate, bench_id).get(COUNTS_EXTRA) if INSTRUCTIONS_UNIT in settings.metrics else None
+        why = str(_extra(candidate, bench_id).get(COUNTS_EXTRA, "")) if INSTRUCTIONS_UNIT in settings.metrics else ""
         wanted = ", ".join(settings.metrics) or "any metric"
         notes.append(Skipped(f"{UNMEASURED_PREFIX}{bench_id}", why or f"has no {wanted} on both sides", False))
     counted = sorted({b for b, m in pairs if _unit(candidate, b, m) == INSTRUCTIONS_UNIT})

@@ -24,6 +24,9 @@ from gymbench.pytest.options import add_options
 from gymbench.record import BenchmarkResult, ResultsRecord
 from gymbench.units import duration_scale
 
+MAX_BRACKETS = 20
+"""The most counted brackets per benchmark (``--gymbench-instructions-brackets``)."""
+
 if TYPE_CHECKING:
     from gymbench.callgrind import InstructionCounter
     from gymbench.gate.ab.worker import WorkerLink
@@ -164,6 +167,9 @@ def _measure_settings(config: pytest.Config) -> MeasureSettings:
         value = config.getoption(option)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise pytest.UsageError(f"{option} {value}: expected a finite number above 0")
+    brackets = config.getoption("--gymbench-instructions-brackets")
+    if not 1 <= brackets <= MAX_BRACKETS:
+        raise pytest.UsageError(f"--gymbench-instructions-brackets {brackets}: give 1 to {MAX_BRACKETS} (default 5)")
     try:
         return measure_settings(
             config.getoption("--gymbench-quick"),

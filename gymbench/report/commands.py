@@ -92,6 +92,9 @@ def _configure_gate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base", required=True, metavar="REF", help="the commit to gate against (e.g. the merge base)")
     parser.add_argument("pytest_args", nargs="*", default=[], help="the suite and pytest options (default: benches/)")
     parser.add_argument("-k", dest="keyword", metavar="EXPR", help="count only the benchmarks this -k selects")
+    parser.add_argument(
+        "--brackets", type=int, default=5, help="counted brackets per benchmark (default 5, at least 3 uncalibrated)"
+    )
     _add_compare_options(parser, fail_on_default="inconclusive")
 
 

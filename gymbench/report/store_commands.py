@@ -102,6 +102,7 @@ def _run_gate(args: argparse.Namespace, plugins: Plugins) -> int:
         metrics=tuple(args.metrics) if args.metrics else None,
     )
     pytest_args = [*(args.pytest_args or DEFAULT_SUITE), *(["-k", args.keyword] if args.keyword else [])]
+    pytest_args += ["--gymbench-instructions-brackets", str(args.brackets)]
     result, runs = gate_against_base(
         Path.cwd(), args.base, pytest_args, settings, args.fail_on, args.results_dir, args.calibration
     )

@@ -38,7 +38,7 @@ def tokenize(text):
 async def score_async(lines):
     return parse_rewards(lines)
 '''
-BENCH = '''import numpy as np
+BENCH = """import numpy as np
 import pytest
 
 import toyenv
@@ -63,7 +63,7 @@ def test_matmul(gymbench):
 @pytest.mark.asyncio
 async def test_score_async(gymbench):
     await gymbench.ameasure(toyenv.score_async, LINES)
-'''
+"""
 PYPROJECT = """[project]
 name = "toyenv"
 version = "0.1"
