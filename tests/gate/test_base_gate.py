@@ -69,7 +69,8 @@ def test_identical_measured_code_from_different_checkouts_is_refused_in_one_line
 
 @pytest.mark.slow
 def test_the_hand_made_base_run_that_imports_the_pr_is_refused(tmp_path: Path) -> None:
-    """The old recipe: a worktree of the base, the PR's package still first on sys.path."""
+    """The old recipe: a worktree of the base, the PR's package still first on sys.path, and the
+    ``pytest`` script (``python -m pytest`` would put the worktree itself first)."""
     project = make_project(tmp_path / "flat", "flat")
     commit(project, "flat", "slow", 0.2)
     base_tree = tmp_path / "base-tree"
@@ -78,7 +79,7 @@ def test_the_hand_made_base_run_that_imports_the_pr_is_refused(tmp_path: Path) -
     pr_first = {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(project)])}
     for cwd, name in ((base_tree, "base"), (project, "pr")):
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "benches/", "-k", "parse", "-q", "-p", "no:cacheprovider",
+            [str(Path(sys.executable).parent / "pytest"), "benches/", "-k", "parse", "-q", "-p", "no:cacheprovider",
              "--gymbench-quick", "--gymbench-save", name, "--gymbench-results-dir", str(store)],
             cwd=cwd, capture_output=True, text=True, env={**os.environ, **pr_first}, timeout=600,
         )  # fmt: skip
