@@ -36,6 +36,7 @@ COUNTED_HOW = (
     "counted under callgrind with one BLAS/OpenMP thread forced (OPENBLAS_NUM_THREADS=1 and the like): "
     "work on other threads and a change in thread count are invisible to counts"
 )
+NOT_COUNTED_CHILD = "not counted: it failed, was skipped or ran out of time under callgrind"
 NOT_COUNTED_ASYNC = "not counted: asyncio (ameasure awaits on an event loop, there is no call to bracket)"
 START_UP_CPU_S = 7.0
 """CPU seconds callgrind spends importing pytest and gymbench's plugin before the first bracket."""
@@ -84,9 +85,8 @@ class CountedBenchmarks:
         if result.id in self.metrics:
             how = COUNTED_HOW
         else:
-            how = result.extra.get(
-                COUNTS_EXTRA, "not counted: it failed, was skipped or ran out of time under callgrind"
-            )
+            fallback = f"not counted ({self.note})" if self.note and not self.metrics else NOT_COUNTED_CHILD
+            how = result.extra.get(COUNTS_EXTRA, fallback)
         return replace(result, metrics={**result.metrics, **self.metrics.get(result.id, {})},
                        extra={**result.extra, COUNTS_EXTRA: how})  # fmt: skip
 
