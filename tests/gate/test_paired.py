@@ -95,8 +95,9 @@ def test_wall_time_is_listed_not_gated_unless_asked() -> None:
         data.rounds[(key[0], "time")] = data.rounds[key]  # the same rounds as wall time
     suite = compare_paired(data, CompareSettings(), None)
     assert {c.metric for c in suite.comparisons} == {"time_cpu"}
-    (skipped,) = suite.skipped
+    skipped, how = suite.skipped
     assert skipped.what == "wall time (6 metrics)" and not skipped.inconclusive
+    assert how.what == "how measured (6 benchmarks)" and "OPENBLAS_NUM_THREADS=1" in how.why  # said, not hidden
     assert {c.metric for c in compare_paired(data, CompareSettings(), None, gate_wall_time=True).comparisons} == {
         "time",
         "time_cpu",
