@@ -187,7 +187,7 @@ def compare_runs(
     shift = _estimate_shift(raw, settings)
     corrected = [_correct(c, shift, settings.confidence) if is_speed_unit(c.unit) else c for c in raw]
     decided = decide(corrected, settings)
-    skipped += _how_measured(match.common, pairs, candidate, settings)
+    skipped += _how_measured(match.common, pairs, (baseline, candidate), settings)
     ungated = sum(c.noise_unknown for c in decided)
     if ungated:
         skipped.append(Skipped(f"time ({ungated} metrics)", TIME_NOT_GATED, inconclusive=False))
@@ -217,14 +217,25 @@ def _pairs(
 
 
 def _how_measured(
-    common: Sequence[str], pairs: list[tuple[str, str]], candidate: Sequence[ResultsRecord], settings: CompareSettings
+    common: Sequence[str],
+    pairs: list[tuple[str, str]],
+    sides: tuple[Sequence[ResultsRecord], Sequence[ResultsRecord]],
+    settings: CompareSettings,
 ) -> list[Skipped]:
     """Every benchmark of the suite appears in the verdict: those with none of the compared metrics
-    say why (not counted: asyncio ...), and a comparison of counts says how they were counted."""
+    say why (not counted: asyncio ...), and a comparison of counts says how they were counted. A
+    metric measured on one side only (counting failed there) makes the outcome inconclusive."""
+    baseline, candidate = sides
     compared = {bench_id for bench_id, _ in pairs}
     notes = []
     for bench_id in common:
         if bench_id in compared:
+            continue
+        one_sided = sorted(_metric_names(baseline, bench_id) ^ _metric_names(candidate, bench_id))
+        one_sided = [name for name in one_sided if not settings.metrics or name in settings.metrics]
+        if one_sided:
+            why = str(_extra(candidate, bench_id).get(COUNTS_EXTRA, "")) or "measured on one side only"
+            notes.append(Skipped(f"{UNMEASURED_PREFIX}{bench_id}", f"{', '.join(one_sided)} on one side only: {why}"))
             continue
         why = str(_extra(candidate, bench_id).get(COUNTS_EXTRA, "")) if INSTRUCTIONS_UNIT in settings.metrics else ""
         wanted = ", ".join(settings.metrics) or "any metric"

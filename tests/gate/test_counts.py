@@ -100,3 +100,22 @@ def test_every_benchmark_appears_in_a_verdict_on_counts_with_how_it_was_counted(
     from gymbench.report.format import summary_line
 
     assert summary_line(result, "pass").endswith("1 not measured")
+
+
+def test_counts_missing_on_one_side_make_the_outcome_inconclusive_not_a_pass() -> None:
+    """The callgrind child of one side failed: nothing was compared, which must not read as a pass."""
+    from gymbench.instructions import COUNTS_EXTRA, NOT_COUNTED_CHILD
+
+    def uncounted(record: ResultsRecord) -> ResultsRecord:
+        benches = [
+            replace(b, metrics={"time": b.metrics["time"]}, extra={COUNTS_EXTRA: NOT_COUNTED_CHILD})
+            for b in record.benchmarks
+        ]
+        return replace(record, benchmarks=benches)
+
+    settings = CompareSettings(metrics=("instructions",))
+    result = compare_runs([counted_suite(1)], [uncounted(counted_suite(2))], settings)
+    assert result.comparisons == []
+    (first, *_) = [s for s in result.skipped if s.what.startswith("benchmark ")]
+    assert first.inconclusive and "instructions on one side only: not counted: it failed" in first.why
+    assert outcome_of(result) is Outcome.INCONCLUSIVE
