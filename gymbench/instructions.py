@@ -47,7 +47,8 @@ DEFAULT_TIMEOUT_S = 3600.0
 def cost_line(benchmarks: int, brackets: int) -> str:
     """The cost, said before it is paid: a counted session under load took 10-53 min of wall."""
     return (
-        f"gymbench: counting {benchmarks} benchmarks under callgrind: about {START_UP_CPU_S:g} s of CPU to start, "
+        f"gymbench: counting {benchmarks} benchmarks under callgrind: about {START_UP_CPU_S:g} s of CPU to import "
+        "pytest and gymbench, plus the suite's own imports (with numpy: about 30 s in all, measured), "
         f"then {brackets + 1} rounds of each benchmark's calls (a warm-up, {brackets} counted brackets) at "
         "20-100x their normal CPU time (docs/baselines.md, 'Counting cost'); -k or a list of benchmarks "
         "counts fewer, --gymbench-instructions-brackets fewer rounds"
