@@ -125,17 +125,18 @@ def summarise(path: Path) -> None:
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     cpu = {r["tag"]: r["cpu_ratio"] for r in rows if r["kind"] == "cpu"}
     gates = [r for r in rows if r["kind"] == "gate"]
-    print("| layout | candidate | CPU time | counts (median ratio) | flagged (regression) | gates |")
-    print("|---|---|---|---|---|---|")
+    print("| layout | candidate | CPU time | counts (median ratio) | regression | inconclusive | gates |")
+    print("|---|---|---|---|---|---|---|")
     for layout in LAYOUTS:
         for cand in ("s05", "s10", "s20", "aa", "base-again"):
             these = [r for r in gates if r["layout"] == layout and r["cand"] == cand]
             if not these:
                 continue
             flagged = sum(r["outcome"] == "regression" for r in these)
+            unsure = sum(r["outcome"] == "inconclusive" for r in these)
             ratio = statistics.median(r["ratio"] for r in these if r["ratio"] is not None)
             shown = f"{cpu[cand]:.3f}" if cand in cpu else "1 (same code)"
-            print(f"| {layout} | {cand} | {shown} | {ratio:.4f} | {flagged}/{len(these)} | {len(these)} |")
+            print(f"| {layout} | {cand} | {shown} | {ratio:.4f} | {flagged}/{len(these)} | {unsure}/{len(these)} | {len(these)} |")
     seconds = [s for r in gates if r["cand"] == "aa" for s in [r["seconds"]["base"]]]
     loads = [r["load"] for r in gates]
     if seconds:
