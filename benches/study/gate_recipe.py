@@ -136,7 +136,8 @@ def summarise(path: Path) -> None:
             unsure = sum(r["outcome"] == "inconclusive" for r in these)
             ratio = statistics.median(r["ratio"] for r in these if r["ratio"] is not None)
             shown = f"{cpu[cand]:.3f}" if cand in cpu else "1 (same code)"
-            print(f"| {layout} | {cand} | {shown} | {ratio:.4f} | {flagged}/{len(these)} | {unsure}/{len(these)} | {len(these)} |")
+            n = len(these)
+            print(f"| {layout} | {cand} | {shown} | {ratio:.4f} | {flagged}/{n} | {unsure}/{n} | {n} |")
     seconds = [s for r in gates if r["cand"] == "aa" for s in [r["seconds"]["base"]]]
     loads = [r["load"] for r in gates]
     if seconds:
