@@ -100,8 +100,10 @@ class InstructionCounter:
     bracket's own cost, taken off every measurement.
     """
 
-    def __init__(self, out_dir: Path) -> None:
+    def __init__(self, out_dir: Path, brackets: int = 5) -> None:
         self.out_dir = out_dir
+        self.brackets = brackets
+        """Counted brackets per benchmark (``--gymbench-instructions-brackets``)."""
         self._bracket: Callable[[Callable[[], None]], None] | None = None
         self.overhead = 0
 

@@ -25,12 +25,34 @@ from gymbench.record import BenchmarkResult, Metric
 
 COUNTS_FILE = "counts.jsonl"
 NOTE_FILE = "note.txt"
+CODE_FILE = "code.json"
 INSTRUCTION_SAMPLES = 5
 """Counted brackets per benchmark, each after its own heap layout: enough for the comparison's
 interval to see the allocator's share of the count, few because each is slow under callgrind."""
 WORKER_OPTION = "--gymbench-instructions-worker"
+COUNTS_EXTRA = "instructions"
+"""The key in a benchmark's ``extra`` that says how (or why not) its instructions were counted."""
+COUNTED_HOW = (
+    "counted under callgrind with one BLAS/OpenMP thread forced (OPENBLAS_NUM_THREADS=1 and the like): "
+    "work on other threads and a change in thread count are invisible to counts"
+)
+NOT_COUNTED_CHILD = "not counted: it failed, was skipped or ran out of time under callgrind"
+NOT_COUNTED_ASYNC = "not counted: asyncio (ameasure awaits on an event loop, there is no call to bracket)"
+START_UP_CPU_S = 7.0
+"""CPU seconds callgrind spends importing pytest and gymbench's plugin before the first bracket."""
 DEFAULT_TIMEOUT_S = 3600.0
 """How long the callgrind child may run (``--gymbench-instructions-timeout``) before it is stopped."""
+
+
+def cost_line(benchmarks: int, brackets: int) -> str:
+    """The cost, said before it is paid: a counted session under load took 10-53 min of wall."""
+    return (
+        f"gymbench: counting {benchmarks} benchmarks under callgrind: about {START_UP_CPU_S:g} s of CPU to import "
+        "pytest and gymbench, plus the suite's own imports (with numpy: about 30 s in all, measured), "
+        f"then {brackets + 1} rounds of each benchmark's calls (a warm-up, {brackets} counted brackets) at "
+        "20-100x their normal CPU time (docs/baselines.md, 'Counting cost'); -k or a list of benchmarks "
+        "counts fewer, --gymbench-instructions-brackets fewer rounds"
+    )
 
 
 def instruction_metric(metric: str) -> str:
@@ -53,9 +75,30 @@ class CountedBenchmarks:
 
     metrics: dict[str, dict[str, Metric]] = field(default_factory=dict)
     note: str | None = None
+    code: dict[str, str] | None = None
+    """Where the child imported the checkout's packages from (:func:`write_code`)."""
 
     def merge_into(self, results: Sequence[BenchmarkResult]) -> list[BenchmarkResult]:
-        return [replace(r, metrics={**r.metrics, **self.metrics.get(r.id, {})}) for r in results]
+        """Every result says how it was counted, or why not (every verdict on counts lists it)."""
+        return [self._merged(r) for r in results]
+
+    def _merged(self, result: BenchmarkResult) -> BenchmarkResult:
+        if result.id in self.metrics:
+            how = COUNTED_HOW
+        else:
+            fallback = f"not counted ({self.note})" if self.note and not self.metrics else NOT_COUNTED_CHILD
+            how = result.extra.get(COUNTS_EXTRA, fallback)
+        return replace(result, metrics={**result.metrics, **self.metrics.get(result.id, {})},
+                       extra={**result.extra, COUNTS_EXTRA: how})  # fmt: skip
+
+
+def not_counted_reason(measured_sync: bool, measured_async: bool, marker: object) -> str:
+    """Why a benchmark of a counted session is not counted, in the words every verdict shows."""
+    if marker is False:
+        return "not counted: marked @pytest.mark.gymbench(instructions=False)"
+    if measured_async and not measured_sync:
+        return NOT_COUNTED_ASYNC
+    return "not counted: no gymbench.measure() call (its figures are recorded, not measured)"
 
 
 def count_in_child(
@@ -118,6 +161,8 @@ def _read_counts(out_dir: Path, returncode: int, log: Path, expected: int) -> Co
         for line in (out_dir / COUNTS_FILE).read_text().splitlines():
             entry = json.loads(line)
             found.metrics[entry["id"]] = {name: Metric.from_dict(m) for name, m in entry["metrics"].items()}
+    if (out_dir / CODE_FILE).exists():
+        found.code = json.loads((out_dir / CODE_FILE).read_text())["imported"]
     if (out_dir / NOTE_FILE).exists():
         found.note = (out_dir / NOTE_FILE).read_text().strip()
     elif returncode not in (0, 1) or not found.metrics:
@@ -141,3 +186,10 @@ def write_counts(out_dir: Path, result: BenchmarkResult) -> None:
 
 def write_note(out_dir: Path, note: str) -> None:
     (out_dir / NOTE_FILE).write_text(note + "\n")
+
+
+def write_code(out_dir: Path, root: Path) -> None:
+    """The child's side: which code it counted, so the record proves it was the checkout's own."""
+    from gymbench.measured_code import measured_code
+
+    (out_dir / CODE_FILE).write_text(json.dumps(measured_code(root)) + "\n")

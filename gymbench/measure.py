@@ -94,6 +94,8 @@ class Recorder:
         self.pacer = pacer
         self.measured_sync = False
         """Whether :meth:`measure` ran: its calls can be counted under callgrind, ``ameasure``'s cannot."""
+        self.measured_async = False
+        """Whether :meth:`ameasure` ran: said in every verdict on counts (not counted: asyncio)."""
 
     @property
     def quick(self) -> bool:
@@ -141,6 +143,7 @@ class Recorder:
         Awaited calls cannot be counted (the loop runs between them), so under callgrind this
         only makes one call and records nothing.
         """
+        self.measured_async = True
         if self.counter is not None:
             return await fn(*args, **kwargs)
         for calls in self._rounds(metric, iterations):
@@ -184,7 +187,7 @@ class Recorder:
                iterations: int) -> T:  # fmt: skip
         """A warm-up call (first-call set-up is not the code's cost), then counted brackets."""
         from gymbench.callgrind import INSTRUCTIONS_UNIT
-        from gymbench.instructions import INSTRUCTION_SAMPLES, instruction_metric
+        from gymbench.instructions import instruction_metric
 
         assert self.counter is not None
         if iterations < 1:
@@ -195,7 +198,7 @@ class Recorder:
             for _ in range(iterations):
                 last[0] = fn(*args, **kwargs)
 
-        counts = [self.counter.count(calls, sample) / iterations for sample in range(INSTRUCTION_SAMPLES)]
+        counts = [self.counter.count(calls, sample) / iterations for sample in range(self.counter.brackets)]
         self.record(instruction_metric(metric), counts, unit=INSTRUCTIONS_UNIT, direction="lower")
         return last[0]
 

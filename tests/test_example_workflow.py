@@ -11,7 +11,8 @@ WORKFLOW = Path(__file__).resolve().parent.parent / "examples" / "mathenv" / ".g
 
 
 def install_lines() -> list[str]:
-    steps = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))["jobs"]["bench"]["steps"]
+    jobs = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))["jobs"].values()
+    steps = [step for job in jobs for step in job["steps"]]
     commands = [line.strip() for step in steps for line in str(step.get("run", "")).splitlines()]
     return [line for line in commands if line.startswith("pip install")]
 

@@ -31,7 +31,14 @@ from gymbench.gate.stats import (
 from gymbench.record import Metric, ResultsRecord
 from gymbench.types import Direction
 
-Verdict = Literal["pass", "regressed", "improved", "inconclusive"]
+Verdict = Literal["pass", "regressed", "improved", "inconclusive", "ungated"]
+"""``ungated``: too noisy (or of unknown noise) to see its minimum effect, and no sign of a slowdown:
+never ``pass``, which would vouch for what was not gated."""
+VERDICTS: tuple[Verdict, ...] = ("pass", "regressed", "improved", "inconclusive", "ungated")
+UNMEASURED_PREFIX = "benchmark "
+"""Skipped entries naming one benchmark of the suite that has none of the compared metrics."""
+COUNTS_EXTRA = "instructions"
+"""Where a record says how a benchmark was counted, or why not (:mod:`gymbench.instructions`)."""
 MIN_SHIFT_METRICS = 5
 MIN_RUNS_AS_UNIT = 3
 TIME_NOT_GATED = (
@@ -85,8 +92,14 @@ class MetricComparison:
 
     @property
     def gated(self) -> bool:
-        """False when calibration says this metric is too noisy to see ``min_effect``."""
-        return self.mde is None or self.mde <= self.min_effect
+        """False when calibration says this metric is too noisy to see ``min_effect``, or when its
+        run-to-run noise is unknown (:attr:`noise_unknown`)."""
+        return not self.noise_unknown and (self.mde is None or self.mde <= self.min_effect)
+
+    @property
+    def worse_beyond_interval(self) -> bool:
+        """The whole interval lies on the worse side of no change: a measured slowdown."""
+        return self.effect.low > 0 if self.direction == "lower" else self.effect.high < 0
 
     @property
     def threshold(self) -> float:
@@ -137,8 +150,17 @@ class SuiteComparison:
 
     @property
     def counts(self) -> dict[str, int]:
-        names: tuple[Verdict, ...] = ("pass", "regressed", "improved", "inconclusive")
-        return {name: len(self.with_verdict(name)) for name in names}
+        return {name: len(self.with_verdict(name)) for name in VERDICTS}
+
+    @property
+    def gated(self) -> int:
+        """How many metrics the gate could vouch for (their noise supports their minimum effect)."""
+        return sum(c.gated for c in self.comparisons)
+
+    @property
+    def nothing_gated(self) -> bool:
+        """Metrics were compared, yet none of them was gated: a pass would be green for nothing."""
+        return bool(self.comparisons) and not self.gated
 
 
 def compare_runs(
@@ -168,6 +190,7 @@ def compare_runs(
     shift = _estimate_shift(raw, settings)
     corrected = [_correct(c, shift, settings.confidence) if is_speed_unit(c.unit) else c for c in raw]
     decided = decide(corrected, settings)
+    skipped += _how_measured(match.common, pairs, (baseline, candidate), settings)
     ungated = sum(c.noise_unknown for c in decided)
     if ungated:
         skipped.append(Skipped(f"time ({ungated} metrics)", TIME_NOT_GATED, inconclusive=False))
@@ -194,6 +217,45 @@ def _pairs(
         names = _metric_names(baseline, bench_id) & _metric_names(candidate, bench_id)
         pairs += [(bench_id, name) for name in sorted(names) if not settings.metrics or name in settings.metrics]
     return pairs
+
+
+def _how_measured(
+    common: Sequence[str],
+    pairs: list[tuple[str, str]],
+    sides: tuple[Sequence[ResultsRecord], Sequence[ResultsRecord]],
+    settings: CompareSettings,
+) -> list[Skipped]:
+    """Every benchmark of the suite appears in the verdict: those with none of the compared metrics
+    say why (not counted: asyncio ...), and a comparison of counts says how they were counted. A
+    metric measured on one side only (counting failed there) makes the outcome inconclusive."""
+    baseline, candidate = sides
+    compared = {bench_id for bench_id, _ in pairs}
+    notes = []
+    for bench_id in common:
+        if bench_id in compared:
+            continue
+        one_sided = sorted(_metric_names(baseline, bench_id) ^ _metric_names(candidate, bench_id))
+        one_sided = [name for name in one_sided if not settings.metrics or name in settings.metrics]
+        if one_sided:
+            why = str(_extra(candidate, bench_id).get(COUNTS_EXTRA, "")) or "measured on one side only"
+            notes.append(Skipped(f"{UNMEASURED_PREFIX}{bench_id}", f"{', '.join(one_sided)} on one side only: {why}"))
+            continue
+        why = str(_extra(candidate, bench_id).get(COUNTS_EXTRA, "")) if INSTRUCTIONS_UNIT in settings.metrics else ""
+        wanted = ", ".join(settings.metrics) or "any metric"
+        notes.append(Skipped(f"{UNMEASURED_PREFIX}{bench_id}", why or f"has no {wanted} on both sides", False))
+    counted = sorted({b for b, m in pairs if _unit(candidate, b, m) == INSTRUCTIONS_UNIT})
+    hows = {str(_extra(candidate, b).get(COUNTS_EXTRA, "")) for b in counted} - {""}
+    if counted and hows:
+        notes.append(Skipped(f"how counted ({len(counted)} benchmarks)", "; ".join(sorted(hows)), False))
+    return notes
+
+
+def _extra(records: Sequence[ResultsRecord], bench_id: str) -> dict[str, object]:
+    for record in reversed(records):
+        for bench in record.benchmarks:
+            if bench.id == bench_id:
+                return dict(bench.extra)
+    return {}
 
 
 def _unknown_metrics(
@@ -354,6 +416,9 @@ def verdict_for(c: MetricComparison, q: float, alpha: float) -> Verdict:
     A change that looks as large as the threshold but is not significant is inconclusive when it
     points to worse (the gate cannot vouch for it) and passes when it points to better. A metric
     whose run-to-run noise is unknown (:attr:`MetricComparison.noise_unknown`) is never significant.
+    An ungated metric never passes: it is ``ungated``, or ``inconclusive`` when its interval shows
+    a slowdown (1.109 [1.006, 1.222] against an MDE of 15 % is a slowdown the gate cannot size,
+    not a pass).
     """
     threshold = log_threshold(c.threshold)
     significant = q < alpha and not c.noise_unknown
@@ -361,4 +426,8 @@ def verdict_for(c: MetricComparison, q: float, alpha: float) -> Verdict:
         return "regressed" if significant else "inconclusive"
     if c.badness <= -threshold and significant:
         return "improved"
-    return "pass"
+    if c.gated:
+        return "pass"
+    if c.worse_beyond_interval and not c.noise_unknown:
+        return "inconclusive"
+    return "ungated"

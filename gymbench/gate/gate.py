@@ -24,6 +24,7 @@ from gymbench.gate.compare import SuiteComparison, compare_runs
 from gymbench.gate.noise import NoiseTable
 from gymbench.gate.settings import FAIL_ON, CompareSettings
 from gymbench.gate.store import CALIBRATION_DIR, Selection, latest_calibration, load_calibration
+from gymbench.measured_code import refuse_same_code
 from gymbench.record import ResultsRecord
 
 
@@ -42,11 +43,13 @@ class Outcome(enum.Enum):
 
 
 def outcome_of(suite: SuiteComparison) -> Outcome:
-    """Regression beats inconclusive; a missing or renamed benchmark, or an inconclusive skip, too."""
+    """Regression beats inconclusive; a missing or renamed benchmark, an inconclusive skip, or a
+    comparison in which no metric was gated, too (no green for what was not gated)."""
     counts = suite.counts
     if counts["regressed"]:
         return Outcome.REGRESSION
-    if counts["inconclusive"] or suite.match.missing or suite.match.renamed or _judged_nothing(suite):
+    missing = suite.match.missing or suite.match.renamed
+    if counts["inconclusive"] or missing or _judged_nothing(suite) or suite.nothing_gated:
         return Outcome.INCONCLUSIVE
     return Outcome.PASS
 
@@ -92,9 +95,10 @@ def run_gate(
     noise: NoiseTable | None,
     fail_on: str,
 ) -> GateResult:
+    refuse_same_code(baseline.records, candidate.records)
     suite = compare_runs(baseline.records, candidate.records, settings, noise, labels=(baseline.label, candidate.label))
     warnings = list(
-        dict.fromkeys([*baseline.warnings, *candidate.warnings, *_noise_warnings(noise, candidate.records)])
+        dict.fromkeys([*baseline.warnings, *candidate.warnings, *_noise_warnings(noise, suite, candidate.records)])
     )
     outcome = outcome_of(suite)
     return GateResult(
@@ -102,7 +106,11 @@ def run_gate(
     )
 
 
-def _noise_warnings(noise: NoiseTable | None, records: list[ResultsRecord]) -> list[str]:
+def _noise_warnings(noise: NoiseTable | None, suite: SuiteComparison, records: list[ResultsRecord]) -> list[str]:
+    """No calibration matters to the metrics whose noise it would give: time from one run a side.
+    Instruction counts are gated from their own five heap layouts a run (docs/baselines.md)."""
+    if noise is None and not any(c.noise_unknown for c in suite.comparisons):
+        return []
     if noise is None:
         return [
             "no calibration for this machine: intervals only see noise within one run, so time metrics "

@@ -29,6 +29,11 @@ from gymbench.gate.noise import MetricNoise, NoiseTable
 from gymbench.gate.settings import CompareSettings
 from gymbench.gate.stats import Effect, minimum_detectable_effect, two_sided_p
 
+THREADS_FORCED = (
+    "interleaved in two worker processes pinned to one CPU, with one BLAS/OpenMP thread forced "
+    "(OPENBLAS_NUM_THREADS=1 and the like): a change in thread count or parallel speed-up is invisible here"
+)
+
 Key = tuple[str, str]
 """(benchmark id, metric)."""
 CPU_SUFFIX = "_cpu"
@@ -109,6 +114,9 @@ def compare_paired(
     ]
     wall = len(data.rounds) - len(judged)
     skipped = [Skipped(f"wall time ({wall} metrics)", WALL_NOT_GATED, inconclusive=False)] if wall else []
+    measured = sorted({bench_id for bench_id, _ in data.rounds})
+    if measured:
+        skipped.append(Skipped(f"how measured ({len(measured)} benchmarks)", THREADS_FORCED, inconclusive=False))
     return SuiteComparison(
         baseline=labels[0],
         candidate=labels[1],

@@ -7,6 +7,7 @@ is given.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,7 @@ import pytest
 
 from gymbench.callgrind import CountingUnavailable, InstructionCounter
 from gymbench.gate.ab.worker import WorkerLink
-from gymbench.instructions import count_in_child, write_note
+from gymbench.instructions import cost_line, count_in_child, write_note
 from gymbench.record import BenchmarkResult
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ def become_worker(config: pytest.Config, bench: BenchSession) -> None:
     count_dir = config.getoption("--gymbench-instructions-worker")
     if count_dir:
         bench.count_dir = Path(count_dir)
-        bench.counter = InstructionCounter(bench.count_dir)
+        bench.counter = InstructionCounter(bench.count_dir, config.getoption("--gymbench-instructions-brackets"))
         try:
             bench.counter.prepare()
         except CountingUnavailable as exc:
@@ -45,7 +46,11 @@ def count_instructions(config: pytest.Config, bench: BenchSession) -> list[Bench
         bench.instructions_note = "instruction counts: no benchmark here measures synchronous calls to count"
         return bench.results
     child_args = ["--gymbench-quick"] if bench.settings.quick else []
+    brackets = config.getoption("--gymbench-instructions-brackets")
+    child_args += ["--gymbench-instructions-brackets", str(brackets)]
+    print(cost_line(len(bench.to_count), brackets), file=sys.__stderr__, flush=True)
     timeout_s = config.getoption("--gymbench-instructions-timeout")
     counted = count_in_child(bench.to_count, config.rootpath, child_args, timeout_s)
     bench.instructions_note = counted.note
+    bench.counted_code = counted.code
     return counted.merge_into(bench.results)

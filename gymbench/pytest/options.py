@@ -64,6 +64,14 @@ def add_options(parser: pytest.Parser) -> None:
         help="stop counting under callgrind after this long, keeping what was counted (default 3600)",
     )
     group.addoption(
+        "--gymbench-instructions-brackets",
+        type=int,
+        default=5,
+        metavar="N",
+        help="counted brackets per benchmark, each after its own heap layout (default 5; each costs one "
+        "more round of calls under callgrind; below 3 a comparison needs a calibration of counts)",
+    )
+    group.addoption(
         "--gymbench-ab",
         metavar="BASE_REF",
         default=None,

@@ -10,7 +10,7 @@ import inspect
 import math
 import statistics
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +23,9 @@ from gymbench.pytest.jobs import BenchContext
 from gymbench.pytest.options import add_options
 from gymbench.record import BenchmarkResult, ResultsRecord
 from gymbench.units import duration_scale
+
+MAX_BRACKETS = 20
+"""The most counted brackets per benchmark (``--gymbench-instructions-brackets``)."""
 
 if TYPE_CHECKING:
     from gymbench.callgrind import InstructionCounter
@@ -57,6 +60,8 @@ class BenchSession:
     counter: InstructionCounter | None = None
     """In the callgrind child session: the :class:`gymbench.callgrind.InstructionCounter`."""
     count_dir: Path | None = None
+    counted_code: dict[str, str] | None = None
+    """Where the callgrind child imported the checkout's packages from (its ``imported``)."""
     ab_link: WorkerLink | None = None
     """In an A/B worker: the :class:`gymbench.gate.ab.worker.WorkerLink` to the runner."""
 
@@ -203,6 +208,9 @@ def _measure_settings(config: pytest.Config) -> MeasureSettings:
         value = config.getoption(option)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise pytest.UsageError(f"{option} {value}: expected a finite number above 0")
+    brackets = config.getoption("--gymbench-instructions-brackets")
+    if not 1 <= brackets <= MAX_BRACKETS:
+        raise pytest.UsageError(f"--gymbench-instructions-brackets {brackets}: give 1 to {MAX_BRACKETS} (default 5)")
     try:
         return measure_settings(
             config.getoption("--gymbench-quick"),
@@ -292,6 +300,11 @@ def gymbench(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         return
     if recorder.measured_sync and options.get("instructions", session.instructions) is True:
         session.to_count.append(request.node.nodeid)  # the flag, or the marker's instructions=True
+    elif session.instructions:
+        from gymbench.instructions import COUNTS_EXTRA, not_counted_reason
+
+        why = not_counted_reason(recorder.measured_sync, recorder.measured_async, options.get("instructions"))
+        result = replace(result, extra={**result.extra, COUNTS_EXTRA: why})
     session.start_run()
     session.results.append(result)
 
@@ -319,6 +332,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if bench.ab_link is not None:
         bench.ab_link.close()
+    if bench.count_dir is not None:
+        from gymbench.instructions import write_code
+
+        write_code(bench.count_dir, session.config.rootpath)  # which code the callgrind child counted
     _gate_exit_status(session, bench)
     if bench.run is None:
         return
@@ -327,11 +344,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             from gymbench.pytest.children import count_instructions
 
             bench.results = count_instructions(session.config, bench)
-        record = bench.run.make_record(bench.results)
+        record = _with_code(bench.run.make_record(bench.results), session.config.rootpath, bench.counted_code)
         if bench.compare:
             _compare(session, bench, record)
         bench.run.finish(record, say=False)  # said in the terminal summary
     bench.saved_path = bench.run.saved_path
+
+
+def _with_code(record: ResultsRecord, root: Path, counted: dict[str, str] | None) -> ResultsRecord:
+    """The record says which code it measured (:mod:`gymbench.measured_code`), and which code
+    the callgrind child counted."""
+    from gymbench.measured_code import measured_code
+
+    code = measured_code(root)
+    if counted is not None:
+        code["counted"] = counted
+    return replace(record, fingerprint={**record.fingerprint, "code": code})
 
 
 def _compare(session: pytest.Session, bench: BenchSession, record: ResultsRecord) -> None:

@@ -76,7 +76,7 @@ def _configure_calibrate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default="calibration", help="save name of the reruns and the calibration")
     parser.add_argument("--from", dest="source", help="use stored runs instead (a name glob or git ref)")
     parser.add_argument("--min-effect", type=float, help="report which metrics can see this effect")
-    parser.add_argument("pytest_args", nargs="*", default=["benches/"], help="the suite (default: benches/)")
+    parser.add_argument("pytest_args", nargs="*", default=[], help="the suite (default: benches/)")
     ab = parser.add_argument_group("interleaved A/B: the same commit on both sides (A/A) gives the A/B gate its noise")
     ab.add_argument(
         "--ab", nargs="?", const="", metavar="REF", help="calibrate the A/B gate on REF (default: the working tree)"
@@ -86,6 +86,16 @@ def _configure_calibrate(parser: argparse.ArgumentParser) -> None:
     from gymbench.settings import add_settings_flags
 
     add_settings_flags(ab, ABSettings, skip=("repeats",))
+
+
+def _configure_gate(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--base", required=True, metavar="REF", help="the commit to gate against (e.g. the merge base)")
+    parser.add_argument("pytest_args", nargs="*", default=[], help="the suite and pytest options (default: benches/)")
+    parser.add_argument("-k", dest="keyword", metavar="EXPR", help="count only the benchmarks this -k selects")
+    parser.add_argument(
+        "--brackets", type=int, default=5, help="counted brackets per benchmark (default 5, at least 3 uncalibrated)"
+    )
+    _add_compare_options(parser, fail_on_default="inconclusive")
 
 
 def _configure_report(parser: argparse.ArgumentParser) -> None:
@@ -148,6 +158,8 @@ def gymbench_register_commands() -> list[Command]:
     return [
         Command("compare", "compare two runs; exit 0 pass, 1 regression, 3 inconclusive, 2 error",
                 _configure_compare, _lazy_run("_run_compare")),
+        Command("gate", "count instructions of --base REF (its own worktree and code) and of this checkout, then gate",
+                _configure_gate, _lazy_run("_run_gate")),
         Command("calibrate", "rerun a suite unchanged (A/A) to learn each benchmark's noise on this machine",
                 _configure_calibrate, _lazy_run("_run_calibrate")),
         Command("report", "write a self-contained HTML report with plots from stored results",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from gymbench.gate.compare import MetricComparison, SuiteComparison
+from gymbench.gate.compare import UNMEASURED_PREFIX, MetricComparison, SuiteComparison
 from gymbench.units import quantity
 
 VERDICT_MARK = {
@@ -12,6 +12,7 @@ VERDICT_MARK = {
     "regressed": "REGRESSED",
     "improved": "improved",
     "inconclusive": "inconclusive",
+    "ungated": "ungated",
 }
 HEADERS = ("benchmark", "metric", "baseline", "candidate", "ratio", "interval", "min effect", "q", "verdict")
 
@@ -95,8 +96,8 @@ def verdict(c: MetricComparison) -> str:
 
 
 def ordered(suite: SuiteComparison) -> list[MetricComparison]:
-    """Worst first: regressions, then inconclusive, improvements, passes."""
-    rank = {"regressed": 0, "inconclusive": 1, "improved": 2, "pass": 3}
+    """Worst first: regressions, then inconclusive, ungated, improvements, passes."""
+    rank = {"regressed": 0, "inconclusive": 1, "ungated": 2, "improved": 3, "pass": 4}
     return sorted(suite.comparisons, key=lambda c: (rank[c.verdict], -c.badness))
 
 
@@ -114,8 +115,13 @@ def shift_line(suite: SuiteComparison) -> str:
 
 
 def summary_line(suite: SuiteComparison, outcome: str) -> str:
-    counts = suite.counts
-    parts = [f"{n} {name}" for name, n in counts.items() if n]
+    """Gated and ungated counted apart, so a suite nobody could gate never reads as a green pass."""
+    gated, total = suite.gated, len(suite.comparisons)
+    head = f"{gated} gated, {total - gated} ungated" + (": nothing was gated" if suite.nothing_gated else "")
+    verdicts = ", ".join(f"{n} {name}" for name, n in suite.counts.items() if n)
     match = suite.match
     extra = [f"{len(match.new)} new", f"{len(match.missing)} missing", f"{len(match.renamed)} renamed"]
-    return f"gate: {outcome.upper()} — " + ", ".join(parts + extra)
+    unmeasured = sum(not s.inconclusive and s.what.startswith(UNMEASURED_PREFIX) for s in suite.skipped)
+    if unmeasured:
+        extra.append(f"{unmeasured} not measured")
+    return f"gate: {outcome.upper()} — {head}" + (f" ({verdicts})" if verdicts else "") + "; " + ", ".join(extra)

@@ -21,7 +21,13 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-COLOURS = {"pass": "#4c72b0", "regressed": "#c44e52", "improved": "#55a868", "inconclusive": "#dd8452"}
+COLOURS = {
+    "pass": "#4c72b0",
+    "regressed": "#c44e52",
+    "improved": "#55a868",
+    "inconclusive": "#dd8452",
+    "ungated": "#8c8c8c",
+}
 MAX_PANELS = 48
 
 

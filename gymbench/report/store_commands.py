@@ -92,7 +92,34 @@ def _run_compare_ab(args: argparse.Namespace) -> int:
     return result.enforced.cli_code
 
 
+DEFAULT_SUITE = ["benches/"]
+
+
+def _run_gate(args: argparse.Namespace, plugins: Plugins) -> int:
+    """``gymbench gate --base REF``: both commits counted, each importing its own code, then gated."""
+    from gymbench.gate.base_run import gate_against_base
+
+    if args.markdown:
+        check_writable_file(args.markdown, "markdown summary", "--markdown")
+    settings = compare_settings(
+        Path("pyproject.toml"),
+        min_effect=args.min_effect,
+        alpha=args.alpha,
+        metrics=tuple(args.metrics) if args.metrics else None,
+    )
+    pytest_args = [*(args.pytest_args or DEFAULT_SUITE), *(["-k", args.keyword] if args.keyword else [])]
+    pytest_args += ["--gymbench-instructions-brackets", str(args.brackets)]
+    result, runs = gate_against_base(
+        Path.cwd(), args.base, pytest_args, settings, args.fail_on, args.results_dir, args.calibration
+    )
+    for run in runs:
+        print(f"counted {run.selection.label} in {run.seconds:.0f} s")
+    _publish(result, args)
+    return result.enforced.cli_code
+
+
 def _run_calibrate(args: argparse.Namespace, plugins: Plugins) -> int:
+    args.ab, args.pytest_args = ab_ref_and_suite(args.ab, args.pytest_args)
     if args.ab is not None:
         return _run_calibrate_ab(args)
     store = BaselineStore(args.results_dir)
@@ -109,6 +136,23 @@ def _run_calibrate(args: argparse.Namespace, plugins: Plugins) -> int:
     _print_noise(noise, settings)
     print(f"calibration from {len(selection.records)} runs saved to {path}")
     return 0
+
+
+def ab_ref_and_suite(ref: str | None, suite: list[str]) -> tuple[str | None, list[str]]:
+    """``--ab`` takes an optional REF, so ``calibrate --ab benches/`` hands it the suite's path:
+    a value that is a path on disk and not a commit is the suite's first argument, not the ref."""
+    if ref and Path(ref).exists() and not _is_commit(ref):
+        return "", [ref, *suite]
+    return ref, suite or list(DEFAULT_SUITE)
+
+
+def _is_commit(ref: str) -> bool:
+    import subprocess
+
+    done = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], capture_output=True, check=False
+    )
+    return done.returncode == 0
 
 
 def _run_calibrate_ab(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from gymbench.callgrind import (
     callgrind_command,
     valgrind_version,
 )
-from gymbench.instructions import instruction_metric, unavailable_note
+from gymbench.instructions import NOT_COUNTED_ASYNC, instruction_metric, unavailable_note
 from gymbench.measure import MeasureSettings, Recorder
 
 LOOP_BENCH = """
@@ -189,6 +189,11 @@ def test_without_valgrind_the_metric_is_absent_with_a_note(
     record = load_record(saved)
     assert record.fingerprint["software"]["valgrind"] is None
     assert all(set(b.metrics) == {"time", "time_cpu"} for b in record.benchmarks)
+    why = {b.name.split("::")[-1]: b.extra["instructions"] for b in record.benchmarks}
+    assert why["test_async_is_timed_only"] == NOT_COUNTED_ASYNC
+    assert why["test_not_counted"] == "not counted: marked @pytest.mark.gymbench(instructions=False)"
+    assert why["test_loop"].startswith("not counted (instruction counts not recorded: valgrind is not installed")
+    assert record.fingerprint["code"]["root"] == str(pytester.path.resolve())  # which code it measured
 
 
 def test_the_marker_asks_for_counts_without_the_flag(

@@ -21,6 +21,7 @@ CORE = {
     "gymbench.errors",
     "gymbench.measure",
     "gymbench.fingerprint",
+    "gymbench.measured_code",
     "gymbench.settings",
     "gymbench.jsonio",
     "gymbench.rollouts_file",

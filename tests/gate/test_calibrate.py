@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -59,3 +60,22 @@ def test_a_metric_quiet_by_chance_is_pulled_toward_the_suites_noise() -> None:
     assert sd == pytest.approx(np.sqrt((4 * 0.01**2 + PRIOR_DF * 0.10**2) / (4 + PRIOR_DF)))
     assert table.moderated("b1", "time") == pytest.approx((0.10, 4 + PRIOR_DF))
     assert table.moderated("nope", "time") is None
+
+
+def test_calibrate_ab_takes_a_path_after_it_as_the_suite_not_as_a_ref(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gymbench calibrate --ab benches/`` failed with "'benches/' is not a commit"."""
+    import subprocess
+
+    from gymbench.report.store_commands import ab_ref_and_suite
+
+    (tmp_path / "benches").mkdir()
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "x"], check=True)  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    assert ab_ref_and_suite("benches/", []) == ("", ["benches/"])
+    assert ab_ref_and_suite("benches/", ["-x"]) == ("", ["benches/", "-x"])
+    assert ab_ref_and_suite("HEAD", []) == ("HEAD", ["benches/"])
+    assert ab_ref_and_suite(None, []) == (None, ["benches/"])

@@ -10,6 +10,7 @@ import pytest
 from scipy.stats import t
 
 from gymbench.gate.compare import compare_runs
+from gymbench.gate.gate import Outcome, enforced, outcome_of
 from gymbench.gate.noise import MetricNoise, NoiseTable
 from gymbench.gate.settings import CompareSettings
 from gymbench.record import BenchmarkResult, Metric, ResultsRecord
@@ -23,9 +24,18 @@ def verdicts(result: object) -> dict[str, str]:
 
 
 def test_unchanged_suite_passes_everywhere() -> None:
-    result = compare_runs([suite(1)], [suite(2)], FAST)
+    base = suite(1)
+    result = compare_runs([base], [suite(2)], FAST, calibration(base))
     assert set(verdicts(result).values()) == {"pass"}
-    assert result.counts == {"pass": 12, "regressed": 0, "improved": 0, "inconclusive": 0}
+    assert result.counts == {"pass": 12, "regressed": 0, "improved": 0, "inconclusive": 0, "ungated": 0}
+
+
+def test_uncalibrated_time_is_ungated_never_pass_and_the_outcome_says_nothing_was_gated() -> None:
+    """One run a side, no calibration: no time metric is gated, so none may read as a pass."""
+    result = compare_runs([suite(1)], [suite(2)], FAST)
+    assert set(verdicts(result).values()) == {"ungated"} and result.gated == 0 and result.nothing_gated
+    assert outcome_of(result) is Outcome.INCONCLUSIVE
+    assert enforced(outcome_of(result), "inconclusive") is Outcome.INCONCLUSIVE
 
 
 def test_one_real_regression_among_a_uniformly_slower_runner() -> None:
@@ -62,7 +72,8 @@ def test_improvement_and_the_higher_is_better_direction() -> None:
 
 
 def test_a_change_smaller_than_the_minimum_effect_passes_even_when_significant() -> None:
-    result = compare_runs([suite(1, sigma=0.005)], [suite(2, sigma=0.005, slow={0: 0.03})], FAST)
+    base = suite(1, sigma=0.005)
+    result = compare_runs([base], [suite(2, sigma=0.005, slow={0: 0.03})], FAST, calibration(base, run_sd=0.002))
     first = result.comparisons[0]
     assert first.q < 0.01 and first.verdict == "pass"
 
@@ -92,8 +103,30 @@ def test_calibrated_noise_widens_intervals_and_marks_noisy_metrics_ungated() -> 
     expected = math.expm1(0.1 * math.sqrt(2) * (t.ppf(0.995, df) + t.ppf(0.8, df)))
     assert not calibrated.gated and calibrated.mde == pytest.approx(expected, rel=0.01)
     assert calibrated.effect.df < 20
-    assert calibrated.verdict == "pass"
+    assert calibrated.verdict == "ungated"  # its interval reaches below 1: not a measured slowdown, not a pass
     assert calibrated.interval[1] - calibrated.interval[0] > 5 * (plain.interval[1] - plain.interval[0])
+
+
+def test_an_ungated_slowdown_whose_interval_excludes_one_is_inconclusive() -> None:
+    """The issue's case: 1.109 [1.006, 1.222] against an MDE of 15 % was called "pass"."""
+    base, cand = suite(1, sigma=0.005), suite(2, sigma=0.005, slow={0: 0.13})
+    noisy = NoiseTable("machine0000a", {b.id: {"time": MetricNoise(0.025, 0.001, 10)} for b in base.benchmarks})
+    result = compare_runs([base], [cand], FAST, noisy)
+    slowed = result.comparisons[0]
+    assert not slowed.gated and slowed.ratio < 1 + slowed.mde and slowed.interval[0] > 1
+    assert slowed.verdict == "inconclusive"
+    assert enforced(outcome_of(result), "inconclusive") is Outcome.INCONCLUSIVE
+
+
+def test_an_ungated_metric_without_a_slowdown_is_ungated_and_the_headline_counts_it_apart() -> None:
+    from gymbench.report.format import summary_line
+
+    base = suite(1, sigma=0.005)
+    noisy = NoiseTable("machine0000a", {b.id: {"time": MetricNoise(0.10, 0.001, 10)} for b in base.benchmarks})
+    result = compare_runs([base], [suite(2, sigma=0.005)], FAST, noisy)
+    assert {c.verdict for c in result.comparisons} == {"ungated"} and result.nothing_gated
+    line = summary_line(result, outcome_of(result).value)
+    assert line.startswith("gate: INCONCLUSIVE — 0 gated, 12 ungated: nothing was gated (12 ungated)")
 
 
 def test_calibration_makes_single_value_metrics_decidable() -> None:

@@ -43,7 +43,7 @@ def test_a_two_percent_count_regression_is_caught_where_timings_cannot_see_it() 
     result = compare_runs([counted_suite(1)], [counted_suite(2, slow=0.02)], CompareSettings())
     found = verdicts(result)
     assert found[("bench.py::test_0", "instructions")] == "regressed"
-    assert found[("bench.py::test_0", "time")] == "pass"
+    assert found[("bench.py::test_0", "time")] == "ungated"  # uncalibrated time: never a pass
     assert {v for (_, metric), v in found.items() if metric == "instructions"} == {"regressed", "pass"}
     counted = next(c for c in result.comparisons if c.metric == "instructions")
     assert counted.min_effect == 0.01
@@ -79,4 +79,43 @@ def test_runs_without_counts_compare_as_before() -> None:
         return replace(record, benchmarks=benches)
 
     result = compare_runs([timed_only(counted_suite(1))], [timed_only(counted_suite(2, python="3.12"))])
-    assert [s.what for s in result.skipped] == ["time (3 metrics)"] and outcome_of(result) is Outcome.PASS
+    assert [s.what for s in result.skipped] == ["time (3 metrics)"]
+    assert outcome_of(result) is Outcome.INCONCLUSIVE and result.nothing_gated
+
+
+def test_every_benchmark_appears_in_a_verdict_on_counts_with_how_it_was_counted() -> None:
+    """An ameasure benchmark has no count: it is listed "not counted: asyncio", never just absent."""
+    from gymbench.instructions import COUNTED_HOW, COUNTS_EXTRA, NOT_COUNTED_ASYNC
+
+    def with_async(record: ResultsRecord) -> ResultsRecord:
+        counted = [replace(b, extra={COUNTS_EXTRA: COUNTED_HOW}) for b in record.benchmarks]
+        loop = BenchmarkResult("bench.py::test_loop", metrics={"time": record.benchmarks[0].metrics["time"]})
+        return replace(record, benchmarks=[*counted, replace(loop, extra={COUNTS_EXTRA: NOT_COUNTED_ASYNC})])
+
+    settings = CompareSettings(metrics=("instructions",))
+    result = compare_runs([with_async(counted_suite(1))], [with_async(counted_suite(2))], settings)
+    notes = {s.what: s.why for s in result.skipped}
+    assert notes["benchmark bench.py::test_loop"] == NOT_COUNTED_ASYNC
+    assert "OPENBLAS_NUM_THREADS=1" in notes["how counted (3 benchmarks)"]
+    from gymbench.report.format import summary_line
+
+    assert summary_line(result, "pass").endswith("1 not measured")
+
+
+def test_counts_missing_on_one_side_make_the_outcome_inconclusive_not_a_pass() -> None:
+    """The callgrind child of one side failed: nothing was compared, which must not read as a pass."""
+    from gymbench.instructions import COUNTS_EXTRA, NOT_COUNTED_CHILD
+
+    def uncounted(record: ResultsRecord) -> ResultsRecord:
+        benches = [
+            replace(b, metrics={"time": b.metrics["time"]}, extra={COUNTS_EXTRA: NOT_COUNTED_CHILD})
+            for b in record.benchmarks
+        ]
+        return replace(record, benchmarks=benches)
+
+    settings = CompareSettings(metrics=("instructions",))
+    result = compare_runs([counted_suite(1)], [uncounted(counted_suite(2))], settings)
+    assert result.comparisons == []
+    (first, *_) = [s for s in result.skipped if s.what.startswith("benchmark ")]
+    assert first.inconclusive and "instructions on one side only: not counted: it failed" in first.why
+    assert outcome_of(result) is Outcome.INCONCLUSIVE

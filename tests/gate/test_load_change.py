@@ -59,7 +59,7 @@ def test_an_uneven_load_change_is_not_a_regression_either(seed: int) -> None:
     factors = list(1 + rng.uniform(0.0, 0.8, 12))
     result = compare_runs([suite(seed)], [loaded(suite(seed + 50), factors)], FAST)
     assert result.counts["regressed"] == 0
-    assert {c.verdict for c in result.comparisons} <= {"pass", "inconclusive"}
+    assert {c.verdict for c in result.comparisons} <= {"ungated", "inconclusive"}
 
 
 @pytest.mark.hostile

@@ -88,8 +88,18 @@ def test_pytest_benchmark_compare_reads_our_export(written: dict[str, Path], tmp
 def test_compare_gates_pytest_benchmark_files_directly(
     written: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["compare", str(written["data"]), str(written["data"]), "--results-dir", "nowhere"]) == 0
-    assert "gate: PASS" in capsys.readouterr().out
+    assert main(["compare", str(written["data"]), str(written["data"]), "--results-dir", "nowhere"]) == 3
+    assert "gate: INCONCLUSIVE — 0 gated, 3 ungated: nothing was gated" in capsys.readouterr().out
+    args = [
+        "compare",
+        str(written["data"]),
+        str(written["data"]),
+        "--results-dir",
+        "nowhere",
+        "--fail-on",
+        "regression",
+    ]
+    assert main(args) == 0
 
 
 def test_summary_only_files_import_as_single_values(written: dict[str, Path]) -> None:
@@ -121,7 +131,8 @@ def test_a_file_written_on_this_machine_is_this_machines(
     from gymbench.fingerprint import machine_info
 
     assert load_pytest_benchmark(written["data"]).fingerprint["machine"]["key"] == machine_info()["key"]
-    assert main(["compare", str(written["data"]), str(written["data"]), "--results-dir", str(tmp_path)]) == 0
+    args = ["compare", str(written["data"]), str(written["data"]), "--results-dir", str(tmp_path)]
+    assert main([*args, "--fail-on", "regression"]) == 0
     assert "was measured on machine" not in capsys.readouterr().out
     assert main(["import", str(written["data"]), "--results-dir", str(tmp_path), "--name", "pb"]) == 0
     capsys.readouterr()

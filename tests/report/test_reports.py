@@ -39,7 +39,7 @@ def test_terminal_lists_what_matters_and_the_outcome() -> None:
     assert "suite-wide shift: the candidate's runner is +10" in text
     assert re.search(r"bench.py::test_1 +time .* REGRESSED", text)
     assert "missing from the candidate: 1\n  bench.py::test_7" in text
-    assert lines[-1].startswith("gate: REGRESSION — 6 pass, 1 regressed")
+    assert lines[-1].startswith("gate: REGRESSION — 7 gated, 0 ungated (6 pass, 1 regressed)")
     assert "warning: a warning" in text
 
 

@@ -60,7 +60,9 @@ def repo_root(start: Path) -> Path:
     try:
         return Path(git(start, "rev-parse", "--show-toplevel")).resolve()
     except GymbenchError:
-        raise GymbenchError(f"{start} is not inside a git repository: an A/B comparison checks out commits") from None
+        raise GymbenchError(
+            f"{start} is not inside a git repository: comparing commits (compare --ab, gate --base) checks them out"
+        ) from None
 
 
 def code_path(root: Path) -> dict[str, str]:

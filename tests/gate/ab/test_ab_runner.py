@@ -124,7 +124,9 @@ def test_an_aa_pair_passes_from_pytest(repo: Path, results: Path, tmp_path: Path
         "--gymbench-results-dir", str(results), env={"GITHUB_STEP_SUMMARY": str(summary)},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "gate: PASS — 1 pass, 0 new, 0 missing, 0 renamed" in done.stdout  # time_cpu; wall time listed
+    assert (
+        "gate: PASS — 1 gated, 0 ungated (1 pass); 0 new, 0 missing, 0 renamed" in done.stdout
+    )  # time_cpu; wall time listed
     assert "candidate: candidate: working tree" in done.stdout
     assert "test_record_only" not in done.stdout  # not selected
     assert "## gymbench comparison" in summary.read_text()
