@@ -18,7 +18,7 @@ import math
 import os
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -282,6 +282,57 @@ def refuse_inputs(
             raise GymbenchError(f"{output}: is also an input of this command ({source}); choose another {setting}")
 
 
+MiB = 1024 * 1024
+MAX_LINE_BYTES = 64 * MiB
+"""The longest line of a JSONL file read (a task with its prompt, a rollout with its answer): real
+rows are kilobytes, a long multimodal one megabytes. A file without newlines (``/dev/zero``, a
+sparse file of NULs) is then one error line instead of a ``MemoryError``."""
+MAX_JSON_FILE_BYTES = 256 * MiB
+"""The largest whole JSON file read into memory (a results record, a shard plan, a metrics file)."""
+
+
+def refuse_device(path: str | os.PathLike[str], what: str) -> None:
+    """A character or block device (``/dev/zero``, ``/dev/urandom``, a disk) where a file of
+    ``what`` is expected never ends, or is not one: refused with one line. Pipes and FIFOs pass
+    (``<(...)``, ``/dev/stdin`` from a pipe): they end when their writer does."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return  # the caller's open says what is wrong
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        raise GymbenchError(f"{path}: is a device, not a {what} file; pass a regular file (or a pipe)")
+
+
+def capped_lines(handle: IO[bytes], path: str | os.PathLike[str], max_bytes: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """``handle``'s lines, each read only up to ``max_bytes``: a longer one is an error naming its line."""
+    number = 0
+    while raw := handle.readline(max_bytes + 1):
+        number += 1
+        if len(raw) > max_bytes:
+            raise GymbenchError(
+                f"{path}:{number}: a line longer than {max_bytes // MiB} MiB, so not a JSON Lines file "
+                "(a file of NUL bytes, or binary data?); check the path"
+            )
+        yield raw
+
+
+def read_capped(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_JSON_FILE_BYTES) -> bytes:
+    """A whole file of ``what`` if it is at most ``max_bytes``; a device or a larger file is a
+    :class:`GymbenchError` (so a 2 GB file of NULs is refused before it is read, not a ``MemoryError``).
+    ``OSError`` from opening or reading passes to the caller, which names the file its own way."""
+    refuse_device(path, what)
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        data = handle.read(max_bytes + 1) if size <= max_bytes else b""
+    if size > max_bytes or len(data) > max_bytes:
+        shown = f"{size / MiB:,.0f} MiB" if size > max_bytes else f"more than {max_bytes // MiB} MiB"
+        raise GymbenchError(
+            f"{path}: {shown}, larger than any {what} file gymbench reads (at most {max_bytes // MiB} MiB); "
+            "check the path"
+        )
+    return data
+
+
 def write_json_atomic(path: str | os.PathLike[str], data: Any, *, indent: int | None = 1) -> Path:
     """Write JSON so that a reader (or a crash) never sees half a file (see :class:`AtomicFile`).
 
@@ -297,7 +348,7 @@ def read_json_file(path: str | os.PathLike[str], what: str) -> Any:
     """Read a whole JSON file; any problem is a :class:`GymbenchError` naming the file and ``what`` it is."""
     source = Path(path)
     try:
-        raw = source.read_bytes()
+        raw = read_capped(source, what)
     except FileNotFoundError:
         raise GymbenchError(f"{source}: no such {what} file") from None
     except IsADirectoryError:
