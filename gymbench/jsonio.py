@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import json
 import math
 import os
@@ -144,7 +145,9 @@ class AtomicFile:
                 fd, name = _open_through(self.path), os.fspath(self.path)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+                remove_abandoned(self.path)
                 fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+                _hold(fd)
         except OSError as exc:
             raise self._error("cannot write here", exc) from None
         self.temporary = Path(name)
@@ -153,7 +156,10 @@ class AtomicFile:
         )
 
     def _error(self, what: str, exc: OSError) -> GymbenchError:
-        return GymbenchError(f"{self.path}: {what} ({exc.strerror or exc}){self.then}")
+        kept = ""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT) and not self.through:
+            kept = f"; {self.path.name} was not changed and no partial copy is left (free space first)"
+        return GymbenchError(f"{self.path}: {what} ({exc.strerror or exc}){kept}{self.then}")
 
     def write(self, data: Any) -> int:
         try:
@@ -231,6 +237,42 @@ class AtomicFile:
             self.commit()
         else:
             self.discard()
+
+
+def _hold(fd: int) -> None:
+    """Lock a temporary file for as long as its writer lives: the lock goes with the process (a
+    SIGKILL included), so a temporary file nobody holds was abandoned, and the next writer of the
+    same path removes it (:func:`remove_abandoned`) without touching one another live run is writing."""
+    with contextlib.suppress(ImportError, OSError):  # no fcntl (Windows) or no locks here: never cleaned
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def remove_abandoned(path: str | os.PathLike[str]) -> list[Path]:
+    """Remove the hidden ``.NAME.*.tmp`` files beside ``path`` that a killed writer (SIGKILL,
+    SIGTERM, a power cut) left behind, and return them; those a live writer holds are left."""
+    try:
+        import fcntl
+    except ImportError:
+        return []
+    target = Path(path)
+    removed = []
+    for candidate in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        try:
+            fd = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                candidate.unlink()
+                removed.append(candidate)
+        except OSError:
+            pass  # held: a writer is alive
+        finally:
+            os.close(fd)
+    return removed
 
 
 def _special_file(path: Path) -> bool:
