@@ -75,6 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     starting, the run) ends in one line and exit status 130, never a traceback: the handler is
     outside everything else, its own handlers included."""
     try:
+        from gymbench.console import end_start_up_guard
+
+        end_start_up_guard()
         return _main(argv)
     except KeyboardInterrupt:
         with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C while saying so
