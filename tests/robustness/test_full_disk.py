@@ -77,7 +77,21 @@ WRITERS = {
     "report": lambda r, o: ["report", str(_record(r)), "-o", str(o / "r.html")],
     "report_markdown": lambda r, o: ["report", str(_record(r)), "-o", str(o / "r.html"), "--markdown", str(o / "r.md")],
     "export": lambda r, o: ["export", str(_record(r)), "-o", str(o / "e.json"), "--metric", "latency"],
+    "import": lambda r, o: ["import", str(_exported(r)), "--results-dir", str(o / "results")],
+    "compare_markdown": lambda r, o: ["compare", str(_record(r)), str(_record(r)), "--markdown", str(o / "c.md")],
 }
+
+
+def _exported(rollouts: Path) -> Path:
+    """A pytest-benchmark file to import (what ``export`` writes)."""
+    path = rollouts.with_name("exported.json")
+    if not path.exists():
+        assert gymbench("export", str(_record(rollouts)), "-o", str(path), "--metric", "latency").returncode == 0
+    return path
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir())
 
 
 @pytest.mark.parametrize("command", sorted(WRITERS))
@@ -89,7 +103,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(disk: SmallFs, rollouts: Pat
     errors = [line for line in done.stderr.splitlines() if line.startswith("gymbench: error:")]
     assert done.returncode == 2 and len(errors) == 1, done.stderr
     assert "No space left on device" in errors[0] and "no partial copy is left" in errors[0], errors
-    assert [p.name for p in disk.root.iterdir()] == ["filler"] and rollouts.read_bytes() == before
+    assert _files(disk.root) == ["filler"] and rollouts.read_bytes() == before
     disk.empty()
     again = gymbench(*WRITERS[command](rollouts, disk.root))
     assert again.returncode == 0, again.stderr
@@ -134,6 +148,18 @@ def test_collect_whose_end_of_run_files_do_not_fit_says_so(disk: SmallFs, tmp_pa
     disk.empty()
     again = gymbench(*_collect(tasks, out, "+resume=true"))
     assert again.returncode == 0 and out.with_name("out.jsonl.metrics.json").exists(), again.stderr
+
+
+def test_collect_whose_results_directory_is_full_keeps_its_rollouts(disk: SmallFs, tmp_path: Path) -> None:
+    tasks, out = _tasks(tmp_path / "tasks.jsonl", 6), tmp_path / "out.jsonl"
+    disk.fill()
+    done = gymbench(*_collect(tasks, out, "+save_results=true", f"+results_dir={disk.root / 'results'}"))
+    _no_traceback(done)
+    assert done.returncode == 1, done.stderr
+    line = next(line for line in done.stderr.splitlines() if "not written: " in line)
+    assert "the results record" in line and "No space left on device" in line, line
+    assert sorted(_pairs(out)) == [(t, 0) for t in range(6)] and out.with_name("out.jsonl.metrics.json").exists()
+    assert _files(disk.root) == ["filler"]
 
 
 def test_a_sharded_collects_final_merge_on_a_full_disk_keeps_the_shards(disk: SmallFs, tmp_path: Path) -> None:
