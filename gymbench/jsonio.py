@@ -334,15 +334,34 @@ MAX_JSON_FILE_BYTES = 256 * MiB
 
 
 def refuse_device(path: str | os.PathLike[str], what: str) -> None:
-    """A character or block device (``/dev/zero``, ``/dev/urandom``, a disk) where a file of
-    ``what`` is expected never ends, or is not one: refused with one line. Pipes and FIFOs pass
-    (``<(...)``, ``/dev/stdin`` from a pipe): they end when their writer does."""
-    try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError):
-        return  # the caller's open says what is wrong
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+    """A device that never ends (``/dev/zero``, ``/dev/urandom``, a disk) where a file of ``what``
+    is expected is refused with one line. Pipes and FIFOs pass (``<(...)``), and so do the devices
+    that end: ``/dev/null`` and a terminal (``/dev/stdin`` typed into, ended by Ctrl-D)."""
+    if endless_device(path):
         raise GymbenchError(f"{path}: is a device, not a {what} file; pass a regular file (or a pipe)")
+
+
+def endless_device(path: str | os.PathLike[str]) -> bool:
+    """A block device, or a character device other than ``/dev/null`` and a terminal."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return False  # the caller's open says what is wrong
+    if stat.S_ISBLK(info.st_mode):
+        return True
+    if not stat.S_ISCHR(info.st_mode):
+        return False
+    with contextlib.suppress(OSError):
+        if info.st_rdev == os.stat(os.devnull).st_rdev:
+            return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return False  # unreadable: the caller's open says so
+    try:
+        return not os.isatty(fd)
+    finally:
+        os.close(fd)
 
 
 def capped_lines(handle: IO[bytes], path: str | os.PathLike[str], max_bytes: int = MAX_LINE_BYTES) -> Iterator[bytes]:

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from gymbench.errors import GymbenchError
-from gymbench.jsonio import JSONReadError, capped_lines, decode_line, loads
+from gymbench.jsonio import JSONReadError, capped_lines, decode_line, endless_device, loads
 
 ROLLOUT_INDEX_BITS = 24
 """``output.pair_key`` packs a rollout index in this many bits (a million done pairs stay small)."""
@@ -124,7 +124,7 @@ def check_input_file(path: str | os.PathLike[str]) -> bool:
         raise InputUnreadable(path, f"cannot read the input ({reason})", "check the path") from None
     if stat.S_ISDIR(info.st_mode):
         raise InputUnreadable(path, "is a directory", "pass a JSONL file of tasks")
-    if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):  # /dev/zero never ends
+    if endless_device(path):  # /dev/zero never ends
         raise InputUnreadable(path, "is a device, not a file of tasks", "pass a JSONL file (or a pipe)")
     regular = stat.S_ISREG(info.st_mode)
     if regular and info.st_size == 0:
