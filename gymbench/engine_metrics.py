@@ -224,6 +224,9 @@ def fetch_metrics_text(url: str, deadline_s: float | None = None, max_bytes: int
     timer.daemon = True
     timer.start()
     try:
+        connection.connect()  # the socket exists from here on, for the timer to shut down
+        if expired.is_set():  # the deadline passed while connecting, before there was a socket to cut
+            raise TimeoutError
         connection.request("GET", parts.path or "/", headers={"Accept": "text/plain"})
         answer = connection.getresponse()
         if answer.status != 200:
