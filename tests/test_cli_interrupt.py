@@ -159,3 +159,21 @@ def test_sigint_while_the_console_script_imports_is_one_line_and_exit_130(
         if in_import:
             return
     pytest.skip("the signal never landed inside the import on this machine")
+
+
+def _interrupt_while_making_a_class(*_args: object, **_kwargs: object) -> str:
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as exc:
+        raise RuntimeError("Error calling __set_name__ on 'Field' instance 'kinds' in 'FailureBreaker'") from exc
+
+
+def test_ctrl_c_wrapped_by_python_in_a_runtime_error_is_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What Python 3.11 makes of a Ctrl-C inside a dataclass's creation (seen in a seeded SIGINT)."""
+    from gymbench.cli import main
+
+    monkeypatch.setattr("gymbench.settings.split_overrides", _interrupt_while_making_a_class)
+    assert main(["collect"]) == 130
+    assert capsys.readouterr().err.strip() == "gymbench: interrupted"
