@@ -233,7 +233,7 @@ def fetch_metrics_text(url: str, deadline_s: float | None = None, max_bytes: int
             raise ScrapeFailed(f"{url} answered HTTP {answer.status}")
         body = _read_capped(answer, max_bytes, url)
     except (http.client.HTTPException, OSError, ValueError) as exc:
-        if expired.is_set():
+        if expired.is_set() or isinstance(exc, TimeoutError):  # the socket's own timeout may fire first
             raise ScrapeFailed(f"{url} did not answer in full within {deadline_s:g} s; not scraped", True) from None
         raise ScrapeFailed(f"{url} could not be read ({getattr(exc, 'strerror', None) or exc})") from None
     finally:

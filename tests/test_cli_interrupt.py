@@ -25,9 +25,11 @@ from .rollout.test_dataset import write_tasks
 pytestmark = pytest.mark.hostile
 
 CHILD = (
-    "import pathlib, sys; import gymbench.cli as cli; pathlib.Path(sys.argv[1]).touch(); "
-    "sys.exit(cli.main(sys.argv[2:]))"
+    "import pathlib, sys; import gymbench.console as console; console.guard_start_up(); "
+    "import gymbench.cli as cli; pathlib.Path(sys.argv[1]).touch(); sys.exit(cli.main(sys.argv[2:]))"
 )
+"""As the console script now runs (``gymbench/__init__`` guards the start when the program is the
+``gymbench`` command): a SIGINT between the mark and ``main``'s own handler is one line too."""
 
 
 def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path]:
