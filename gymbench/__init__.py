@@ -5,6 +5,11 @@ The public API is what this module re-exports; everything else is internal.
 
 from __future__ import annotations
 
+from gymbench import console as _console
+
+if _console.started_as_the_command():  # before any other import: see gymbench.console
+    _console.guard_start_up()
+
 from gymbench.engine_metrics import EngineMetrics
 from gymbench.errors import GymbenchError, PluginError, ResultsFileError, UnknownComponentError
 from gymbench.hookspecs import hookimpl

@@ -75,11 +75,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     starting, the run) ends in one line and exit status 130, never a traceback: the handler is
     outside everything else, its own handlers included."""
     try:
+        from gymbench.console import end_start_up_guard
+
+        end_start_up_guard()
         return _main(argv)
     except KeyboardInterrupt:
-        with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C while saying so
-            print("gymbench: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted()
+    except Exception as exc:
+        if not _caused_by_ctrl_c(exc):
+            raise
+        return _interrupted()
+
+
+def _interrupted() -> int:
+    with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C while saying so
+        print("gymbench: interrupted", file=sys.stderr)
+    return 130
+
+
+def _caused_by_ctrl_c(exc: BaseException) -> bool:
+    """Python 3.11 wraps an exception raised while a class is being made (``__set_name__``: a
+    dataclass field) in a RuntimeError; Ctrl-C landing in a command's imports then arrives as one."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -14,6 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import http.client
 
 QUANTITIES = ("running", "waiting", "kv_cache", "generated_tokens", "prompt_tokens")
 """The quantities gymbench reads from an engine, each an attribute of :class:`EngineMetrics`."""
@@ -164,3 +168,89 @@ def averaged(engine: EngineMetrics, quantity: str, values: Mapping[str, float]) 
         if found:
             return sum(found) / len(found) if quantity in AVERAGED else sum(found)
     return None
+
+
+SCRAPE_DEADLINE_S = 5.0
+"""The longest one ``/metrics`` read may take, from connecting to the last byte: a socket timeout
+bounds each wait for a byte, not the whole answer, and a server that trickles one byte a second
+would otherwise hold the scrape (and the run waiting on it) forever."""
+SCRAPE_MAX_BYTES = 16 * 1024 * 1024
+"""The most of an answer read: real engines write tens of kilobytes; past this it is not metrics."""
+
+
+class ScrapeFailed(Exception):
+    """``/metrics`` could not be read within the deadline and the byte cap; the message says why.
+    ``slow``: the deadline passed or the cap was reached (a server misbehaving, worth a warning),
+    not a plain refusal or HTTP error (a server without metrics, said in the record)."""
+
+    def __init__(self, message: str, slow: bool = False) -> None:
+        super().__init__(message)
+        self.slow = slow
+
+
+def fetch_metrics_text(url: str, deadline_s: float | None = None, max_bytes: int | None = None) -> str:
+    """``url``'s text, read within ``deadline_s`` in all and at most ``max_bytes`` (default: the
+    module's :data:`SCRAPE_DEADLINE_S` and :data:`SCRAPE_MAX_BYTES`, read at each call); every scrape
+    of ``/metrics`` (collect's watch, tune's probe) goes through here.
+
+    A timer shuts the socket down when the deadline passes, which ends a read blocked on a
+    trickling server at once; the answer is read in chunks so a body that never ends stops at the
+    cap. Every failure (refused, HTTP error, too slow, too big) is a :class:`ScrapeFailed`.
+    """
+    import contextlib
+    import http.client
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
+    deadline_s = SCRAPE_DEADLINE_S if deadline_s is None else deadline_s
+    max_bytes = SCRAPE_MAX_BYTES if max_bytes is None else max_bytes
+    parts = urlsplit(url)
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    try:
+        connection = kind(parts.hostname or "", parts.port, timeout=deadline_s)
+    except (ValueError, http.client.HTTPException) as exc:
+        raise ScrapeFailed(f"{url} could not be read ({exc})") from None
+    expired = threading.Event()
+
+    def cut() -> None:
+        expired.set()
+        sock = connection.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(deadline_s, cut)
+    timer.daemon = True
+    timer.start()
+    try:
+        connection.connect()  # the socket exists from here on, for the timer to shut down
+        if expired.is_set():  # the deadline passed while connecting, before there was a socket to cut
+            raise TimeoutError
+        connection.request("GET", parts.path or "/", headers={"Accept": "text/plain"})
+        answer = connection.getresponse()
+        if answer.status != 200:
+            raise ScrapeFailed(f"{url} answered HTTP {answer.status}")
+        body = _read_capped(answer, max_bytes, url)
+    except (http.client.HTTPException, OSError, ValueError) as exc:
+        if expired.is_set() or isinstance(exc, TimeoutError):  # the socket's own timeout may fire first
+            raise ScrapeFailed(f"{url} did not answer in full within {deadline_s:g} s; not scraped", True) from None
+        raise ScrapeFailed(f"{url} could not be read ({getattr(exc, 'strerror', None) or exc})") from None
+    finally:
+        timer.cancel()
+        connection.close()
+    if expired.is_set():
+        raise ScrapeFailed(f"{url} did not answer in full within {deadline_s:g} s; not scraped", True)
+    return body.decode(errors="replace")
+
+
+def _read_capped(answer: http.client.HTTPResponse, max_bytes: int, url: str) -> bytes:
+    chunks, size = [], 0
+    while chunk := answer.read1(65536):
+        size += len(chunk)
+        if size > max_bytes:
+            raise ScrapeFailed(
+                f"{url} answered more than {max_bytes // (1024 * 1024)} MiB; not metrics, not scraped", True
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)

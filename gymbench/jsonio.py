@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import json
 import math
 import os
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -144,7 +145,9 @@ class AtomicFile:
                 fd, name = _open_through(self.path), os.fspath(self.path)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+                remove_abandoned(self.path)
                 fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+                _hold(fd)
         except OSError as exc:
             raise self._error("cannot write here", exc) from None
         self.temporary = Path(name)
@@ -153,7 +156,10 @@ class AtomicFile:
         )
 
     def _error(self, what: str, exc: OSError) -> GymbenchError:
-        return GymbenchError(f"{self.path}: {what} ({exc.strerror or exc}){self.then}")
+        kept = ""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT) and not self.through:
+            kept = f"; {self.path.name} was not changed and no partial copy is left (free space first)"
+        return GymbenchError(f"{self.path}: {what} ({exc.strerror or exc}){kept}{self.then}")
 
     def write(self, data: Any) -> int:
         try:
@@ -233,6 +239,42 @@ class AtomicFile:
             self.discard()
 
 
+def _hold(fd: int) -> None:
+    """Lock a temporary file for as long as its writer lives: the lock goes with the process (a
+    SIGKILL included), so a temporary file nobody holds was abandoned, and the next writer of the
+    same path removes it (:func:`remove_abandoned`) without touching one another live run is writing."""
+    with contextlib.suppress(ImportError, OSError):  # no fcntl (Windows) or no locks here: never cleaned
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def remove_abandoned(path: str | os.PathLike[str]) -> list[Path]:
+    """Remove the hidden ``.NAME.*.tmp`` files beside ``path`` that a killed writer (SIGKILL,
+    SIGTERM, a power cut) left behind, and return them; those a live writer holds are left."""
+    try:
+        import fcntl
+    except ImportError:
+        return []
+    target = Path(path)
+    removed = []
+    for candidate in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        try:
+            fd = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                candidate.unlink()
+                removed.append(candidate)
+        except OSError:
+            pass  # held: a writer is alive
+        finally:
+            os.close(fd)
+    return removed
+
+
 def _special_file(path: Path) -> bool:
     """An existing ``path`` that is not a regular file or a folder: a device, a FIFO, a socket."""
     try:
@@ -282,6 +324,76 @@ def refuse_inputs(
             raise GymbenchError(f"{output}: is also an input of this command ({source}); choose another {setting}")
 
 
+MiB = 1024 * 1024
+MAX_LINE_BYTES = 64 * MiB
+"""The longest line of a JSONL file read (a task with its prompt, a rollout with its answer): real
+rows are kilobytes, a long multimodal one megabytes. A file without newlines (``/dev/zero``, a
+sparse file of NULs) is then one error line instead of a ``MemoryError``."""
+MAX_JSON_FILE_BYTES = 256 * MiB
+"""The largest whole JSON file read into memory (a results record, a shard plan, a metrics file)."""
+
+
+def refuse_device(path: str | os.PathLike[str], what: str) -> None:
+    """A device that never ends (``/dev/zero``, ``/dev/urandom``, a disk) where a file of ``what``
+    is expected is refused with one line. Pipes and FIFOs pass (``<(...)``), and so do the devices
+    that end: ``/dev/null`` and a terminal (``/dev/stdin`` typed into, ended by Ctrl-D)."""
+    if endless_device(path):
+        raise GymbenchError(f"{path}: is a device, not a {what} file; pass a regular file (or a pipe)")
+
+
+def endless_device(path: str | os.PathLike[str]) -> bool:
+    """A block device, or a character device other than ``/dev/null`` and a terminal."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return False  # the caller's open says what is wrong
+    if stat.S_ISBLK(info.st_mode):
+        return True
+    if not stat.S_ISCHR(info.st_mode):
+        return False
+    with contextlib.suppress(OSError):
+        if info.st_rdev == os.stat(os.devnull).st_rdev:
+            return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return False  # unreadable: the caller's open says so
+    try:
+        return not os.isatty(fd)
+    finally:
+        os.close(fd)
+
+
+def capped_lines(handle: IO[bytes], path: str | os.PathLike[str], max_bytes: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """``handle``'s lines, each read only up to ``max_bytes``: a longer one is an error naming its line."""
+    number = 0
+    while raw := handle.readline(max_bytes + 1):
+        number += 1
+        if len(raw) > max_bytes:
+            raise GymbenchError(
+                f"{path}:{number}: a line longer than {max_bytes // MiB} MiB, so not a JSON Lines file "
+                "(a file of NUL bytes, or binary data?); check the path"
+            )
+        yield raw
+
+
+def read_capped(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_JSON_FILE_BYTES) -> bytes:
+    """A whole file of ``what`` if it is at most ``max_bytes``; a device or a larger file is a
+    :class:`GymbenchError` (so a 2 GB file of NULs is refused before it is read, not a ``MemoryError``).
+    ``OSError`` from opening or reading passes to the caller, which names the file its own way."""
+    refuse_device(path, what)
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        data = handle.read(max_bytes + 1) if size <= max_bytes else b""
+    if size > max_bytes or len(data) > max_bytes:
+        shown = f"{size / MiB:,.0f} MiB" if size > max_bytes else f"more than {max_bytes // MiB} MiB"
+        raise GymbenchError(
+            f"{path}: {shown}, larger than any {what} file gymbench reads (at most {max_bytes // MiB} MiB); "
+            "check the path"
+        )
+    return data
+
+
 def write_json_atomic(path: str | os.PathLike[str], data: Any, *, indent: int | None = 1) -> Path:
     """Write JSON so that a reader (or a crash) never sees half a file (see :class:`AtomicFile`).
 
@@ -297,7 +409,7 @@ def read_json_file(path: str | os.PathLike[str], what: str) -> Any:
     """Read a whole JSON file; any problem is a :class:`GymbenchError` naming the file and ``what`` it is."""
     source = Path(path)
     try:
-        raw = source.read_bytes()
+        raw = read_capped(source, what)
     except FileNotFoundError:
         raise GymbenchError(f"{source}: no such {what} file") from None
     except IsADirectoryError:

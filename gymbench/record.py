@@ -19,8 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gymbench.errors import ResultsFileError
-from gymbench.jsonio import AtomicFile, JSONReadError, loads, write_json_atomic
+from gymbench.errors import GymbenchError, ResultsFileError
+from gymbench.jsonio import AtomicFile, JSONReadError, loads, read_capped, write_json_atomic
 from gymbench.types import Direction, JSONObject, JSONValue
 
 SCHEMA_ID = "gymbench.results"
@@ -236,7 +236,9 @@ def read_results_json(path: str | os.PathLike[str], what: str = "results", *, al
     """A results file's JSON (a gymbench record, a pytest-benchmark file); any problem names the file."""
     source = Path(path)
     try:
-        raw = source.read_bytes()
+        raw = read_capped(source, what)
+    except GymbenchError as exc:  # a device, or far too large
+        raise ResultsFileError(str(exc)) from None
     except FileNotFoundError:
         raise ResultsFileError(f"{source}: no such {what} file") from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from gymbench.errors import GymbenchError
-from gymbench.jsonio import JSONReadError, loads
+from gymbench.jsonio import JSONReadError, capped_lines, loads, refuse_device
 
 OnBad = Literal["raise", "skip"]
 """A line that is not a JSON object: an error naming it, or passed over and counted in ``skipped``."""
@@ -64,8 +64,9 @@ class RolloutsFile:
         """Each non-blank line with its number and bytes."""
         self.skipped, self.first_skipped, self.cut = 0, None, False
         try:
+            refuse_device(self.path, "rollouts")
             with open(self.path, "rb") as handle:
-                yield from self._decode(handle, on_bad, on_cut)
+                yield from self._decode(capped_lines(handle, self.path), on_bad, on_cut)
         except OSError as exc:
             raise GymbenchError(
                 f"{self.path}: cannot read the rollouts file ({exc.strerror or exc}){self.if_unreadable}"

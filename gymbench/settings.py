@@ -342,12 +342,19 @@ class SettingsFile(dict[str, Any]):
         self.source = source
 
 
+MAX_SETTINGS_BYTES = 1024 * 1024
+"""A settings file is a page of YAML; a larger one (a 50 MB scalar) would take minutes to parse."""
+
+
 def load_settings_file(path: Path) -> SettingsFile:
-    """A YAML (or JSON, which YAML reads) mapping of settings."""
+    """A YAML (or JSON, which YAML reads) mapping of settings, of at most :data:`MAX_SETTINGS_BYTES`."""
     import yaml
 
+    from gymbench.jsonio import read_capped
+
     try:
-        loaded = yaml.load(path.read_text(encoding="utf-8"), Loader=_yaml12_loader())  # noqa: S506 - a safe loader
+        text = read_capped(path, "settings", MAX_SETTINGS_BYTES).decode("utf-8")
+        loaded = yaml.load(text, Loader=_yaml12_loader())  # noqa: S506 - a safe loader
     except FileNotFoundError:
         raise GymbenchError(f"{path}: no such settings file") from None
     except (OSError, ValueError) as exc:  # ValueError: not UTF-8, or a NUL byte in the name

@@ -25,9 +25,11 @@ from .rollout.test_dataset import write_tasks
 pytestmark = pytest.mark.hostile
 
 CHILD = (
-    "import pathlib, sys; import gymbench.cli as cli; pathlib.Path(sys.argv[1]).touch(); "
-    "sys.exit(cli.main(sys.argv[2:]))"
+    "import pathlib, sys; import gymbench.console as console; console.guard_start_up(); "
+    "import gymbench.cli as cli; pathlib.Path(sys.argv[1]).touch(); sys.exit(cli.main(sys.argv[2:]))"
 )
+"""As the console script now runs (``gymbench/__init__`` guards the start when the program is the
+``gymbench`` command): a SIGINT between the mark and ``main``'s own handler is one line too."""
 
 
 def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path]:
@@ -99,4 +101,81 @@ def test_keyboard_interrupt_anywhere_in_main_is_exit_130(
 
     monkeypatch.setattr(f"{module}.{name}", _interrupt)
     assert main(argv) == 130
+    assert capsys.readouterr().err.strip() == "gymbench: interrupted"
+
+
+CONSOLE_SCRIPT = """import pathlib, sys
+pathlib.Path(sys.argv.pop(1)).touch()
+from gymbench.cli import main
+pathlib.Path(sys.argv.pop(1)).touch()
+sys.exit(main())
+"""
+"""What pip's ``gymbench`` console script does (import, then ``main()``), with a mark before and after
+the import; the file is named ``gymbench`` so the program is the command, as installed."""
+
+
+def _console(tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], Path, Path]:
+    script = tmp_path / name / "gymbench"
+    script.parent.mkdir()
+    script.write_text(CONSOLE_SCRIPT)
+    before, after = script.with_name("before"), script.with_name("after")
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(before), str(after), "plugins"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=terminal_sigint,
+    )  # fmt: skip
+    return process, before, after
+
+
+@pytest.fixture(scope="module")
+def import_time(tmp_path_factory: pytest.TempPathFactory) -> float:
+    """From before the import to after it, uninterrupted, on this (loaded) machine."""
+    process, before, after = _console(tmp_path_factory.mktemp("console"), "calibrate")
+    _wait_for(before, process)
+    started = time.monotonic()
+    while not after.exists() and process.poll() is None:
+        time.sleep(0.001)
+    took = time.monotonic() - started
+    process.communicate(timeout=60)
+    assert process.returncode == 0
+    return took
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_sigint_while_the_console_script_imports_is_one_line_and_exit_130(
+    tmp_path: Path, import_time: float, seed: int
+) -> None:
+    """Retried with shorter delays until the signal lands inside the import (a loaded machine may
+    take longer than calibrated); wherever it lands, the exit is 130 with one line."""
+    for attempt in range(5):
+        delay = random.Random(seed).uniform(0, import_time) / (2**attempt)
+        process, before, after = _console(tmp_path, f"try{attempt}")
+        _wait_for(before, process)
+        time.sleep(delay)
+        in_import = not after.exists()
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+        if process.returncode == 0 and not stderr:  # it ended before the signal: nothing to see
+            continue
+        assert process.returncode == 130, (delay, process.returncode, stderr)
+        assert "Traceback" not in stderr and stderr.strip() == "gymbench: interrupted", (delay, stderr)
+        if in_import:
+            return
+    pytest.skip("the signal never landed inside the import on this machine")
+
+
+def _interrupt_while_making_a_class(*_args: object, **_kwargs: object) -> str:
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as exc:
+        raise RuntimeError("Error calling __set_name__ on 'Field' instance 'kinds' in 'FailureBreaker'") from exc
+
+
+def test_ctrl_c_wrapped_by_python_in_a_runtime_error_is_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What Python 3.11 makes of a Ctrl-C inside a dataclass's creation (seen in a seeded SIGINT)."""
+    from gymbench.cli import main
+
+    monkeypatch.setattr("gymbench.settings.split_overrides", _interrupt_while_making_a_class)
+    assert main(["collect"]) == 130
     assert capsys.readouterr().err.strip() == "gymbench: interrupted"

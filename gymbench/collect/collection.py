@@ -197,6 +197,35 @@ def metrics_path(output: Path) -> Path:
     return output.with_name(output.name + ".metrics.json")
 
 
+class EndOfRunFiles:
+    """The files written after a run's summary (NeMo Gym's aggregate metrics, the results record,
+    ``OUT.metrics.json``), each on its own: a full disk (or a results directory gone) at the end
+    costs that file, said in one line, never the rest of the end of the run."""
+
+    def __init__(self) -> None:
+        self.unwritten: list[str] = []
+
+    def write(self, what: str, write: Callable[[], T]) -> T | None:
+        try:
+            return write()
+        except GymbenchError as exc:
+            self.unwritten.append(f"{what} ({exc})")
+            return None
+
+    def status(self, output: Path, status: int) -> int:
+        """``status``, or 1 (after one line naming them) when a file was not written."""
+        if not self.unwritten:
+            return status
+        import sys
+
+        print(
+            f"gymbench: error: not written: {'; '.join(self.unwritten)}. The rollouts in {output} are kept; free "
+            "space (or fix the path), then run the same command with +resume=true to write them",
+            file=sys.stderr,
+        )
+        return max(status, 1)
+
+
 def check_metrics_path(path: Path) -> None:
     check_writable_file(path, "run's metrics file", "+output_jsonl_fpath (or move it away)")
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gymbench.collect.aggregate import write_aggregate_metrics
-from gymbench.collect.collection import UNBOUNDED_WARNING, collect_settings, metrics_path
+from gymbench.collect.collection import UNBOUNDED_WARNING, EndOfRunFiles, collect_settings, metrics_path
 from gymbench.collect.config import CollectConfig
 from gymbench.collect.driver import Collection, run_loop
 from gymbench.collect.output_lock import output_lock, remove_earlier_run
@@ -75,19 +75,27 @@ def _collect_in_one_process(config: CollectConfig, plugins: Plugins) -> int:
 
 
 def _report(config: CollectConfig, collection: Collection, run: Run, interrupted: bool) -> int:
-    """The summary, NeMo Gym's aggregate metrics, the record and the metrics file; then the exit status."""
-    collector, output = collection.collector, collection.settings.output_path
-    assert collector is not None and collection.backend is not None
-    aggregated = None
-    if not (interrupted or config.disable_aggregation or collector.problems.errors):
-        aggregated = write_aggregate_metrics(output, collection.backend, collection.backend_config)
+    """The summary, NeMo Gym's aggregate metrics, the record and the metrics file; then the exit status.
+    The summary comes first, so a file that cannot be written at the end costs only that file."""
+    collector, output, backend = collection.collector, collection.settings.output_path, collection.backend
+    assert collector is not None and backend is not None
     summary = collection.summary()
     print(format_summary(summary, output), file=sys.stderr)
-    if aggregated is not None:
-        print(f"aggregate metrics (NeMo Gym's): {aggregated}", file=sys.stderr)
-    run.finish([collection.result()], save=config.save_results and not interrupted)
-    write_json_atomic(metrics_path(output), {"summary": summary, "settings": settings_dict(config)})
-    return _exit_status(collector, collector.stats, output, interrupted)
+    files = EndOfRunFiles()
+    if not (interrupted or config.disable_aggregation or collector.problems.errors):
+        config_of = collection.backend_config
+        aggregated = files.write(
+            "NeMo Gym's aggregate metrics", lambda: write_aggregate_metrics(output, backend, config_of)
+        )
+        if aggregated is not None:
+            print(f"aggregate metrics (NeMo Gym's): {aggregated}", file=sys.stderr)
+    files.write(
+        "the results record", lambda: run.finish([collection.result()], save=config.save_results and not interrupted)
+    )
+    metrics = {"summary": summary, "settings": settings_dict(config)}
+    files.write(str(metrics_path(output)), lambda: write_json_atomic(metrics_path(output), metrics))
+    status = _exit_status(collector, collector.stats, output, interrupted)
+    return status if interrupted else files.status(output, status)
 
 
 def _begun_in_shards(config: CollectConfig) -> bool:
@@ -127,7 +135,7 @@ def _exit_status(collector: Collector, stats: CollectStats, output: Path, interr
         unwritten = [*problems.unwritten, *problems.cancelled_pairs]
         missing = ", ".join(f"{t}/{r}" for t, r in unwritten[:10]) or "none"
         print(
-            f"gymbench: error: the run stopped after an internal error; rollouts without a row (task/rollout): "
+            f"gymbench: error: the run stopped after an error; rollouts without a row (task/rollout): "
             f"{missing}{' ...' if len(unwritten) > 10 else ''}. Fix the cause, then: {resume}",
             file=sys.stderr,
         )

@@ -32,8 +32,19 @@ class _Worker:
 
 
 def _worker_main(connection: Connection) -> None:
-    """A worker's life: shards in, progress and outcomes out, until told to stop or the pipe closes."""
+    """A worker's life: shards in, progress and outcomes out, until told to stop or the pipe closes.
+
+    A driver killed (SIGKILL, SIGTERM) closes the pipe: the next message to it fails, which stops
+    the shard in hand (a progress report that raises halts a collection; its rows stay in the
+    shard's file for a resume) and ends the worker quietly, without a BrokenPipeError traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it stops workers
+    try:
+        _serve(connection)
+    except (OSError, EOFError):  # BrokenPipeError, ConnectionResetError: the driver is gone
+        return
+
+
+def _serve(connection: Connection) -> None:
     import gymbench.collect.driver  # noqa: F401 - imported before "ready": start-up is not collection time
 
     connection.send(("ready", None, None))

@@ -12,6 +12,7 @@ Retries are the driver's (the same for both launchers), so Ray's own task retrie
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import tempfile
@@ -20,12 +21,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gymbench.collect.progress import warn
 from gymbench.collect.shard_events import ShardEvent
 from gymbench.collect.shard_worker import ShardJob, ShardOutcome, collect_shard
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import AtomicFile
 
 CHUNK_BYTES = 8 << 20
+PROGRESS_TIMEOUT_S = 30.0
+"""How long the driver waits for the progress actor's answer before it goes on without progress."""
 QUIET = {"log_to_driver": False, "logging_level": logging.WARNING}
 """Workers' own output and Ray's start-up lines would tear the progress bar; errors still come back."""
 INSTALL_HINT = "+launcher=ray needs Ray: pip install 'gymbench[ray]' (core ray only), or use +launcher=local"
@@ -51,7 +55,7 @@ def run_shard_task(job: ShardJob, board: Any, stream_rows: bool) -> Iterator[Any
     """The Ray task: collect, then (when the driver cannot see this node's files) stream the rows."""
     if stream_rows:
         job.settings = {**job.settings, "output_jsonl_fpath": node_local_path(job)}
-    outcome = collect_shard(job, lambda done: board.report.remote(job.index, done))
+    outcome = collect_shard(job, lambda done: _report(board, job.index, done))
     if stream_rows and outcome.error is None:
         local = Path(job.settings["output_jsonl_fpath"])
         with open(local, "rb") as handle:
@@ -60,6 +64,12 @@ def run_shard_task(job: ShardJob, board: Any, stream_rows: bool) -> Iterator[Any
         for leftover in (local, local.with_name(local.name + ".run.json")):
             leftover.unlink(missing_ok=True)  # the driver has the rows now (a lost outcome redoes the shard)
     yield outcome
+
+
+def _report(board: Any, shard: int, done: int) -> None:
+    """Progress is best-effort: a progress actor that died (killed, its node lost) never stops a shard."""
+    with contextlib.suppress(Exception):
+        board.report.remote(shard, done)
 
 
 class ProgressBoard:
@@ -94,6 +104,7 @@ class RayLauncher:
         self.ray: Any = None
         self.stream_rows = False
         self.rows_travel_by = "not started"
+        self.board: Any = None
         self.landed: list[ShardEvent] = []
         """Shards already complete on the driver (streamed by an earlier run): done without a task."""
 
@@ -152,7 +163,16 @@ class RayLauncher:
         return events
 
     def _progress(self) -> dict[int, int]:
-        return self.ray.get(self.board.snapshot.remote())
+        """The workers' last reports; when the progress actor is gone (killed, its node lost, too
+        slow to answer) one warning says so and the run goes on without a moving bar."""
+        if self.board is None:
+            return {}
+        try:
+            return dict(self.ray.get(self.board.snapshot.remote(), timeout=PROGRESS_TIMEOUT_S))
+        except Exception as exc:  # noqa: BLE001 - any Ray error (ActorDiedError, GetTimeoutError...)
+            self.board = None
+            warn(f"Ray's progress actor is gone ({type(exc).__name__}); the run goes on, without progress reports")
+            return {}
 
     def _next_item(self, generator: Any) -> list[ShardEvent]:
         job, incoming = self.running[generator]

@@ -85,15 +85,24 @@ class Expected:
         return {pair_key(t, r) for t in tasks for r in range(self.num_repeats)}
 
 
-def merge_rollouts(sources: Sequence[Path], output: Path, expected: Expected | None = None) -> MergeReport:
+MERGE_AGAIN = (
+    "; nothing was written and the files merged are unchanged. Free space (or choose another -o), "
+    "then run the same merge-rollouts again"
+)
+
+
+def merge_rollouts(
+    sources: Sequence[Path], output: Path, expected: Expected | None = None, then: str = MERGE_AGAIN
+) -> MergeReport:
     """Check ``sources`` together and, when exact, write them (in order) to ``output`` atomically.
 
     Raise :class:`GymbenchError` naming every kind of problem (and leave ``output`` untouched)
-    when a pair is duplicated, missing or unexpected.
+    when a pair is duplicated, missing or unexpected; one that cannot be written (a full disk)
+    ends with ``then``: what was kept and how to finish.
     """
     _check_paths(sources, output)
     report = MergeReport()
-    with AtomicFile(output) as target:
+    with AtomicFile(output, then=then) as target:
         first_seen = _copy_checked(sources, target, report)
         if expected is not None:
             _compare(set(first_seen), expected, report)

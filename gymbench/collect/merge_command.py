@@ -8,7 +8,11 @@ file) gaps.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,8 +65,28 @@ def merge_command(settings: MergeSettings) -> int:
     if settings.output is None:
         raise GymbenchError("merge-rollouts needs -o MERGED.jsonl")
     output = Path(settings.output)
-    with output_lock(output, "-o"):
+    with output_lock(output, "-o"), _terminated_as_exit(output):
         return _merge(settings, output)
+
+
+@contextlib.contextmanager
+def _terminated_as_exit(output: Path) -> Iterator[None]:
+    """SIGTERM (``kill``, a cancelled CI job) leaves the merge as an exception does: the partial
+    temporary file is removed and ``output`` stays as it was (a SIGKILL's is removed by the next run)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        print(f"gymbench: terminated; nothing was written to {output} and the files merged are unchanged",
+              file=sys.stderr)  # fmt: skip
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _merge(settings: MergeSettings, output: Path) -> int:

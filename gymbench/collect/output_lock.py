@@ -41,8 +41,9 @@ def output_lock(output: str | os.PathLike[str], setting: str = "+output_jsonl_fp
         return
     fd = _locked(path, Path(output), setting)
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        with contextlib.suppress(OSError):  # the PID only names the holder; a full disk is said by the run's writes
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
         yield path
     finally:
         with contextlib.suppress(OSError):

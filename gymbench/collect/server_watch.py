@@ -11,15 +11,20 @@ scraped and one line saying why.
 
 from __future__ import annotations
 
-import http.client
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 
-from gymbench.engine_metrics import EngineMetrics, Recognition, averaged, recognise
+from gymbench.collect.progress import warn
+from gymbench.engine_metrics import (
+    EngineMetrics,
+    Recognition,
+    ScrapeFailed,
+    averaged,
+    fetch_metrics_text,
+    recognise,
+)
 from gymbench.tune.server_metrics import metrics_url, registered_engines
 
 HIGHLIGHTS = {
@@ -33,17 +38,20 @@ HIGHLIGHTS = {
 OVER_TIME = ("running", "waiting", "kv_cache")
 
 
-def scrape(url: str, timeout_s: float = 2.0) -> tuple[dict[str, float] | None, str | None]:
-    """Every sample of ``url`` (histogram buckets left out), or ``None`` and why not."""
+def scrape(
+    url: str, deadline_s: float | None = None, on_slow: Callable[[str], None] | None = None
+) -> tuple[dict[str, float] | None, str | None]:
+    """Every sample of ``url`` (histogram buckets left out), or ``None`` and why not; never longer
+    than ``deadline_s`` (:func:`~gymbench.engine_metrics.fetch_metrics_text`). ``on_slow`` hears
+    why when the server was too slow or said too much (not when it is merely absent)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as answer:
-            text = answer.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return None, f"{url} answered HTTP {exc.code}"
-    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
-        return None, f"{url} could not be read ({getattr(exc, 'reason', exc)})"
+        text = fetch_metrics_text(url, deadline_s)
+    except ScrapeFailed as exc:
+        if exc.slow and on_slow is not None:
+            on_slow(str(exc))
+        return None, str(exc)
     values: dict[str, float] = {}
     try:
         for family in text_string_to_metric_families(text):
@@ -94,6 +102,13 @@ class ServerWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = 0.0
+        self._warned = False
+
+    def _warn_once(self, why: str) -> None:
+        """One line for the whole run, however many scrapes are too slow: the run goes on without them."""
+        if not self._warned:
+            self._warned = True
+            warn(f"{why}; the run goes on without the server's metrics from that scrape")
 
     def __enter__(self) -> ServerWatch:
         if not self.enabled:
@@ -101,7 +116,7 @@ class ServerWatch:
         elif self.url is None:
             self.note = "not scraped: this backend names no model server (no base_url)"
         else:
-            self.before, self.note = scrape(self.url)
+            self.before, self.note = scrape(self.url, on_slow=self._warn_once)
         if self.before is not None:
             engines = self.engines if self.engines is not None else registered_engines()
             self.recognition = recognise_scraped(self.before, engines)
@@ -117,7 +132,7 @@ class ServerWatch:
         self._stop.set()
         self._thread.join()
         assert self.url is not None
-        self.after, note = scrape(self.url)
+        self.after, note = scrape(self.url, on_slow=self._warn_once)
         if self.after is None:
             self.note = f"scraped before the run only: {note}"
         else:
@@ -126,7 +141,7 @@ class ServerWatch:
     def _sample(self) -> None:
         assert self.url is not None
         while not self._stop.wait(self.interval_s):
-            values, _ = scrape(self.url)
+            values, _ = scrape(self.url, on_slow=self._warn_once)
             if values is not None:
                 self._add_point(values)
 

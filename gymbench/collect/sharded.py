@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.collect.collection import (
+    EndOfRunFiles,
     check_metrics_path,
     checked_backend,
     collect_settings,
@@ -77,16 +78,21 @@ def _collect_in_shards(config: CollectConfig, plugins: Plugins, run: Run, output
     if driver.interrupted or driver.unfinished:
         run.finish([result], save=False)
         return _stopped(config, output, driver.unfinished, driver.interrupted)
-    report = merge_rollouts([Path(s.path) for s in shards], output, _expected(config, shards))
-    write_run_fingerprint(output, run_identity(config, collect_settings(config), regular_input=True))
     summary = result.extra["summary"]
     print(format_summary(summary, output), file=sys.stderr)
+    kept = (
+        f"; every rollout is kept in {shards_dir(output)}. Free space (or fix the path), then run the same "
+        "command with +resume=true to merge them"
+    )
+    report = merge_rollouts([Path(s.path) for s in shards], output, _expected(config, shards), then=kept)
+    write_run_fingerprint(output, run_identity(config, collect_settings(config), regular_input=True))
     print(f"merged {len(shards)} shards: {report.rows} rows, every expected pair exactly once", file=sys.stderr)
-    _aggregate(config, plugins, output)
-    run.finish([result])
+    files = EndOfRunFiles()
+    files.write("NeMo Gym's aggregate metrics", lambda: _aggregate(config, plugins, output))
+    files.write("the results record", lambda: run.finish([result]))
     metrics = {"summary": summary, "settings": settings_dict(config), **_shard_extra(result)}
-    write_json_atomic(metrics_path(output), metrics)
-    return 0 if report.failed_rows == 0 else 1
+    files.write(str(metrics_path(output)), lambda: write_json_atomic(metrics_path(output), metrics))
+    return files.status(output, 0 if report.failed_rows == 0 else 1)
 
 
 def _shard_extra(result: Any) -> dict[str, Any]:

@@ -12,6 +12,7 @@ the same collection, so a rerun with another ``+num_workers`` continues the same
 from __future__ import annotations
 
 import os
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,16 +75,50 @@ def _saved_bounds(path: Path, wanted: dict[str, int]) -> list[tuple[int, int]] |
     if not path.exists():
         return None
     plan = read_json_file(path, "shard plan")
+    if not isinstance(plan, dict):
+        raise _bad_plan(path, f"expected a JSON object, got {type(plan).__name__}")
     if {key: plan.get(key) for key in wanted} != wanted:
         raise GymbenchError(
             f"{path}: the shards there belong to another selection of tasks ({_described(plan)}, "
             f"now {_described(wanted)}); "
             f"continue that one with the same settings, or move {path.parent} away to start anew"
         )
-    return [(int(start), int(end)) for start, end in plan["shards"]]
+    return _checked_bounds(path, plan.get("shards"), wanted["start_idx"], wanted["start_idx"] + wanted["tasks"])
+
+
+def _checked_bounds(path: Path, shards: object, first: int, end: int) -> list[tuple[int, int]]:
+    """The plan's shards as written by :func:`plan_shards`: ``[start, end)`` pairs of whole numbers
+    that cover ``[first, end)`` in order, each non-empty. Anything else (a hand edit, a plan of
+    another gymbench) would collect tasks twice, skip some, or ask a worker for a hundred million
+    rollouts, so it is refused before anything runs."""
+    if not isinstance(shards, list) or not shards and end > first:
+        raise _bad_plan(path, f'"shards" must be a list of [start_idx, end_idx] pairs, got {reprlib.repr(shards)}')
+    bounds, expected = [], first
+    for number, pair in enumerate(shards):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(type(v) is int for v in pair)):
+            raise _bad_plan(path, f"shard {number} must be a pair of whole numbers, got {reprlib.repr(pair)}")
+        start, stop = pair
+        if start != expected or not start < stop <= end:
+            raise _bad_plan(
+                path, f"shard {number} is [{start}, {stop}), but the shards must cover tasks {first} to {end - 1} "
+                f"in order (this one from {expected}, ending by {end})"
+            )  # fmt: skip
+        bounds.append((start, stop))
+        expected = stop
+    if expected != end:
+        raise _bad_plan(path, f"the shards end at task {expected}, but the selection runs to {end}")
+    return bounds
+
+
+def _bad_plan(path: Path, problem: str) -> GymbenchError:
+    return GymbenchError(
+        f"{path}: not a shard plan gymbench wrote ({problem}); move {path.parent} away to start anew "
+        "(the rows in its shard files can be joined with gymbench merge-rollouts first)"
+    )
 
 
 def _described(plan: dict[str, Any]) -> str:
+    """The selection a plan was made for, as a person reads it."""
     return f"{plan.get('tasks')} tasks from index {plan.get('start_idx')}, {plan.get('num_repeats')} repeats"
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import math
+import reprlib
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -37,7 +39,35 @@ def timing_rows(path: Path) -> Iterator[dict[str, Any]]:
     for number, _raw, row in RolloutsFile(path, then=ADVICE).lines():
         if not isinstance(row.get("timings"), Mapping):
             raise GymbenchError(f'{path}:{number}: not a gymbench rollout (no "timings" object){ADVICE}')
+        problem = _bad_number(row)
+        if problem is not None:
+            raise GymbenchError(f"{path}:{number}: not a gymbench rollout ({problem}){ADVICE}")
         yield timing_row(row)
+
+
+def _bad_number(row: Mapping[str, Any]) -> str | None:
+    """What is wrong with the numbers this export does arithmetic on (each timing in seconds, the
+    completion token count), or None: a string or a 400-digit integer there is no rollout gymbench
+    wrote, and one line says where it is rather than a TypeError or OverflowError."""
+    for name, value in row["timings"].items():
+        if value is not None and not _finite(value):
+            return f"timings.{name} must be a number of seconds, got {reprlib.repr(value)}"
+    for name in ("usage", "failure", "server_timings"):
+        if row.get(name) and not isinstance(row[name], Mapping):
+            return f"{name} must be an object, got {reprlib.repr(row[name])}"
+    tokens = (row.get("usage") or {}).get("completion_tokens")
+    if tokens is not None and not (type(tokens) is int and 0 <= tokens < 2**63):
+        return f"usage.completion_tokens must be a whole number 0 or more, got {reprlib.repr(tokens)}"
+    return None
+
+
+def _finite(value: object) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an integer past a float's range
+        return False
 
 
 def timing_row(row: Mapping[str, Any]) -> dict[str, Any]:

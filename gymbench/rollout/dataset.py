@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from gymbench.errors import GymbenchError
-from gymbench.jsonio import JSONReadError, decode_line, loads
+from gymbench.jsonio import JSONReadError, capped_lines, decode_line, endless_device, loads
 
 ROLLOUT_INDEX_BITS = 24
 """``output.pair_key`` packs a rollout index in this many bits (a million done pairs stay small)."""
@@ -124,6 +124,8 @@ def check_input_file(path: str | os.PathLike[str]) -> bool:
         raise InputUnreadable(path, f"cannot read the input ({reason})", "check the path") from None
     if stat.S_ISDIR(info.st_mode):
         raise InputUnreadable(path, "is a directory", "pass a JSONL file of tasks")
+    if endless_device(path):  # /dev/zero never ends
+        raise InputUnreadable(path, "is a device, not a file of tasks", "pass a JSONL file (or a pipe)")
     regular = stat.S_ISREG(info.st_mode)
     if regular and info.st_size == 0:
         raise DatasetError(f"{path}: input file is empty; it needs one JSON task per line")
@@ -168,7 +170,8 @@ class _SelectedLines:
     def __iter__(self) -> Iterator[tuple[int, int, bytes]]:
         stop = self.selection.stop
         index = -1
-        for line_number, raw in enumerate(self.handle, start=1):
+        lines = capped_lines(self.handle, getattr(self.handle, "name", "the input"))
+        for line_number, raw in enumerate(lines, start=1):
             self.any_bytes = True
             if _is_blank(raw, line_number == 1):
                 continue

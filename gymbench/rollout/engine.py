@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gymbench.errors import GymbenchError
 from gymbench.rollout.dataset import (
     DatasetError,
     Task,
@@ -183,7 +184,7 @@ class Collector:
                 self.stats.arrivals = arrivals()
             self.stats.client.finish()
             tasks.close()
-            self._writer.close()
+            self._close_writer(self._writer)
             self.verification.close()
             self._count_cache()
         return self.stats
@@ -200,6 +201,16 @@ class Collector:
         if self.phases is not None:
             self.phases.end_dispatch()
             self._release_held()
+
+    def _close_writer(self, writer: RolloutWriter) -> None:
+        """A write that failed (a full disk) stops the run like any internal error: the summary is
+        still said, with every rollout whose row is not whole in the file, for a resume to redo."""
+        try:
+            writer.close()
+        except GymbenchError as exc:
+            self.problems.add_error("the rollout writer", exc, None, written=True)
+        named = set(self.problems.unwritten)
+        self.problems.unwritten.extend(pair for pair in writer.lost() if pair not in named)
 
     async def _drain(self) -> None:
         while self._pending:

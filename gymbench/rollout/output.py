@@ -163,7 +163,11 @@ class RolloutWriter:
     Rows are encoded exactly (integers past 64 bits, lone surrogates) and redacted, so an API key
     a server echoed never reaches the file. A write error is a :class:`GymbenchError` naming the
     file; one met by the end-of-turn flush (a loop callback, whose exceptions the loop only logs)
-    is raised by the next ``write`` or by ``close``.
+    is raised by the next ``write`` or by ``close``. After the first error nothing more is written.
+
+    A full disk can stop a flush part-way through a row. The file is then always a prefix of the
+    rows given, so :meth:`lost` (after :meth:`close`) tells exactly which rows are not whole in
+    it by their end offsets: those a resume redoes (it drops a last line cut short).
     """
 
     def __init__(self, path: Path, append: bool) -> None:
@@ -171,10 +175,13 @@ class RolloutWriter:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._handle: IO[bytes] = open(path, "ab" if append else "wb")  # noqa: SIM115
+            self._end = self._handle.tell()
         except OSError as exc:
             raise self._error(exc) from None
         self._flush_scheduled = False
         self._failure: GymbenchError | None = None
+        self._unflushed: list[tuple[int, tuple[int, int]]] = []
+        """(end offset, pair) of each row given since the last flush that succeeded."""
         self.rows_written = 0
 
     def _error(self, exc: OSError) -> GymbenchError:
@@ -189,10 +196,14 @@ class RolloutWriter:
 
     def write(self, row: dict[str, Any]) -> None:
         self._raise_failure()
+        data = redact_bytes(dumps(row, newline=True))
+        self._end += len(data)
+        self._unflushed.append((self._end, (row.get("task_index", -1), row.get("rollout_index", -1))))
         try:
-            self._handle.write(redact_bytes(dumps(row, newline=True)))
+            self._handle.write(data)
         except OSError as exc:
-            raise self._error(exc) from None
+            self._failure = self._error(exc)
+            raise self._failure from None
         self.rows_written += 1
         if self._flush_scheduled:
             return
@@ -211,14 +222,30 @@ class RolloutWriter:
             self._handle.flush()
         except OSError as exc:
             self._failure = self._error(exc)
+        else:
+            self._unflushed.clear()
 
     def close(self) -> None:
         if not self._handle.closed:
             try:
-                self._handle.close()
+                self._handle.close()  # flushes what is left, which may fit now
             except OSError as exc:
                 self._failure = self._failure or self._error(exc)
+            else:
+                if self._failure is None:
+                    self._unflushed.clear()
         self._raise_failure()
+
+    def lost(self) -> list[tuple[int, int]]:
+        """After :meth:`close`: the (task, rollout) pairs given to :meth:`write` whose rows are not
+        whole in the file (none when every write succeeded)."""
+        if not self._unflushed:
+            return []
+        try:
+            size = os.stat(self.path).st_size
+        except OSError:
+            size = 0
+        return [pair for end, pair in self._unflushed if end > size]
 
 
 def check_output_path(input_path: str | os.PathLike[str], output_path: str | os.PathLike[str]) -> None:

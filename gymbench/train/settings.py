@@ -24,6 +24,10 @@ DP_SETTINGS = ("launcher", "dist_backend", "cluster")
 SHAPES = ("batch", "seq_len", "accumulation", "steps", "max_batch", "trial_steps", "group_size")
 
 
+MAX_LR = 1000.0
+"""The largest ``+lr`` accepted: beyond any rate that trains, and far below where torch overflows."""
+
+
 @dataclass
 class ClusterSettings:
     """NeMo RL's ``cluster`` names: ranks are ``num_nodes`` x ``gpus_per_node`` (on a CPU: processes per node)."""
@@ -128,7 +132,8 @@ class TrainSettings(StepSettings):
         at_least("verify", self.verify, 0, LARGEST)
         at_least("threads", self.threads, 1, 4096)
         at_least("seed", self.seed, 0, 2**64 - 1)  # torch's seeds are 64-bit
-        require(self.lr >= 0, "lr", self.lr, "a learning rate of 0 or more")
+        # Past ~3e38 torch cannot hold the rate in a float32 and fails mid-run; 1000 is far past any real one.
+        require(0 <= self.lr <= MAX_LR, "lr", self.lr, f"a learning rate from 0 to {MAX_LR:g}")
         require(self.peak_tflops is None or self.peak_tflops > 0, "peak_tflops", self.peak_tflops, "above 0")
         bound = self.leak_bound_mib_per_step
         require(bound >= 0, "leak_bound_mib_per_step", bound, "0 or more")

@@ -13,14 +13,19 @@ exactly, so its rate is read from the client and the record says so.
 
 from __future__ import annotations
 
-import http.client
-import urllib.error
-import urllib.request
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from gymbench.engine_metrics import EngineMetrics, Recognition, recognise, sample_sums
+from gymbench.engine_metrics import (
+    EngineMetrics,
+    Recognition,
+    ScrapeFailed,
+    fetch_metrics_text,
+    recognise,
+    sample_sums,
+)
 
 
 @dataclass(frozen=True)
@@ -74,11 +79,18 @@ class Counters:
 
 
 def http_fetch(url: str) -> Callable[[], str | None]:
+    """Reads ``url`` within a deadline (:func:`~gymbench.engine_metrics.fetch_metrics_text`); a
+    server too slow or too wordy is said once, on stderr, and the probe goes on without it."""
+    warned = False
+
     def fetch() -> str | None:
+        nonlocal warned
         try:
-            with urllib.request.urlopen(url, timeout=2) as answer:
-                return answer.read().decode(errors="replace")
-        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
+            return fetch_metrics_text(url)
+        except ScrapeFailed as exc:
+            if exc.slow and not warned:
+                warned = True
+                print(f"gymbench: warning: {exc}; the probe goes on with the client's figures", file=sys.stderr)
             return None
 
     return fetch

@@ -46,7 +46,7 @@ def test_without_metrics_nothing_is_scraped_and_one_line_says_why(tmp_path: Path
     with ServerWatch(None) as none:
         pass
     assert none.record()["note"] == "not scraped: this backend names no model server (no base_url)"
-    unreachable, why = scrape("http://127.0.0.1:9/metrics", timeout_s=1)
+    unreachable, why = scrape("http://127.0.0.1:9/metrics", deadline_s=1)
     assert unreachable is None and "could not be read" in (why or "")
 
 

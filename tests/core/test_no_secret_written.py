@@ -253,6 +253,7 @@ UNFILTERED_WRITES_ALLOWED = {
     "gymbench/collect/output_lock.py": "the lock file beside an output: the holder's PID",
     "gymbench/engine/build.py": "the build lock, and its log: pip (masks index credentials), cmake, the compiler",
     "gymbench/engine/server.py": "llama-server's own log: the engine's output, not gymbench's",
+    "gymbench/console.py": "a fixed line on stderr (Ctrl-C before the filter is installed): no data in it",
 }
 
 
