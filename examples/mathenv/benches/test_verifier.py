@@ -7,7 +7,7 @@ ROWS = [{"expected_answer": 2 * i} for i in range(200)]
 
 
 def verify_all(verifier):
-    return sum(verifier.verify(row, text).reward for row, text in zip(ROWS, RESPONSES))
+    return sum(verifier.verify(row, text).reward for row, text in zip(ROWS, RESPONSES, strict=True))
 
 
 def test_verify(gymbench):
