@@ -176,8 +176,9 @@ def _drive(launcher: Launcher, jobs: list[ShardJob], config: CollectConfig) -> _
     return driver
 
 
-class _Terminated(Exception):
-    """SIGTERM (``kill``, a cancelled CI job) while the shards run: the run stops as on Ctrl-C."""
+class _Terminated(BaseException):  # noqa: N818 - a signal, as KeyboardInterrupt is
+    """SIGTERM (``kill``, a cancelled CI job) while the shards run: the run stops as on Ctrl-C. Not an
+    ``Exception``, so that no ``except Exception`` on the way (a Ray call's) takes it for an error."""
 
 
 @contextlib.contextmanager
@@ -190,7 +191,7 @@ def _sigterm_stops(driver: _Driver) -> Iterator[None]:
         return
 
     def terminated(signum: int, frame: object) -> None:
-        driver.terminated = True
+        driver.terminated = driver.interrupted = True  # also when it lands while the workers are stopped
         if not driver.stopping:
             driver.stopping = True
             raise _Terminated
