@@ -191,7 +191,8 @@ class ScrapeFailed(Exception):
 def fetch_metrics_text(url: str, deadline_s: float | None = None, max_bytes: int | None = None) -> str:
     """``url``'s text, read within ``deadline_s`` in all and at most ``max_bytes`` (default: the
     module's :data:`SCRAPE_DEADLINE_S` and :data:`SCRAPE_MAX_BYTES`, read at each call); every scrape
-    of ``/metrics`` (collect's watch, tune's probe) goes through here.
+    of ``/metrics`` (collect's watch, tune's probe, the simulator handle's read) and every health
+    check (:func:`answers_ok`) goes through here.
 
     A timer shuts the socket down when the deadline passes, which ends a read blocked on a
     trickling server at once; the answer is read in chunks so a body that never ends stops at the
@@ -254,3 +255,19 @@ def _read_capped(answer: http.client.HTTPResponse, max_bytes: int, url: str) -> 
             )
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+HEALTH_DEADLINE_S = 2.0
+"""The longest one ``/health`` check may take in all; a start-up loop polls it until its own deadline."""
+HEALTH_MAX_BYTES = 64 * 1024
+
+
+def answers_ok(url: str, deadline_s: float = HEALTH_DEADLINE_S) -> bool:
+    """Whether ``url`` answers HTTP 200 in full within ``deadline_s`` (a health check). Bounded as a
+    scrape is: a server that trickles its answer is not healthy, and never holds up the start-up
+    loop polling it (a socket timeout alone bounds each byte, not the answer)."""
+    try:
+        fetch_metrics_text(url, deadline_s, HEALTH_MAX_BYTES)
+    except ScrapeFailed:
+        return False
+    return True

@@ -138,6 +138,8 @@ class AtomicFile:
         refuse_inputs(path, inputs)
         self.path = Path(path)
         self.then = then
+        self.existed = self.path.is_file()
+        """A file was there to keep (a failure leaves it unchanged), or this writes a new one."""
         self.through = _special_file(self.path)
         """Written straight to ``path`` (a device, a FIFO), not to a temporary file renamed over it."""
         try:
@@ -158,7 +160,8 @@ class AtomicFile:
     def _error(self, what: str, exc: OSError) -> GymbenchError:
         kept = ""
         if exc.errno in (errno.ENOSPC, errno.EDQUOT) and not self.through:
-            kept = f"; {self.path.name} was not changed and no partial copy is left (free space first)"
+            what_now = "was not changed" if self.existed else "was not written"
+            kept = f"; {self.path.name} {what_now} and no partial copy is left (free space first)"
         return GymbenchError(f"{self.path}: {what} ({exc.strerror or exc}){kept}{self.then}")
 
     def write(self, data: Any) -> int:

@@ -11,7 +11,9 @@ shard resumes from its file.
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -77,7 +79,7 @@ def _collect_in_shards(config: CollectConfig, plugins: Plugins, run: Run, output
     result.extra["summary"]["server_metrics"] = watch.record()
     if driver.interrupted or driver.unfinished:
         run.finish([result], save=False)
-        return _stopped(config, output, driver.unfinished, driver.interrupted)
+        return _stopped(config, output, driver.unfinished, driver.interrupted, driver.terminated)
     summary = result.extra["summary"]
     print(format_summary(summary, output), file=sys.stderr)
     kept = (
@@ -157,19 +159,48 @@ def _drive(launcher: Launcher, jobs: list[ShardJob], config: CollectConfig) -> _
     """Run every shard to an outcome, retrying lost or failed ones, until done or interrupted."""
     total = sum((job.settings["end_idx"] - job.settings["start_idx"]) * config.num_repeats for job in jobs)
     driver = _Driver(jobs, config.shard_attempts)
-    try:
-        began = time.perf_counter()
-        launcher.start()  # before the bar: Ray's start-up lines would tear it
-        driver.startup_s = time.perf_counter() - began
-        driver.progress = ShardProgress(total, config.progress)
-        driver.run(launcher)
-    except KeyboardInterrupt:
-        driver.interrupted = True
-    finally:
-        launcher.close()
-        if driver.progress is not None:
-            driver.progress.close()
+    with _sigterm_stops(driver):
+        try:
+            began = time.perf_counter()
+            launcher.start()  # before the bar: Ray's start-up lines would tear it
+            driver.startup_s = time.perf_counter() - began
+            driver.progress = ShardProgress(total, config.progress)
+            driver.run(launcher)
+        except (KeyboardInterrupt, _Terminated):
+            driver.interrupted = True
+        finally:
+            driver.stopping = True  # a SIGTERM from here on is noted, not raised: the workers are being stopped
+            launcher.close()
+            if driver.progress is not None:
+                driver.progress.close()
     return driver
+
+
+class _Terminated(BaseException):  # noqa: N818 - a signal, as KeyboardInterrupt is
+    """SIGTERM (``kill``, a cancelled CI job) while the shards run: the run stops as on Ctrl-C. Not an
+    ``Exception``, so that no ``except Exception`` on the way (a Ray call's) takes it for an error."""
+
+
+@contextlib.contextmanager
+def _sigterm_stops(driver: _Driver) -> Iterator[None]:
+    """SIGTERM ends the run as Ctrl-C does (the workers stopped, the shards kept, one line) with the
+    shell's status for it, 143, instead of a silent death by the signal. Only the main thread may
+    set a handler; elsewhere (an API caller's thread) SIGTERM keeps its own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        driver.terminated = driver.interrupted = True  # also when it lands while the workers are stopped
+        if not driver.stopping:
+            driver.stopping = True
+            raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _Driver:
@@ -189,6 +220,9 @@ class _Driver:
         self.outcomes: dict[int, list[ShardOutcome]] = {job.index: [] for job in jobs}
         self.unfinished: dict[int, str] = {}
         self.interrupted = False
+        self.terminated = False
+        """Stopped by SIGTERM (exit 143) rather than Ctrl-C (130)."""
+        self.stopping = False
         self.startup_s = 0.0
         self.collecting_s = 0.0
         """From the workers' start to the last shard's end: what the record's rates are over."""
@@ -262,12 +296,15 @@ class _Driver:
             raise GymbenchError(f"shard {shard}: {reason}")
 
 
-def _stopped(config: CollectConfig, output: Path, unfinished: dict[int, str], interrupted: bool) -> int:
+def _stopped(
+    config: CollectConfig, output: Path, unfinished: dict[int, str], interrupted: bool, terminated: bool = False
+) -> int:
     directory = shards_dir(output)
     again = "Run the same command again to continue: every shard resumes from its file"
     if interrupted:
-        print(f"gymbench: interrupted; the shards so far are in {directory}. {again}", file=sys.stderr)
-        return 130
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        print(f"gymbench: {how}; the shards so far are in {directory}. {again}", file=sys.stderr)
+        return 143 if terminated else 130
     for shard, reason in sorted(unfinished.items()):
         print(f"gymbench: error: shard {shard} failed {config.shard_attempts} times: {reason}", file=sys.stderr)
     print(f"gymbench: error: {len(unfinished)} shard(s) unfinished, so {output} was not written. {again}",

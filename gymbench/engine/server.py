@@ -14,12 +14,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from gymbench.engine_metrics import answers_ok
 from gymbench.errors import GymbenchError
 
 MODEL_ALIAS = "gymbench-tiny"
@@ -208,8 +207,5 @@ def wait_until_ready(server: LlamaServer, timeout_s: float) -> None:
 
 
 def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return bool(answer.status == 200)
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+    """One ``/health`` check with a total deadline (a trickling answer ends it; see :func:`answers_ok`)."""
+    return answers_ok(url)

@@ -163,7 +163,7 @@ def machine_warnings(records: Sequence[ResultsRecord], machine_key: str, label: 
 
 def save_json(data: Mapping[str, object], path: Path) -> Path:
     try:
-        with AtomicFile(path, text=True) as target:
+        with AtomicFile(path, text=True, then="; choose another --results-dir") as target:
             target.write(json.dumps(data, indent=1) + "\n")
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)

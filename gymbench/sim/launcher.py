@@ -17,12 +17,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
+from gymbench.engine_metrics import answers_ok, fetch_metrics_text
 from gymbench.errors import GymbenchError
 from gymbench.sim.config import SimConfig, config_from_preset
 from gymbench.sim.metrics import sample_values
@@ -59,8 +59,9 @@ class SimServerHandle:
         return f"{self.url}/v1"
 
     def metrics_text(self, timeout: float = 5.0) -> str:
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=timeout) as answer:
-            return answer.read().decode()
+        """``/metrics`` read within ``timeout`` in all (not per byte), and capped in size; a failure is
+        a :class:`~gymbench.engine_metrics.ScrapeFailed` saying why."""
+        return fetch_metrics_text(f"{self.url}/metrics", deadline_s=timeout)
 
     def metrics(self, timeout: float = 5.0) -> dict[str, float]:
         """Every sample as ``name{label="v",...}`` → value (``_total`` suffix kept for counters)."""
@@ -150,12 +151,8 @@ def _read_port(process: subprocess.Popen[bytes], timeout: float) -> int:
 def _wait_healthy(handle: SimServerHandle, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            with urllib.request.urlopen(f"{handle.url}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
+        if answers_ok(f"{handle.url}/health"):
+            return
         if time.monotonic() > deadline:
             raise GymbenchError(f"the simulated server at {handle.url} did not become healthy")
         time.sleep(0.05)

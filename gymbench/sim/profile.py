@@ -61,7 +61,7 @@ def write_profile(path: str | Path, sim: dict[str, Any], calibration: dict[str, 
 
     document = {"format": FORMAT, "sim": sim, "calibration": calibration}
     header = "# gymbench simulator profile: `gymbench sim-server +profile=THIS` (see docs/engine.md)\n"
-    with AtomicFile(path, text=True, then="; choose another +output") as out:
+    with AtomicFile(path, text=True, then="; choose another +output and run calibrate-sim again") as out:
         out.write(header + yaml.safe_dump(document, sort_keys=False, width=110))
     return Path(path)
 

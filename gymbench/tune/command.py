@@ -126,9 +126,9 @@ def run_tune(config: TuneConfig, plugins: Plugins) -> int:
         print(markdown_table(result))
         print()
         print(summary_text(result))
-        if config.plot:
-            print(f"plot: {plot(result, Path(config.plot))}")
         run.finish([tune_result(result, {"input": Path(config.input_jsonl_fpath or "").name})])
+    if config.plot:  # after the record: a plot that does not fit never costs the run its record
+        print(f"plot: {plot(result, Path(config.plot))}")
     write_step_summary(markdown_table(result) + "\n\n" + summary_text(result).replace("\n", "  \n"))
     if result.stability is not None and not result.stability.passed:
         return 1

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
+from gymbench.jsonio import AtomicFile
 from gymbench.record import BenchmarkResult, Metric
 from gymbench.tune.diagnose import Diagnosis
 from gymbench.tune.probe import ProbeResult
@@ -148,9 +150,12 @@ def plot(result: TuneResult, path: Path) -> Path:
     left.legend(handles[0] + extra[0], handles[1] + extra[1], loc="lower right", fontsize=8)
     left.set_title(f"gymbench tune ({result.method}): knee and recommendation")
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
     plt.close(figure)
+    # Rendered in memory, then written whole: a full disk leaves no half a PNG (and no traceback).
+    with AtomicFile(path, then="; choose another +plot (or +plot= for none)") as out:
+        out.write(buffer.getvalue())
     return path
 
 

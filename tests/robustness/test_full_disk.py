@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .small_fs import SmallFs, small_fs
+from .small_fs import SmallFs
 
 pytestmark = pytest.mark.hostile
 
@@ -28,12 +27,6 @@ FAST_SIM = ["+sim.step_base_s=0.004", "+sim.step_per_seq_s=0", "+sim.output_toke
 def gymbench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gymbench.cli", *args], capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
-
-
-@pytest.fixture
-def disk(tmp_path: Path) -> Iterator[SmallFs]:
-    with small_fs(tmp_path / "small") as fs:
-        yield fs
 
 
 def _tasks(path: Path, count: int, pad: int = 0) -> Path:

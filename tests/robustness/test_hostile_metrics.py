@@ -14,7 +14,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -102,3 +102,37 @@ def test_a_collection_against_a_trickling_metrics_server_writes_every_rollout(
     warnings = [line for line in done.stderr.splitlines() if "/metrics" in line and "warning" in line]
     assert len(warnings) == 1, done.stderr
     assert "the run goes on without the server's metrics" in warnings[0]
+
+
+def _sim_handle(port: int) -> Any:
+    """A simulator handle pointed at ``port`` (its process is never touched by these reads)."""
+    from gymbench.sim import SimConfig
+    from gymbench.sim.launcher import SimServerHandle
+
+    return SimServerHandle(process=cast(Any, None), host="127.0.0.1", port=port, config=SimConfig(),
+                           stderr_file=cast(Any, None))  # fmt: skip
+
+
+def test_a_health_check_that_trickles_is_not_healthy(server: SlowMetricsServer) -> None:
+    """``gymbench engine``'s ``/health`` poll: a status line sent a byte a second (200 in the end)
+    is not a healthy server; each check ends by its total deadline, not after the last byte."""
+    from gymbench.engine.server import _healthy
+
+    health = server.metrics_url("trickle_head").replace("/metrics", "/health")
+    assert _returns(lambda: _healthy(health)) is False
+
+
+def test_the_simulators_start_up_wait_ends_against_a_trickling_health_check(server: SlowMetricsServer) -> None:
+    from gymbench.errors import GymbenchError
+    from gymbench.sim.launcher import _wait_healthy
+
+    handle = _sim_handle(server.ports["trickle_head"])
+    with pytest.raises(GymbenchError, match="did not become healthy"):
+        _returns(lambda: _wait_healthy(handle, 0.5))
+
+
+def test_the_simulator_handles_metrics_read_has_a_total_deadline(server: SlowMetricsServer) -> None:
+    handle = _sim_handle(server.ports["trickle_body"])
+    with pytest.raises(ScrapeFailed, match="did not answer in full within 3 s") as failed:
+        _returns(lambda: handle.metrics_text(timeout=3))  # a byte a second: never 3 s without one
+    assert failed.value.slow

@@ -2,7 +2,8 @@
 
 A sharded driver (``+num_workers=2``) killed by SIGKILL or SIGTERM while its workers collect:
 every process of the run ends (none left running), nothing on stderr but gymbench's own lines (no
-BrokenPipeError traceback from a worker), and a resume gives every rollout exactly once. With Ray,
+BrokenPipeError traceback from a worker), and a resume gives every rollout exactly once. SIGTERM
+is one line saying where the shards are kept and how to go on, and exit status 143. With Ray,
 gymbench's progress actor killed mid-run: one warning, and the run completes.
 """
 
@@ -66,11 +67,16 @@ def test_workers_of_a_killed_driver_exit_quietly_and_a_resume_completes(tmp_path
             assert driver.poll() is None and time.monotonic() < deadline, stderr.read_text()
             time.sleep(0.005)
         driver.send_signal(signum)
-        driver.wait(HANG_S)
+        status = driver.wait(HANG_S)
         assert _group_ends(driver.pid), "a worker outlived its driver"
     said = stderr.read_text()
     assert "Traceback" not in said and "BrokenPipeError" not in said, said
     assert all(line.startswith("gymbench: ") for line in said.splitlines()), said
+    if signum == signal.SIGTERM:  # as Ctrl-C, with the shell's status for SIGTERM: what is kept, how to go on
+        assert status == 143, (status, said)
+        told = [line for line in said.splitlines() if "terminated" in line]
+        assert len(told) == 1 and f"the shards so far are in {shards}" in told[0], said
+        assert "Run the same command again" in told[0], said
     resumed = subprocess.run([sys.executable, "-m", "gymbench.cli", *_args(tasks, out, "+num_workers=2",
                               "+resume=true")], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
