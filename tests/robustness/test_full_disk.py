@@ -11,6 +11,7 @@ rollout exactly once.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -71,8 +72,16 @@ WRITERS = {
     "report_markdown": lambda r, o: ["report", str(_record(r)), "-o", str(o / "r.html"), "--markdown", str(o / "r.md")],
     "export": lambda r, o: ["export", str(_record(r)), "-o", str(o / "e.json"), "--metric", "latency"],
     "import": lambda r, o: ["import", str(_exported(r)), "--results-dir", str(o / "results")],
-    "compare_markdown": lambda r, o: ["compare", str(_record(r)), str(_record(r)), "--markdown", str(o / "c.md")],
+    "compare_markdown": lambda r, o: ["compare", str(_record(r)), str(_copy(r)), "--markdown", str(o / "c.md")],
 }
+
+
+def _copy(rollouts: Path) -> Path:
+    """The record under another name: compare refuses to compare a file with itself."""
+    path = rollouts.with_name("copy_collect.json")
+    if not path.exists():
+        shutil.copyfile(_record(rollouts), path)
+    return path
 
 
 def _exported(rollouts: Path) -> Path:
