@@ -251,8 +251,9 @@ PB_EDITS: list[tuple[str, Edit, bool | None]] = [
 
 def calibration_case(name: str, content: bytes, where: str) -> Case:
     def build(workdir: Path, env: Env) -> Prepared:
-        good = workdir / "good.json"
+        good, other = workdir / "good.json", workdir / "other.json"  # two files: compare refuses one run twice
         good.write_text(json.dumps(record("good", 1.02)))
+        other.write_text(json.dumps(record("good", 1.02)))
         store = workdir / "results"
         if where == "flag":
             calibration = workdir / "calibration.json"
@@ -263,7 +264,7 @@ def calibration_case(name: str, content: bytes, where: str) -> Case:
         calibration.parent.mkdir(parents=True, exist_ok=True)
         calibration.write_bytes(content)
         return Prepared(
-            ["compare", str(good), str(good), "--results-dir", str(store), *argv], mentions=[str(calibration)]
+            ["compare", str(good), str(other), "--results-dir", str(store), *argv], mentions=[str(calibration)]
         )
 
     return Case("records", f"calibration-{where}:{name}", build)

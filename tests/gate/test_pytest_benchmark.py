@@ -42,7 +42,9 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     command += ["--benchmark-max-time=0.02", "test_pb.py", f"--benchmark-json={folder / 'with_data.json'}"]
     command += ["--benchmark-save=summary", f"--benchmark-storage=file://{folder / 'store'}"]
     subprocess.run(command, cwd=folder, check=True, capture_output=True)
-    return {"data": folder / "with_data.json", "summary": next((folder / "store").glob("*/*_summary.json"))}
+    shutil.copyfile(folder / "with_data.json", folder / "with_data_copy.json")  # compare refuses a run with itself
+    return {"data": folder / "with_data.json", "copy": folder / "with_data_copy.json",
+            "summary": next((folder / "store").glob("*/*_summary.json"))}  # fmt: skip
 
 
 def test_import_keeps_every_sample(written: dict[str, Path]) -> None:
@@ -88,12 +90,12 @@ def test_pytest_benchmark_compare_reads_our_export(written: dict[str, Path], tmp
 def test_compare_gates_pytest_benchmark_files_directly(
     written: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["compare", str(written["data"]), str(written["data"]), "--results-dir", "nowhere"]) == 3
+    assert main(["compare", str(written["data"]), str(written["copy"]), "--results-dir", "nowhere"]) == 3
     assert "gate: INCONCLUSIVE — 0 gated, 3 ungated: nothing was gated" in capsys.readouterr().out
     args = [
         "compare",
         str(written["data"]),
-        str(written["data"]),
+        str(written["copy"]),
         "--results-dir",
         "nowhere",
         "--fail-on",
@@ -131,7 +133,7 @@ def test_a_file_written_on_this_machine_is_this_machines(
     from gymbench.fingerprint import machine_info
 
     assert load_pytest_benchmark(written["data"]).fingerprint["machine"]["key"] == machine_info()["key"]
-    args = ["compare", str(written["data"]), str(written["data"]), "--results-dir", str(tmp_path)]
+    args = ["compare", str(written["data"]), str(written["copy"]), "--results-dir", str(tmp_path)]
     assert main([*args, "--fail-on", "regression"]) == 0
     assert "was measured on machine" not in capsys.readouterr().out
     assert main(["import", str(written["data"]), "--results-dir", str(tmp_path), "--name", "pb"]) == 0
