@@ -35,11 +35,14 @@ import asyncio
 import json
 import math
 import os
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import numpy as np
 import pytest
 
 from gymbench import Recorder
@@ -53,7 +56,7 @@ from gymbench.settings import build_settings
 from gymbench.sim.calibrate import prompt_text, workload_body
 from gymbench.sim.calibrate_command import CalibrateSettings, calibrate
 from gymbench.sim.config import config_from_preset
-from gymbench.sim.loadgen import closed_loop
+from gymbench.sim.loadgen import LoadResult, closed_loop, settle_server
 from gymbench.sim.text import count_tokens
 from gymbench.sim.virtual_load import simulated_closed_loop
 from gymbench.testing import make_plugins
@@ -105,28 +108,59 @@ def grid(quick: bool, slots: int) -> list[int]:
 
 
 SLICES = 10
+"""A single-pass point's interval comes from this many slices of its window."""
+PASSES = 5
+"""Each point is measured in this many windows (``window_s`` ÷ ``PASSES`` each), the grid in a new
+shuffled order each pass, and its interval comes from the spread between its windows. On this VM
+the rate drifted by ±5% between 30 s windows while each window's own interval said ±1-2%: one pass
+in grid order turned that drift into a slope (a "peak" at p=16 with 4 slots), and a knee at 13.7
+where the slots fill at 4. Passes in shuffled order spread the drift over every point, and the
+interval between windows is honest about it."""
 
 
-def truth_at(server: LlamaServer, p: int, window_s: float) -> Rate:
-    """Requests/s at ``p``, its 95% interval from the spread of ten slices of the window.
+def one_window(server: LlamaServer, p: int, window_s: float) -> LoadResult:
+    """Requests finished at ``p`` in ``window_s`` after a 2 s warm-up, on an idle engine.
 
-    A window in which fewer than ten requests finished (a short quick-mode window on a loaded
-    machine) is measured again, twice as long, up to 16 times the asked length: the window waits for work."""
+    The engine first finishes what earlier windows left it (:func:`settle_server`: llama.cpp keeps
+    generating for a client gone away). A window in which fewer than ten requests finished (a short
+    quick-mode window on a loaded machine) is measured again, twice as long, up to 16 times the
+    asked length: the window waits for work."""
     body = workload_body(server.model, PROMPT_WORDS, MAX_TOKENS)
+    metrics = server.base_url.removesuffix("/v1") + "/metrics"
+
+    async def measure(window: float) -> LoadResult:
+        async with aiohttp.ClientSession() as session:
+            note = (await settle_server(session, metrics)).note()
+            if note:
+                print(f"  p={p}: {note}")
+        return await closed_loop(server.base_url, p, window, warmup_s=2.0, body=body)
+
     longest = 16 * window_s
-    result = asyncio.run(closed_loop(server.base_url, p, window_s, warmup_s=2.0, body=body))
-    while result.completed < SLICES and window_s < longest:
-        window_s *= 2
-        result = asyncio.run(closed_loop(server.base_url, p, window_s, warmup_s=2.0, body=body))
-    assert result.completed > 0, f"no request finished at p={p} in {window_s:g} s ({result.errors} failed)"
-    width = window_s / SLICES
+    result = asyncio.run(measure(window_s))
+    while result.completed < SLICES and result.window_s < longest:
+        result = asyncio.run(measure(2 * result.window_s))
+    assert result.completed > 0, f"no request finished at p={p} in {result.window_s:g} s ({result.errors} failed)"
+    return result
+
+
+def rate_of(windows: list[LoadResult]) -> Rate:
+    """Requests/s over ``windows`` with a 95% interval: from the spread between the windows when
+    there are several, else from ten slices of the one."""
+    seconds = sum(w.window_s for w in windows)
+    mean = sum(w.completed for w in windows) / seconds
+    completed = sum(w.completed for w in windows)
+    if len(windows) > 1:
+        rates = [w.requests_per_s for w in windows]
+        se = float(np.std(rates, ddof=1)) / math.sqrt(len(rates))
+        return Rate(mean, se * t_quantile(len(rates) - 1), len(rates) - 1, samples=completed)
+    (window,) = windows
+    width = window.window_s / SLICES
     counts = [0] * SLICES
-    for at in result.finished_s:
+    for at in window.finished_s:
         counts[min(SLICES - 1, int(at / width))] += 1
     per_slice = [c / width for c in counts]
-    mean = result.requests_per_s
     se = (sum((r - mean) ** 2 for r in per_slice) / (SLICES - 1) / SLICES) ** 0.5
-    return Rate(mean, se * t_quantile(SLICES - 1), SLICES - 1, samples=result.completed)
+    return Rate(mean, se * t_quantile(SLICES - 1), SLICES - 1, samples=completed)
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
@@ -134,17 +168,27 @@ def truth(request: pytest.FixtureRequest) -> Iterator[Truth]:
     name, slots = request.param, CONFIGS[request.param]
     gymbench_quick = bool(request.config.getoption("--gymbench-quick"))
     window_s = float(os.environ.get("GYMBENCH_TRUTH_WINDOW_S", 3 if gymbench_quick else 30))
+    passes = int(os.environ.get("GYMBENCH_TRUTH_PASSES", 1 if gymbench_quick else PASSES))
     try:
         server = start_llama_server(find_server(), cached_model("tiny", cache_root()), slots=slots, threads=1,
                                     context=512, max_tokens=MAX_TOKENS)  # fmt: skip
     except GymbenchError as exc:
         pytest.skip(f"no real engine: {exc}")
     with server:
-        print(f"\n{name} (-np {slots}, -t 1): the truth, {window_s:g} s per point, load {os.getloadavg()[0]:.1f}")
-        rates = {}
-        for p in grid(gymbench_quick, slots):
-            rates[p] = truth_at(server, p, window_s)
-            print(f"  p={p:>3}  {rates[p].value:8.2f} ± {rates[p].half_width:.2f} requests/s")
+        points = grid(gymbench_quick, slots)
+        print(f"\n{name} (-np {slots}, -t 1): the truth, {window_s:g} s per point in {passes} shuffled passes,"
+              f" load {os.getloadavg()[0]:.1f}")  # fmt: skip
+        windows: dict[int, list[LoadResult]] = {p: [] for p in points}
+        for turn in range(passes):
+            order = list(points)
+            if passes > 1:
+                random.Random(turn).shuffle(order)
+            for p in order:
+                windows[p].append(one_window(server, p, window_s / passes))
+        rates = {p: rate_of(windows[p]) for p in points}
+        for p, rate in rates.items():
+            each = ", ".join(f"{w.requests_per_s:.1f}" for w in windows[p])
+            print(f"  p={p:>3}  {rate.value:8.2f} ± {rate.half_width:.2f} requests/s  (windows: {each})")
         found = Truth(name, slots, server, window_s, rates)
         grid_knee = min(p for p, v in found.curve.items() if v >= 0.97 * found.plateau)
         print(f"  true knee {found.knee:.1f} [{found.found.low:.1f}, {found.found.high:.1f}] (grid point {grid_knee}),"

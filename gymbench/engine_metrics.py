@@ -12,7 +12,7 @@ looks up its names only.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -76,6 +76,13 @@ class EngineMetrics:
             if name in sums:
                 return sums[name]
         return None
+
+    def in_flight(self, sums: Mapping[str, float]) -> float | None:
+        """Requests the server holds now, running or queued; None when it exposes neither gauge."""
+        running, waiting = self.value(sums, "running"), self.value(sums, "waiting")
+        if running is None and waiting is None:
+            return None
+        return (running or 0.0) + (waiting or 0.0)
 
     def ttft_totals(self, sums: Mapping[str, float]) -> tuple[float, float] | None:
         """(Σ seconds, count) of the time-to-first-token histogram, when exposed."""
@@ -271,3 +278,53 @@ def answers_ok(url: str, deadline_s: float = HEALTH_DEADLINE_S) -> bool:
     except ScrapeFailed:
         return False
     return True
+
+
+SETTLE_MAX_S = 30.0
+"""The longest a measurement waits for a server to finish the requests it still holds."""
+SETTLE_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What :func:`settle` found: how long it waited, and what the server still held after it."""
+
+    waited_s: float
+    held_at_start: float | None
+    """Requests running or queued when the wait began; None when the server's gauges are unreadable."""
+    left: float | None
+    """Requests still held when the wait ended (more than zero: it gave up after ``max_s``)."""
+
+    def note(self) -> str | None:
+        """One line for a record's notes when the wait mattered, else None."""
+        if self.left:
+            return (f"the server still held {self.left:g} requests after {self.waited_s:.0f} s (another client?); "
+                    "measured anyway, so this point may read low")  # fmt: skip
+        if self.held_at_start:
+            return (f"waited {self.waited_s:.1f} s for the server to finish {self.held_at_start:g} requests left "
+                    "from before (an engine that keeps generating for a client that went away)")  # fmt: skip
+        return None
+
+
+async def settle(
+    in_flight: Callable[[], Awaitable[float | None]],
+    clock: Callable[[], float],
+    max_s: float = SETTLE_MAX_S,
+    poll_s: float = SETTLE_POLL_S,
+) -> Settled:
+    """Wait until the server holds no request (``in_flight()``, from its ``/metrics``), at most ``max_s``.
+
+    Why: llama.cpp's server (and any engine that does not abort a request whose client went away)
+    keeps generating the requests a measurement stopped waiting for. Measured on llama-server with 64
+    slots: 256 cancelled requests kept it busy for 3 s, and a one-client calibration started then read
+    24 requests/s where the idle server gives 32. A measurement starts on an idle server, or says it
+    did not.
+    """
+    import asyncio
+
+    began = clock()
+    first = held = await in_flight()
+    while held and clock() - began < max_s:
+        await asyncio.sleep(poll_s)
+        held = await in_flight()
+    return Settled(clock() - began, first, held)

@@ -27,7 +27,9 @@ from typing import Any
 
 import aiohttp
 
+from gymbench.engine_metrics import EngineMetrics
 from gymbench.errors import GymbenchError
+from gymbench.sim.loadgen import settle_server
 
 FILLER = "the quick brown fox jumps over the lazy dog while a robot paints a small red house "
 PREFILL_WORDS = (8, 48, 144)
@@ -233,6 +235,8 @@ class Measurements:
     prefill: list[Answer]
     points: list[LoadPoint]
     wall_s: float
+    notes: list[str] = field(default_factory=list)
+    """Waits for a busy engine before a load (see :func:`gymbench.sim.loadgen.settle_server`)."""
 
 
 async def measure(
@@ -248,6 +252,7 @@ async def measure(
     headers: Mapping[str, str],
     stream: bool = False,
     on_phase: Callable[[str, float], None] = lambda label, seconds: None,
+    engines: list[EngineMetrics] | None = None,
 ) -> Measurements:
     """All three phases against ``base_url``; ``on_phase(label, seconds)`` after each step (a bar)."""
     began = time.perf_counter()
@@ -267,8 +272,13 @@ async def measure(
         # time (p = 2 read the same requests/s as p = 1: 33 against 60 without the prefill first).
         url = f"{facts.root_url}/v1/chat/completions"
         body = workload_body(facts.model, prompt_words, max_tokens, stream=stream)
-        points = []
+        points, notes = [], []
         for p in concurrencies or default_concurrencies(facts.slots):
+            # An engine still generating for clients gone away (a tune or load test just before, or
+            # this calibration's own last window) would make this load read low: start it idle.
+            waited = (await settle_server(session, f"{facts.root_url}/metrics", engines)).note()
+            if waited:
+                notes.append(f"p={p}: {waited}")
             window = window_s
             point = await measure_closed_loop(session, url, body, p, warmup_s, window)
             while not point.answers and not point.errors and window < LONGEST_WINDOW * window_s:
@@ -288,4 +298,4 @@ async def measure(
                 f"cannot measure the engine at {_where(base_url)}: {_reason(exc)}; is it running?"
             ) from None
         on_phase("prefill", 0.0)
-    return Measurements(facts, prefill, points, time.perf_counter() - began)
+    return Measurements(facts, prefill, points, time.perf_counter() - began, notes)

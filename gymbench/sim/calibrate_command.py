@@ -148,4 +148,6 @@ def _summary(sim: dict[str, Any], record: dict[str, Any], path: str) -> None:
             f"{row['concurrency']:>4} {row['requests_per_s']:>13.3f} {row['simulated_requests_per_s']:>10.3f} "
             f"{row['error_pct']:>+6.1f}% {row['errors']:>7}"
         )
+    for note in record.get("notes", []):
+        print(f"note: {note}")
     print(f"wrote {path}: run the simulator from it with gymbench sim-server +profile={path}")

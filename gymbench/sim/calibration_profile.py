@@ -163,6 +163,8 @@ def build_profile(
         "prefill": [{"prompt_n": p.prompt_n, "prompt_ms": round(p.prompt_ms, 3)} for p in prefill],
         "check": check_points(config, fit, measured, prompt_words, max_tokens),
     }
+    if measured.notes:
+        record["notes"] = list(measured.notes)
     return sim, record
 
 

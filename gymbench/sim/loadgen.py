@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from gymbench.engine_metrics import EngineMetrics, recognise, sample_sums
+from gymbench.engine_metrics import EngineMetrics, Settled, recognise, sample_sums, settle
 
 
 @dataclass
@@ -108,6 +108,29 @@ async def metrics_engine(
     if recognition.engine is None:
         raise ValueError(f"{metrics_url}: {recognition.reason}")
     return recognition.engine
+
+
+async def settle_server(
+    session: aiohttp.ClientSession, metrics_url: str, engines: list[EngineMetrics] | None = None
+) -> Settled:
+    """Wait until the server at ``metrics_url`` holds no request (:func:`gymbench.engine_metrics.settle`);
+    a server without a readable ``/metrics`` of a known engine is not waited for."""
+    try:
+        engine = await metrics_engine(session, metrics_url, engines)
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        return Settled(0.0, None, None)
+
+    async def in_flight() -> float | None:
+        try:
+            async with session.get(metrics_url) as answer:
+                if answer.status != 200:
+                    return None
+                text = await answer.text()
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return None
+        return engine.in_flight(sample_sums(text, engine.wanted()))
+
+    return await settle(in_flight, asyncio.get_running_loop().time)
 
 
 async def generation_tokens(session: aiohttp.ClientSession, metrics_url: str, engine: EngineMetrics) -> float:

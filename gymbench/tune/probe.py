@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from gymbench.engine_metrics import Settled, settle
 from gymbench.knee_search import Level
 from gymbench.rates import Completion, Meter, Precision, Rate
 from gymbench.rollout.dataset import TaskSlice
@@ -111,6 +112,8 @@ class LoopRun:
     rate_limit_refusals: int
     latencies: list[tuple[float, float]]
     """(request latency, output tokens) of the rollouts measured."""
+    settled: Settled | None = None
+    """The wait, before the run, for the server to finish what earlier runs left it (None: no gauges)."""
 
 
 class Prober:
@@ -149,6 +152,7 @@ class Prober:
         self.pooled_squares = 0.0
         self.pooled_successes = 0
         self._runs = 0
+        self._shared_server = False
 
     def close(self) -> None:
         """Remove the probes' rollout files: they are scratch (the rates are what a tune keeps)."""
@@ -195,7 +199,11 @@ class Prober:
         meter: Meter | None = None,
         budget: int | None = None,
     ) -> LoopRun:
-        """Collect from the endless sample under ``strategy`` until ``stop()``; every rollout to ``listen``."""
+        """Collect from the endless sample under ``strategy`` until ``stop()``; every rollout to ``listen``.
+
+        It starts on an idle server: the rollouts an earlier run cancelled may still be generating
+        there (llama.cpp does not abort them), and would slow this run's first batches."""
+        settled = await self.settle()
         seen = Watch()
         counted = CountedSlots(strategy, self.clock)
         use_clock = getattr(strategy, "use_clock", None)
@@ -239,7 +247,20 @@ class Prober:
         self.pooled_work += work
         self.pooled_squares += squares
         self.pooled_successes += successes
-        return LoopRun(collector.stats, seen, reader.rate_limit_refusals, latencies)
+        return LoopRun(collector.stats, seen, reader.rate_limit_refusals, latencies, settled)
+
+    async def settle(self) -> Settled | None:
+        """Wait for the server to hold no request (by its ``/metrics`` gauges), when they can be read."""
+        counters = self.counters
+        if counters is None or self._shared_server:
+            return None
+
+        async def in_flight() -> float | None:
+            return await asyncio.to_thread(counters.in_flight)
+
+        settled = await settle(in_flight, self.clock, poll_s=self.poll_s)
+        self._shared_server = bool(settled.left)  # others keep it busy: waiting again would only cost time
+        return settled
 
     def _measure(
         self,
@@ -279,6 +300,9 @@ class Prober:
         summary = stats.summary()
         tokens_per_s = rate.value if self.unit == "tokens" else summary["output_tokens_per_s"]
         notes = [meter.note] if meter.note else []
+        waited = run.settled.note() if run.settled is not None else None
+        if waited:
+            notes.append(waited)
         if meter.failing():
             notes.append(f"mostly failing ({meter.failures} of {meter.completions}): stopped measuring")
         elif rate.under_measured:

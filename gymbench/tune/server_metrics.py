@@ -68,6 +68,13 @@ class Counters:
         self.engine = engine
         self._recognised = engine is not None
 
+    def in_flight(self) -> float | None:
+        """Requests the server holds now (running or queued), by the engine's gauges; None when unreadable."""
+        text = self.fetch()
+        if text is None or self.engine is None:
+            return None
+        return self.engine.in_flight(sample_sums(text, self.engine.wanted()))
+
     def read(self) -> Reading | None:
         text = self.fetch()
         if text is None:
