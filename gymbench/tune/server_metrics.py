@@ -71,9 +71,12 @@ class Counters:
     def in_flight(self) -> float | None:
         """Requests the server holds now (running or queued), by the engine's gauges; None when unreadable."""
         text = self.fetch()
-        if text is None or self.engine is None:
+        if text is None:
             return None
-        return self.engine.in_flight(sample_sums(text, self.engine.wanted()))
+        if not self._recognised:
+            self.engine = recognise(registered_engines(), sample_sums(text)).engine
+            self._recognised = True
+        return None if self.engine is None else self.engine.in_flight(sample_sums(text, self.engine.wanted()))
 
     def read(self) -> Reading | None:
         text = self.fetch()
