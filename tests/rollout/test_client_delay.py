@@ -90,3 +90,24 @@ def test_a_client_short_of_cpu_says_so_and_names_num_workers() -> None:
     shards = ClientDelayStats(cpu_s=9.0, run_queue_s=0.0)  # two processes at 0.45 cores each
     shards.add({"send_lag_s": 0.001})
     assert not shards.summary(elapsed=10.0, latency_p50=0.5, processes=2)["cpu_limited"]
+
+
+def test_an_interval_narrower_than_the_client_delay_is_named() -> None:
+    from gymbench.collect.summary import narrow_interval_lines
+
+    def cell(value: float, half: float) -> dict[str, object]:
+        return {"value": value, "low": value - half, "high": value + half, "small_sample": False}
+
+    tables = {
+        "ttft": {"count": 400, "p50": cell(0.045, 0.002), "p99": cell(0.120, 0.004)},
+        "itl": {"count": 25000, "p50": cell(0.008, 0.000003), "p99": {"value": 0.0081, "low": 0.0080,
+                                                                       "high": None, "small_sample": False}},
+    }  # fmt: skip
+    delay = ClientDelayStats()
+    for _ in range(10):
+        delay.add({"send_lag_s": 0.0001, "receive_lag_s": 0.0001, "read_to_stamp_s": 0.00002})
+    found = delay.summary(elapsed=1.0, latency_p50=0.045)
+    (line,) = narrow_interval_lines(tables, found)
+    assert "ITL p50" in line and "TTFT" not in line and "ITL p99" not in line  # p99's open side is not narrow
+    assert narrow_interval_lines({"ttft": tables["ttft"]}, found) == []
+    assert narrow_interval_lines(tables, None) == []
