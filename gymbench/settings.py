@@ -397,6 +397,23 @@ _SHOWN = reprlib.Repr()
 _SHOWN.maxstring, _SHOWN.maxlong, _SHOWN.maxother = 80, 40, 80
 
 
+def host_field() -> Any:
+    """The ``host`` setting of a server gymbench starts (the simulator, llama.cpp's): declared here once."""
+    return dataclasses.field(default="127.0.0.1", metadata=doc("address to bind"))
+
+
+def port_field(default: int) -> Any:
+    """The ``port`` setting of a server gymbench starts; ``default`` differs by server (the simulator
+    keeps 8000, where the README's commands expect it; llama.cpp's takes any free port)."""
+    return dataclasses.field(default=default, metadata=doc("port (0: any free port)"))
+
+
+def check_listen(host: str, port: int) -> None:
+    """The checks of :func:`host_field` and :func:`port_field`, one line each when wrong."""
+    require(bool(host.strip()), "host", host, "an address to bind, e.g. 127.0.0.1")
+    at_least("port", port, 0, 65535)
+
+
 def require(condition: bool, setting: str, value: Any, expected: str) -> None:
     """Raise a one-line error naming the setting, the value (shortened) and what is allowed."""
     if not condition:

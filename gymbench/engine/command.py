@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 from gymbench.engine.build import SERVER_ENV
 from gymbench.engine.model import MODEL_SIZES
 from gymbench.engine.server import HTTP_THREADS
-from gymbench.settings import doc
+from gymbench.settings import doc, host_field, port_field
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -36,8 +36,8 @@ class EngineSettings:
     )  # fmt: skip
     slots: int = field(default=4, metadata=doc("requests served at once (llama-server -np)"))
     threads: int = field(default=1, metadata=doc("CPU threads for the model (llama-server -t)"))
-    host: str = field(default="127.0.0.1", metadata=doc("address to bind"))
-    port: int = field(default=0, metadata=doc("port (0: any free port)"))
+    host: str = host_field()
+    port: int = port_field(0)
     context: int = field(default=4096, metadata=doc("tokens of context per slot"))
     max_tokens: int = field(
         default=128, metadata=doc("longest reply when a request sets no max_tokens (llama-server -n)")
@@ -55,16 +55,15 @@ class EngineSettings:
     )
 
     def __post_init__(self) -> None:
-        from gymbench.settings import at_least, require
+        from gymbench.settings import at_least, check_listen, require
 
         require(self.model_size in MODEL_SIZES, "model_size", self.model_size, " or ".join(MODEL_SIZES))
         at_least("slots", self.slots, 1)
         at_least("threads", self.threads, 1)
-        at_least("port", self.port, 0, 65535)
         at_least("context", self.context, 64)
         at_least("max_tokens", self.max_tokens, 1)
         at_least("http_threads", self.http_threads, 1)
-        require(bool(self.host.strip()), "host", self.host, "an address to bind, e.g. 127.0.0.1")
+        check_listen(self.host, self.port)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

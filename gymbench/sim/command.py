@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gymbench.settings import doc
+from gymbench.settings import doc, host_field, port_field
 from gymbench.sim.config import PRESET_HELP, SimConfig
 
 if TYPE_CHECKING:
@@ -31,19 +31,18 @@ class SimServeSettings(SimConfig):
             "a calibrated simulator profile (YAML from gymbench calibrate-sim), laid over the preset", path=True
         ),
     )
-    host: str = field(default="127.0.0.1", metadata=doc("address to bind"))
-    port: int = field(default=8000, metadata=doc("port (0: any free port)"))
+    host: str = host_field()
+    port: int = port_field(8000)
     describe: bool = field(default=False, metadata=doc("print the theoretical capacity and exit"))
     prompt_tokens: float = field(default=32, metadata=doc("assumed prompt length for --describe"))
     max_tokens: int | None = field(default=None, metadata=doc("assumed max_tokens for --describe"))
     json: bool = field(default=False, metadata=doc("with --describe: machine-readable output"))
 
     def __post_init__(self) -> None:
-        from gymbench.settings import at_least, require
+        from gymbench.settings import at_least, check_listen, require
 
         super().__post_init__()
-        require(bool(self.host.strip()), "host", self.host, "an address to bind, e.g. 127.0.0.1")
-        at_least("port", self.port, 0, 65535)
+        check_listen(self.host, self.port)
         require(self.prompt_tokens > 0, "prompt_tokens", self.prompt_tokens, "a number of tokens above 0")
         at_least("max_tokens", self.max_tokens, 1)
 
