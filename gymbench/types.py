@@ -169,7 +169,14 @@ class RequestOutcome:
 
 @runtime_checkable
 class ConcurrencyStrategy(Protocol):
-    """Decides when the next rollout may start."""
+    """Decides when the next rollout may start.
+
+    A closed-loop strategy starts one when a slot frees (a number in flight); an open-loop one sends
+    requests on a schedule whatever is in flight, and says so with a class attribute ``open_loop =
+    True`` (:func:`is_open_loop`) on the strategy or on its settings dataclass (then it is known
+    before its options are checked), which ``gymbench tune`` and ``diagnose`` refuse: they sweep
+    the number in flight, which an open-loop strategy does not hold.
+    """
 
     @property
     def limit(self) -> int | None:
@@ -181,6 +188,12 @@ class ConcurrencyStrategy(Protocol):
         ...
 
     def observe(self, outcome: RequestOutcome) -> None: ...
+
+
+def is_open_loop(strategy: object) -> bool:
+    """Whether a strategy (or its class, or its settings dataclass) says it sends on a schedule
+    (``open_loop = True``), not when a slot frees."""
+    return getattr(strategy, "open_loop", False) is True
 
 
 # --------------------------------------------------------------------------- registrations

@@ -109,6 +109,9 @@ class ArrivalSlot:
 class ArrivalStrategy:
     """Dispatches on a schedule of gaps; see the module's docstring."""
 
+    open_loop = True
+    """Sends whatever is in flight (:func:`gymbench.types.is_open_loop`): tune and diagnose refuse it."""
+
     def __init__(
         self,
         gaps: Iterator[float],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from gymbench.search_settings import GrowthSettings, PrecisionSettings, SearchSettings
 from gymbench.settings import Checked, at_least, doc, require, with_defaults
@@ -57,6 +58,10 @@ multiply the rate by the workers."""
 @dataclass
 class ArrivalSettings(Checked):
     """What every open-loop strategy takes: a cap on requests in flight and the over-saturation rule."""
+
+    open_loop: ClassVar[bool] = True
+    """Tune and diagnose refuse these strategies before their options are checked
+    (:func:`gymbench.types.is_open_loop`)."""
 
     max_in_flight: int | None = field(
         default=None,

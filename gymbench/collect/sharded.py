@@ -37,7 +37,14 @@ from gymbench.collect.server_watch import ServerWatch
 from gymbench.collect.shard_events import Launcher, ShardEvent
 from gymbench.collect.shard_worker import ShardJob, ShardOutcome
 from gymbench.collect.sharded_record import sharded_result
-from gymbench.collect.shards import Shard, ShardProgress, plan_shards, shard_settings, shards_dir
+from gymbench.collect.shards import (
+    Shard,
+    ShardProgress,
+    plan_shards,
+    shard_cooldowns,
+    shard_settings,
+    shards_dir,
+)
 from gymbench.collect.summary import format_summary
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import write_json_atomic
@@ -67,7 +74,12 @@ def run_sharded_collect(config: CollectConfig, plugins: Plugins) -> int:
 
 def _collect_in_shards(config: CollectConfig, plugins: Plugins, run: Run, output: Path, shards: list[Shard]) -> int:
     with _shared_server(config) as server:
-        jobs = [ShardJob(s.index, 0, shard_settings(config, s, server), _own_simulator(config)) for s in shards]
+        cooldowns = shard_cooldowns(config, shards)
+        jobs = [
+            ShardJob(s.index, 0, shard_settings(config, s, server, cooldown_rollouts=cooldowns[s.index]),
+                     _own_simulator(config))
+            for s in shards
+        ]  # fmt: skip
         launcher = make_launcher(config)
         watch = ServerWatch(server.get("base_url") or config.base_url, config.scrape_metrics,
                             engines=plugins.engine_metrics())  # fmt: skip

@@ -122,10 +122,24 @@ def _described(plan: dict[str, Any]) -> str:
     return f"{plan.get('tasks')} tasks from index {plan.get('start_idx')}, {plan.get('num_repeats')} repeats"
 
 
-def shard_settings(config: CollectConfig, shard: Shard, server: dict[str, Any]) -> JSONObject:
+def shard_cooldowns(config: CollectConfig, shards: list[Shard]) -> dict[int, int]:
+    """Each shard's ``cooldown_rollouts``: the cool-down is the last N rollouts of the whole
+    selection, as in one process, so the last shard flags its own last ones, and the shard before
+    it the rest, if N is more than the last shard holds; the other shards have none."""
+    left, counts = config.cooldown_rollouts, {}
+    for shard in reversed(shards):
+        counts[shard.index] = min(left, shard.tasks * config.num_repeats)
+        left -= counts[shard.index]
+    return counts
+
+
+def shard_settings(
+    config: CollectConfig, shard: Shard, server: dict[str, Any], *, cooldown_rollouts: int
+) -> JSONObject:
     """The settings one shard is collected with: its range, its file, resume on, nothing printed or saved.
 
-    ``server`` names the shared simulator (``base_url``, ``model``) when the driver runs one."""
+    ``server`` names the shared simulator (``base_url``, ``model``) when the driver runs one;
+    ``cooldown_rollouts`` is the shard's share of the selection's (:func:`shard_cooldowns`)."""
     settings = settings_dict(config)
     for key in path_settings(CollectConfig):  # absolute: a worker's working directory (on a Ray node) is not ours
         if settings.get(key):
@@ -134,7 +148,7 @@ def shard_settings(config: CollectConfig, shard: Shard, server: dict[str, Any]) 
     settings.update(
         start_idx=shard.start_idx, end_idx=shard.end_idx, limit=None, output_jsonl_fpath=shard.path, resume=True,
         overwrite=False, progress=False, save_results=False, disable_aggregation=True, num_workers=1,
-        launcher="local", num_shards=None,
+        launcher="local", num_shards=None, cooldown_rollouts=cooldown_rollouts,
     )  # fmt: skip
     return settings
 

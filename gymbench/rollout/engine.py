@@ -161,23 +161,24 @@ class Collector:
             async with self.backend:
                 self.stats = CollectStats(clock=self.clock, slo=self.slo)
                 self.phases = self._phases()
+                complete = True  # the strategy's schedule was done (a trace's end, a search that converged)
                 try:
-                    await self._dispatch(iter(tasks), state)
+                    complete = await self._dispatch(iter(tasks), state)
                 except StopDispatch as stop:
                     self.stopped_early = True
                     self.stats.stopped = self.stats.stopped or str(stop) or None
                 except DatasetError:
-                    self._end_dispatch()
+                    self._end_dispatch(complete=False)
                     await self._drain()  # a bad row later on: let in-flight rollouts land
                     raise
-                self._end_dispatch()
+                self._end_dispatch(complete)
                 await self._drain()
         finally:
             for job in pending:
                 job.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-            self._end_dispatch()
+            self._end_dispatch(complete=False)  # no-op unless the run was cut short (cancelled, an error)
             self.stats.finished = self.clock()
             arrivals = getattr(self.strategy, "arrival_summary", None)
             if callable(arrivals):
@@ -196,10 +197,11 @@ class Collector:
         planned = self.planned() if cfg.cooldown_rollouts else None
         return Phases(self.clock, cfg.warmup_rollouts, cfg.warmup_s, cfg.cooldown_rollouts, cfg.cooldown_s, planned)
 
-    def _end_dispatch(self) -> None:
-        """Dispatching is over: every held rollout's phase is known now; write them."""
+    def _end_dispatch(self, complete: bool) -> None:
+        """Dispatching is over: every held rollout's phase is known now; write them. ``complete``:
+        the selection (or the strategy's schedule) was done, so the cool-down by time applies."""
         if self.phases is not None:
-            self.phases.end_dispatch()
+            self.phases.end_dispatch(complete)
             self._release_held()
 
     def _close_writer(self, writer: RolloutWriter) -> None:
@@ -216,10 +218,14 @@ class Collector:
         while self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
 
-    async def _dispatch(self, tasks: Any, state: ResumeState | None) -> None:
-        for task in tasks:
+    async def _dispatch(self, tasks: Any, state: ResumeState | None) -> bool:
+        """Dispatch the selection; True when all of it was, False when the run stopped short.
+
+        A rollout's position counts every task the selection yields, those a resume skips too,
+        so the cool-down by count flags the same rollouts whether or not the run was resumed."""
+        for position, task in enumerate(tasks):
             if self.problems.halted or self.stats.stopped:
-                return
+                return False
             key = pair_key(task.task_index, task.rollout_index)
             if state is not None and key in state.done:
                 self.stats.skipped += 1
@@ -233,17 +239,18 @@ class Collector:
                 raise
             except Exception as exc:  # a broken strategy: stop dispatching, let what is in flight land
                 self.problems.add_error(f"the strategy {type(self.strategy).__name__}'s slot()", exc, None, True)
-                return
+                return False
             if self.problems.halted or self.stats.stopped:  # it stopped while we waited for the slot
                 await slot.__aexit__(None, None, None)
-                return
+                return False
             late = getattr(slot, "late_s", None)  # an open-loop slot: how late it went out, not the wait
             slot_wait = late if isinstance(late, float) else self.clock() - ready
-            mark = self.phases.dispatch() if self.phases is not None else None
+            mark = self.phases.dispatch(position) if self.phases is not None else None
             job = asyncio.ensure_future(self._one(task, attempt, slot, slot_wait, mark))
             self._pending.add(job)
             self._pairs[job] = (task.task_index, task.rollout_index)
             job.add_done_callback(self._job_done)
+        return True
 
     def _job_done(self, job: asyncio.Task[None]) -> None:
         """Every rollout task ends here; an exception it let out is reported, never lost."""

@@ -1,14 +1,23 @@
 """Warm-up and cool-down: rollouts written and flagged but left out of the statistics.
 
 A run's first rollouts meet cold caches, an empty batch and connections still opening; its last
-ones meet a draining batch. Steady-state figures leave both out. Warm-up is known when a rollout
-is dispatched (its position, or the time since the run began). Cool-down is counted back from
-the end of dispatching: by count, from the number of rollouts the selection yields (known before
-the run for a task file); by time, from the moment dispatching ended, which no one knows while
-it goes on. A rollout that lands while it may still fall in the cool-down window is held (its
-row and its statistics) until that is known: when dispatching passes its dispatch time plus the
-window, or ends. At most the rollouts of one window are held, and every one is written when the
-run ends, whichever way it ends.
+ones meet a draining batch. Steady-state figures leave both out.
+
+Warm-up belongs to each run: every start (a resumed run's too) opens new connections and fills an
+empty batch, so it is the first ``warmup_rollouts`` this run dispatches, or those it dispatches in
+its first ``warmup_s`` seconds.
+
+Cool-down belongs to the end of the whole selection, so a run that is stopped and resumed flags
+the same rows as one that is not. By count, it is the rollouts at the last ``cooldown_rollouts``
+positions of the selection (positions count every rollout the selection yields, those a resume
+skips included; the count is known before the run for a task file). By time, it is the rollouts
+dispatched in the last ``cooldown_s`` seconds before dispatching ended, when it ended because the
+selection (or the strategy's schedule) was done; a run cut short (killed, a stop condition, a
+failure breaker) has no cool-down by time, as its rollouts stand measured in the run that goes on
+to finish the selection. A rollout that lands while it may still fall in the cool-down window is
+held (its row and its statistics) until that is known: when dispatching passes its dispatch time
+plus the window, or ends. At most the rollouts of one window are held, and every one is written
+when the run ends, whichever way it ends.
 """
 
 from __future__ import annotations
@@ -24,7 +33,8 @@ UNDECIDED = "undecided"
 
 @dataclass(frozen=True)
 class Dispatched:
-    """Where a rollout stands in the run: its position in dispatch order and its dispatch time."""
+    """Where a rollout stands: its position in the selection, its dispatch time, and whether it is
+    warm-up (decided when it is dispatched)."""
 
     position: int
     at: float
@@ -55,22 +65,26 @@ class Phases:
         self.last_dispatch: float | None = None
         self.dispatch_ended: float | None = None
         """When the last rollout was dispatched, once dispatching is over."""
+        self.cut_short = False
+        """Dispatching ended before the selection did: no cool-down by time (see the module)."""
         self.excluded = {WARMUP: 0, COOLDOWN: 0}
 
     @property
     def active(self) -> bool:
         return any(self.warmup) or self.cooldown_from is not None or self.cooldown_s > 0
 
-    def dispatch(self) -> Dispatched:
+    def dispatch(self, position: int) -> Dispatched:
+        """This run dispatches the rollout at ``position`` in the selection (0 for its first)."""
         now = self.last_dispatch = self.clock()
-        position = self.dispatched
+        warm = self.dispatched < self.warmup[0] or now - self.started < self.warmup[1]
         self.dispatched += 1
-        warm = position < self.warmup[0] or now - self.started < self.warmup[1]
         return Dispatched(position, now, warm)
 
-    def end_dispatch(self) -> None:
+    def end_dispatch(self, complete: bool) -> None:
+        """Dispatching is over; ``complete``: because the selection or the strategy's schedule was done."""
         if self.dispatch_ended is None:
             self.dispatch_ended = self.last_dispatch if self.last_dispatch is not None else self.clock()
+            self.cut_short = not complete
 
     def phase(self, rollout: Dispatched) -> str | None:
         """``"warmup"``, ``"cooldown"``, ``None`` (measured) or ``UNDECIDED`` (hold it for now)."""
@@ -78,7 +92,7 @@ class Phases:
             return WARMUP
         if self.cooldown_from is not None and rollout.position >= self.cooldown_from:
             return COOLDOWN
-        if self.cooldown_s <= 0:
+        if self.cooldown_s <= 0 or self.cut_short:
             return None
         if self.dispatch_ended is not None:
             return COOLDOWN if rollout.at >= self.dispatch_ended - self.cooldown_s else None

@@ -80,7 +80,7 @@ class RunPolicy(Checked):
         default=0,
         kw_only=True,
         metadata=doc(
-            "the first N rollouts dispatched are warm-up: written, flagged, left out of the statistics",
+            "the first N rollouts this run dispatches (a resumed run too) are warm-up: written, flagged, left out",
             run_neutral=True,
         ),
     )
@@ -96,7 +96,7 @@ class RunPolicy(Checked):
         default=0,
         kw_only=True,
         metadata=doc(
-            "the last N rollouts dispatched are cool-down: written, flagged, left out of the statistics",
+            "the last N rollouts of the selection are cool-down (resumed or not): written, flagged, left out",
             run_neutral=True,
         ),
     )
@@ -104,7 +104,7 @@ class RunPolicy(Checked):
         default=0.0,
         kw_only=True,
         metadata=doc(
-            "rollouts dispatched in the last S seconds of dispatching are cool-down (flagged, left out)",
+            "rollouts dispatched in the last S seconds before the selection ran out are cool-down (flagged, left out)",
             run_neutral=True,
         ),
     )

@@ -33,20 +33,40 @@ from gymbench.tune.report import (
 )
 from gymbench.tune.server_metrics import find_server_counters
 from gymbench.tune.sweep import Strategies, TuneResult, adaptive_search, doubling_sweep, validate_stability
+from gymbench.types import is_open_loop
 
 T = TypeVar("T")
 
 
 def strategies_for(config: ProbeConfig, plugins: Plugins) -> Strategies:
-    """Probes hold a fixed parallelism through the configured strategy, which must take one."""
+    """Probes hold a fixed parallelism through the configured strategy, which must take one.
+
+    Checked before anything runs. An open-loop strategy (:func:`~gymbench.types.is_open_loop`, a
+    third party's too) is refused, since a sweep of the number in flight means nothing to one that
+    sends on a schedule: by its settings dataclass before its options are checked (a missing
+    request rate is not worth fixing first), else by the strategy once built."""
+    if is_open_loop(plugins.schema("strategy", config.strategy)):
+        raise _open_loop_refused(config.strategy)
     declared = plugins.options("strategy", config.strategy)
-    if declared is not None and "num_samples_in_parallel" not in declared:
+    takes_parallelism = declared is None or "num_samples_in_parallel" in declared
+    built = make_strategy(plugins, config.strategy, config.strategy_options, 1 if takes_parallelism else None)
+    if is_open_loop(built):
+        raise _open_loop_refused(config.strategy)
+    if not takes_parallelism:
         raise GymbenchError(
             f"strategy {config.strategy!r} has no num_samples_in_parallel setting, so it cannot be probed at a "
             "fixed parallelism; tune with +strategy=semaphore (the default) or a strategy that takes one"
         )
-    make_strategy(plugins, config.strategy, config.strategy_options, 1)  # its options are checked now
     return Strategies.from_plugins(plugins, config.strategy, config.strategy_options)
+
+
+def _open_loop_refused(name: str) -> GymbenchError:
+    return GymbenchError(
+        f"strategy {name!r} is open-loop (it sends requests on a schedule, whatever is in flight), but tune and "
+        "diagnose sweep closed-loop parallelism (a fixed number of rollouts in flight): tune with "
+        f"+strategy=semaphore (the default), or sweep the rate with gymbench collect +strategy={name}, "
+        "one run per rate (docs/collection.md, open-loop arrivals)"
+    )
 
 
 def with_prober(

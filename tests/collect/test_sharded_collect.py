@@ -12,7 +12,8 @@ from pathlib import Path
 
 import psutil
 
-from gymbench.collect.shards import ShardProgress
+from gymbench.collect.config import CollectConfig
+from gymbench.collect.shards import Shard, ShardProgress, shard_cooldowns, shard_settings
 from gymbench.record import load_record
 from gymbench.testing import terminal_sigint
 
@@ -24,6 +25,18 @@ def pairs(path: Path) -> list[tuple[int, int]]:
     return [(r["task_index"], r["rollout_index"]) for r in rows(path)]
 
 
+def flagged(path: Path) -> list[tuple[int, int]]:
+    return sorted((r["task_index"], r["rollout_index"]) for r in rows(path) if r.get("phase") == "cooldown")
+
+
+def test_the_cooldown_by_count_is_the_selections_last_rollouts_shard_by_shard() -> None:
+    config = CollectConfig(num_repeats=2, cooldown_rollouts=9)
+    shards = [Shard(i, start, end, f"shard-{i}") for i, (start, end) in enumerate([(0, 5), (5, 8), (8, 12)])]
+    assert shard_cooldowns(config, shards) == {2: 8, 1: 1, 0: 0}
+    assert shard_cooldowns(CollectConfig(cooldown_rollouts=20), shards) == {2: 4, 1: 3, 0: 5}
+    assert shard_settings(config, shards[1], {}, cooldown_rollouts=1)["cooldown_rollouts"] == 1
+
+
 def collect_args(tasks: Path, out: Path, *extra: str) -> list[str]:
     return ["collect", f"+input_jsonl_fpath={tasks}", f"+output_jsonl_fpath={out}", "+num_samples_in_parallel=4",
             "+progress=false", *extra]  # fmt: skip
@@ -32,13 +45,16 @@ def collect_args(tasks: Path, out: Path, *extra: str) -> list[str]:
 def test_two_workers_give_exactly_the_single_process_set_and_one_record(tmp_path: Path) -> None:
     tasks = write_tasks(tmp_path / "tasks.jsonl", 30)
     single, sharded = tmp_path / "single.jsonl", tmp_path / "sharded.jsonl"
-    selection = ["+start_idx=3", "+end_idx=28", "+num_repeats=2", "+save_results=false", *FAST_SIM]
+    selection = ["+start_idx=3", "+end_idx=28", "+num_repeats=2", "+cooldown_rollouts=9", "+save_results=false",
+                 *FAST_SIM]  # fmt: skip
     assert gymbench(*collect_args(tasks, single, *selection)).returncode == 0
-    done = gymbench(*collect_args(tasks, sharded, *selection[:3], "+num_workers=2", *FAST_SIM,
+    done = gymbench(*collect_args(tasks, sharded, *selection[:4], "+num_workers=2", *FAST_SIM,
                                   f"+results_dir={tmp_path / 'results'}"))  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert sorted(pairs(sharded)) == sorted(pairs(single))
     assert len(pairs(sharded)) == len(set(pairs(sharded))) == 50
+    cooldown = [(24, 0), (24, 1), (25, 0), (25, 1), (26, 0), (26, 1), (27, 0), (27, 1), (23, 1)]
+    assert flagged(single) == flagged(sharded) == sorted(cooldown)  # the selection's last 9, across two shards
     plan = json.loads((tmp_path / "sharded.jsonl.shards" / "plan.json").read_text())
     assert len(plan["shards"]) == 8 and plan["shards"][0][0] == 3 and plan["shards"][-1][1] == 28
     (benchmark,) = load_record(next((tmp_path / "results").glob("*/*_collect.json"))).benchmarks

@@ -136,6 +136,10 @@ async def test_tune_in_an_async_test(gymbench):
 
 def test_bad_tune_setting(gymbench):
     gymbench.tune(input_jsonl_fpath=TASKS, max_paralelism=8)
+
+
+def test_open_loop_tune(gymbench):
+    gymbench.tune(input_jsonl_fpath=TASKS, strategy="poisson", strategy_options={{"request_rate": 5}})
 """
 
 
@@ -144,10 +148,12 @@ def test_tune_records_the_knee_and_says_what_is_wrong_in_one_line(pytester: pyte
     pytester.makepyfile(test_tune=TUNE_SUITE)
     results = pytester.path / "results"
     outcome = run(pytester, "--gymbench-save", "t", "--gymbench-results-dir", str(results))
-    outcome.assert_outcomes(passed=1, failed=2)
+    outcome.assert_outcomes(passed=1, failed=3)
     text = outcome.stdout.str()
     assert "gymbench: error: gymbench.tune(...) runs its own event loop; call it from a plain test" in text
     assert "gymbench: error: gymbench.tune: unknown setting 'max_paralelism'" in text
+    assert "gymbench: error: strategy 'poisson' is open-loop (it sends requests on a schedule" in text
+    assert "Traceback" not in text and "GymbenchError" not in text
     record = load_record(next(Path(results).glob("*/*_t.json")))
     metrics = record.benchmark("test_tune.py::test_knee").metrics
     for name in ("knee_parallelism", "recommended_parallelism", "plateau_rollouts_per_s", "expected_rollouts_per_s"):

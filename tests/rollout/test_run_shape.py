@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,97 @@ def test_cooldown_by_count_needs_an_input_that_can_be_counted(tmp_path: Path) ->
         Phases(lambda: 0.0, cooldown_rollouts=2, planned=None)
     with pytest.raises(GymbenchError, match="setting 'stop_at_error_rate'"):
         CollectSettings(tmp_path / "t", tmp_path / "o", stop_at_error_rate=1.5)
+
+
+# --- a run stopped half-way and resumed flags the rows an uninterrupted run flags ---------------
+
+
+def collect_once(tmp_path: Path, strategy: ConcurrencyStrategy, *, resume: bool = False, cancel_after: int = 0,
+                 backend: Backend | None = None, **policy: object) -> list[int]:  # fmt: skip
+    """One run into ``tmp_path/out.jsonl`` over 20 tasks; ``cancel_after``: cancel it (as Ctrl-C does)
+    once that many rollouts landed. Returns the task indices this run dispatched, in order."""
+    dispatched: list[int] = []
+
+    async def main() -> None:
+        settings = CollectSettings(write_tasks(tmp_path / "t.jsonl", 20), tmp_path / "out.jsonl",
+                                   overwrite=not resume, resume=resume, **policy)  # fmt: skip
+        async with InProcessBackend(ENGINE) as sim:
+            inner = backend or sim
+            original = inner.generate
+
+            async def generate(request: GenerationRequest) -> object:
+                dispatched.append(request.task_index)
+                return await original(request)
+
+            inner.generate = generate  # type: ignore[method-assign]
+            landed = 0
+
+            def progress(done: int, stats: CollectStats) -> None:
+                nonlocal landed
+                landed += done
+                if cancel_after and landed == cancel_after:
+                    job.cancel()
+
+            collector = Collector(settings, inner, ExactMatchVerifier(), strategy, progress,
+                                  clock=asyncio.get_running_loop().time)  # fmt: skip
+            job = asyncio.ensure_future(collector.run())
+            try:
+                await job
+            except asyncio.CancelledError:
+                pass
+
+    run_in_simulated_time(main())
+    return dispatched
+
+
+def flags(tmp_path: Path) -> dict[tuple[int, int], str | None]:
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    pairs = [(row["task_index"], row["rollout_index"]) for row in rows]
+    assert sorted(pairs) == [(i, 0) for i in range(20)]  # each rollout once: none lost, none twice
+    return {(row["task_index"], row["rollout_index"]): row.get("phase") for row in rows}
+
+
+def fails_task_9_once(request: GenerationRequest) -> BaseException | None:
+    return GenerationFailed("server_error", "HTTP 500: boom", 500) if request.task_index == 9 else None
+
+
+def constant_rate() -> ConcurrencyStrategy:
+    return make_strategy(Plugins(get_plugin_manager()), "constant", {"request_rate": 10.0}, None)
+
+
+@pytest.mark.parametrize("stop", ["cancelled", "stop_after_errors"])
+@pytest.mark.parametrize(
+    ("strategy", "cooldown"),
+    [(lambda: SemaphoreStrategy(2), {"cooldown_rollouts": 3}), (constant_rate, {"cooldown_s": 0.25})],
+    ids=["by-count", "by-time"],
+)
+def test_a_resumed_run_flags_the_cooldown_rows_an_uninterrupted_run_flags(
+    tmp_path: Path, stop: str, strategy: Callable[[], ConcurrencyStrategy], cooldown: dict[str, object]
+) -> None:
+    """The cool-down is the selection's end: a run stopped half-way (cancelled, or by a stop
+    condition) and resumed flags, pair by pair, what one uninterrupted run flags."""
+    make = strategy
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    whole.mkdir(), parts.mkdir()
+    collect_once(whole, make(), **cooldown)
+    if stop == "cancelled":
+        collect_once(parts, make(), cancel_after=8, **cooldown)
+    else:  # a stop condition ends it cleanly at task 9's failure; the resume retries task 9
+        failing = FakeBackend(latency_s=0.05, fail_with=fails_task_9_once)
+        collect_once(parts, make(), backend=failing, stop_after_errors=1, max_attempts=2, **cooldown)
+    assert 0 < len((parts / "out.jsonl").read_text().splitlines()) < 20  # stopped half-way
+    collect_once(parts, make(), resume=True, max_attempts=2, **cooldown)
+
+    expected = flags(whole)
+    assert [pair for pair, phase in sorted(expected.items()) if phase] == [(17, 0), (18, 0), (19, 0)]
+    assert flags(parts) == expected
+
+
+def test_warmup_belongs_to_each_run_a_resumed_one_included(tmp_path: Path) -> None:
+    """Each start meets cold connections and an empty batch: the resumed run's first rollouts are
+    warm-up too, beside those the first run flagged; the cool-down is still the selection's end."""
+    collect_once(tmp_path, SemaphoreStrategy(2), cancel_after=8, warmup_rollouts=3, cooldown_rollouts=2)
+    resumed = collect_once(tmp_path, SemaphoreStrategy(2), resume=True, warmup_rollouts=3, cooldown_rollouts=2)
+    phases = flags(tmp_path)
+    assert sorted(i for (i, _), p in phases.items() if p == "warmup") == sorted({0, 1, 2, *resumed[:3]})
+    assert sorted(i for (i, _), p in phases.items() if p == "cooldown") == [18, 19]

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from gymbench.builtin.semaphore import SemaphoreStrategy
+from gymbench.errors import GymbenchError
+from gymbench.hookspecs import hookimpl
 from gymbench.record import load_record
 from gymbench.rollout import engine
 from gymbench.rollout.verification import VerifySettings
@@ -25,6 +27,7 @@ from gymbench.tune.command import diagnose_run, tune_run
 from gymbench.tune.config import DiagnoseConfig, TuneConfig
 from gymbench.tune.diagnose import Diagnosis, diagnose
 from gymbench.tune.probe import Prober
+from gymbench.types import Component
 from tests.tune.simulated import sim_counters, simulated_verification, with_prober
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,3 +124,41 @@ def test_stability_validation_at_the_recommendation() -> None:
     stability = result.stability
     assert stability is not None and stability.parallelism == result.recommended
     assert stability.rollouts >= 150 and stability.error_rate == 0.0
+
+
+@pytest.mark.parametrize(("command", "strategy"), [("tune", "constant"), ("diagnose", "trace")])
+def test_an_open_loop_strategy_is_refused_in_one_line_before_anything_runs(
+    tmp_path: Path, command: str, strategy: str
+) -> None:
+    """Tune and diagnose sweep the number in flight, which an open-loop strategy does not hold; the
+    refusal comes first, even before the strategy's own missing settings (no trace file given)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gymbench.cli", command, f"+input_jsonl_fpath={TASKS}", f"+strategy={strategy}",
+         f"+results_dir={tmp_path / 'results'}"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"gymbench: error: strategy {strategy!r} is open-loop (it sends requests on a schedule")
+    assert "tune and diagnose sweep closed-loop parallelism" in line
+    assert f"+strategy=semaphore (the default), or sweep the rate with gymbench collect +strategy={strategy}" in line
+
+
+class ScheduledStrategy(SemaphoreStrategy):
+    """A third party's open-loop strategy: no settings dataclass, only the attribute on its class."""
+
+    open_loop = True
+
+
+class ScheduledPlugin:
+    @hookimpl
+    def gymbench_register_strategies(self) -> list[Component]:
+        return [Component("scheduled", lambda options: ScheduledStrategy(4))]
+
+
+def test_a_third_partys_open_loop_strategy_is_refused_by_its_attribute() -> None:
+    plugins = make_plugins(ScheduledPlugin())
+    with pytest.raises(GymbenchError, match="strategy 'scheduled' is open-loop"):
+        tune_run(config("strategy=scheduled"), plugins)
+    with pytest.raises(GymbenchError, match="strategy 'scheduled' is open-loop"):
+        diagnose_run(config("strategy=scheduled", schema=DiagnoseConfig), plugins)
