@@ -10,14 +10,25 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from gymbench import load_record
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "gymbench" / "data" / "example_tasks.jsonl"
 
 SIM = {"step_base_s": 0.002, "step_per_seq_s": 0, "output_tokens_mean": 4, "max_num_seqs": 8}
-QUICK_TUNE = {"start": 2, "max_parallelism": 8, "precision": 0.25, "min_batches": 2, "max_batches": 3, "sample_size": 16}
+QUICK_TUNE = {
+    "start": 2,
+    "max_parallelism": 8,
+    "precision": 0.25,
+    "min_batches": 2,
+    "max_batches": 3,
+    "sample_size": 16,
+}
 
 CONFTEST = """
 from pathlib import Path
@@ -87,3 +98,49 @@ def test_without_the_collection_table_the_task_file_is_missing_in_one_line(pytes
     text = outcome.stdout.str()
     assert "gymbench: error: needs +input_jsonl_fpath=TASKS.jsonl" in text
     assert "Traceback" not in text and not (pytester.path / "scored.txt").exists()
+
+
+def tune_command(root: Path, *settings: str) -> subprocess.CompletedProcess[str]:
+    """``gymbench tune`` in the project's folder, as the user types it there."""
+    sim = [f"+sim.{key}={value}" for key, value in SIM.items()]
+    return subprocess.run(
+        [sys.executable, "-m", "gymbench.cli", "tune", "+plot=", "+progress=false", *sim, *settings],
+        cwd=root, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def command_project(root: Path, **collect: object) -> None:
+    (root / "data").mkdir(exist_ok=True)
+    shutil.copy(EXAMPLES, root / "data" / "tasks.jsonl")
+    text = table("tune", QUICK_TUNE) + ("\n" + table("collect", collect) if collect else "")
+    (root / "pyproject.toml").write_text(text)
+
+
+def test_the_tune_command_in_the_project_folder_layers_the_same_way(tmp_path: Path) -> None:
+    command_project(tmp_path, input_jsonl_fpath="data/tasks.jsonl", verifier="none", num_samples_in_parallel=4)
+    done = tune_command(tmp_path, f"+results_dir={tmp_path / 'results'}")
+    assert done.returncode == 0, done.stderr
+    assert "recommended num_samples_in_parallel=" in done.stdout
+    params = load_record(next((tmp_path / "results").glob("*/*_tune.json"))).benchmarks[0].params
+    assert params["input"] == "tasks.jsonl"
+
+    (tmp_path / "pyproject.toml").write_text(table("collect", {"input_jsonl_fpath": "data/tasks.jsonl",
+                                                               "verifier": "not-a-verifier"}))  # fmt: skip
+    refused = tune_command(tmp_path)  # the verifier comes from [tool.gymbench.collect] too
+    assert refused.returncode == 2 and "not-a-verifier" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_the_tune_command_without_the_collection_table_needs_the_task_file(tmp_path: Path) -> None:
+    command_project(tmp_path)
+    done = tune_command(tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "gymbench: error: needs +input_jsonl_fpath=TASKS.jsonl (the sample every probe uses)"
+    ]
+
+
+def test_a_bad_setting_in_the_projects_table_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(table("tune", {"max_paralelism": 8}))
+    done = tune_command(tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "pyproject.toml [tool.gymbench.tune]: unknown setting 'max_paralelism'" in done.stderr
