@@ -90,6 +90,10 @@ def pooled(rates: Sequence[Rate]) -> Rate:
     if len(rates) == 1:
         return rates[0]
     weights = [1 / max(r.se, 1e-12 * max(r.value, 1e-12)) ** 2 for r in rates]
+    if not sum(weights):  # no measurement has a finite interval (nothing completed): nothing to weigh
+        samples = sum(r.samples for r in rates)
+        value = sum(r.value * r.samples for r in rates) / samples if samples else rates[-1].value
+        return Rate(value, math.inf, sum(r.dof for r in rates), rates[-1].source, samples, True)
     value = sum(w * r.value for w, r in zip(weights, rates, strict=True)) / sum(weights)
     dof = sum(r.dof for r in rates)
     se = math.sqrt(1 / sum(weights))

@@ -390,6 +390,36 @@ def pyproject_table(path: Path, *keys: str) -> dict[str, Any]:
     return dict(table)
 
 
+def project_settings(
+    pyproject: Path, job: str, schema: type[Any], built_on: tuple[str, type[Any]] | None = None
+) -> SettingsFile:
+    """A job's defaults from a project's pyproject.toml: ``[tool.gymbench.<job>]`` over the settings
+    it shares with the job it is built on (``tune`` on ``collect``: the task file and verifier are
+    written once, in ``[tool.gymbench.collect]``).
+
+    The command and the pytest API read the same tables this way, so ``gymbench tune`` in a
+    project's folder and ``gymbench.tune()`` in its benches run the same settings. Paths are
+    relative to the pyproject.toml; an error in a setting names the file.
+    """
+    settings: dict[str, Any] = {}
+    schemas = [schema]
+    if built_on is not None:
+        base_job, base_schema = built_on
+        shared = {f.name for f in dataclasses.fields(schema)} & {f.name for f in dataclasses.fields(base_schema)}
+        settings = {key: value for key, value in pyproject_table(pyproject, base_job).items() if key in shared}
+        schemas.append(base_schema)
+    settings.update(pyproject_table(pyproject, job))
+    for key in path_settings(*schemas):
+        if isinstance(settings.get(key), str) and settings[key]:
+            settings[key] = str(pyproject.parent / settings[key])
+    return SettingsFile(settings, f"{pyproject} [tool.gymbench.{job}]")
+
+
+def project_defaults(job: str, schema: type[Any], built_on: tuple[str, type[Any]] | None = None) -> SettingsFile:
+    """A command's defaults: :func:`project_settings` of the working directory's pyproject.toml."""
+    return project_settings(Path.cwd() / "pyproject.toml", job, schema, built_on)
+
+
 # --------------------------------------------------------------------------- checks used by schemas
 
 

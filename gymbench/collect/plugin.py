@@ -31,10 +31,12 @@ def _run_collect(args: argparse.Namespace, plugins: Plugins) -> int:
     from gymbench.collect.command import run_collect
     from gymbench.collect.config import CollectConfig
     from gymbench.rollout.dataset import input_named_by
-    from gymbench.settings import settings_from_args
+    from gymbench.settings import project_defaults, settings_from_args
 
     with input_named_by("+input_jsonl_fpath=PATH"):
-        return run_collect(settings_from_args(CollectConfig, args), plugins)
+        return run_collect(
+            settings_from_args(CollectConfig, args, base=project_defaults("collect", CollectConfig)), plugins
+        )
 
 
 def _configure_merge(parser: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ from gymbench.pytest.api import Benchmark
 from gymbench.pytest.jobs import BenchContext
 from gymbench.pytest.options import add_options
 from gymbench.record import BenchmarkResult, ResultsRecord
-from gymbench.units import duration_scale
+from gymbench.units import BYTE_SCALES, duration_scale, number
 
 MAX_BRACKETS = 20
 """The most counted brackets per benchmark (``--gymbench-instructions-brackets``)."""
@@ -438,10 +438,15 @@ def _comparison_summary(terminalreporter: pytest.TerminalReporter, bench: BenchS
 
 
 def readable_unit(value: float, unit: str) -> tuple[float, str]:
-    """Seconds shown in ms, µs or ns where that is how they read (``2.08 µs``, not ``2.08e-06 s``)."""
-    if unit != "s" or not math.isfinite(value) or not value:
+    """Seconds shown in ms, µs or ns and bytes in KiB to TiB where that is how they read
+    (``2.08 µs``, ``394.2 MiB``; not ``2.08e-06 s``, ``4.133e+08 B``)."""
+    if not math.isfinite(value) or not value:
         return 1.0, unit
-    return duration_scale(value, 4)
+    if unit == "s":
+        return duration_scale(value, 4)
+    if unit == "B":
+        return next(((scale, name) for scale, name in BYTE_SCALES if abs(value) >= scale), (1.0, unit))
+    return 1.0, unit
 
 
 def summary_lines(results: list[BenchmarkResult]) -> list[str]:
@@ -452,7 +457,7 @@ def summary_lines(results: list[BenchmarkResult]) -> list[str]:
             q1, _, q3 = statistics.quantiles(metric.samples, n=4) if len(metric.samples) > 1 else (0, 0, 0)
             scale, unit = readable_unit(metric.value, metric.unit)
             rows.append(
-                (result.id, name, f"{metric.value / scale:.4g}", f"{(q3 - q1) / scale:.3g}", unit,
+                (result.id, name, number(metric.value / scale), number((q3 - q1) / scale, 3), unit,
                  str(len(metric.samples)))
             )  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

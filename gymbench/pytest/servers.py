@@ -35,24 +35,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _job_schemas() -> tuple[type, ...]:
-    """The schemas of the jobs a benchmark runs (imported when a job runs, not when pytest starts)."""
+def _schema_of(job: str) -> tuple[type | None, tuple[str, type] | None]:
+    """A job's schema and the job it is built on (imported when a job runs, not when pytest starts)."""
     from gymbench.collect.config import CollectConfig
     from gymbench.train.settings import TrainSettings
-    from gymbench.tune.config import TuneConfig
-
-    return CollectConfig, TuneConfig, TrainSettings
-
-
-def _shared(job: str) -> set[str]:
-    """The settings a job shares with collection (the task file, the verifier, the server ...)."""
-    from dataclasses import fields
-
-    from gymbench.collect.config import CollectConfig
     from gymbench.tune.config import DiagnoseConfig, TuneConfig
 
-    schema = {"tune": TuneConfig, "diagnose": DiagnoseConfig}.get(job)
-    return set() if schema is None else {f.name for f in fields(schema)} & {f.name for f in fields(CollectConfig)}
+    schemas = {"collect": CollectConfig, "tune": TuneConfig, "diagnose": DiagnoseConfig, "train": TrainSettings}
+    return schemas.get(job), ("collect", CollectConfig) if job in ("tune", "diagnose") else None
 
 
 def job_defaults(config: pytest.Config, job: str) -> dict[str, Any]:
@@ -62,14 +52,14 @@ def job_defaults(config: pytest.Config, job: str) -> dict[str, Any]:
     ``[tool.gymbench.collect]``, so the task file and verifier are written once.
 
     Paths there are relative to the pyproject.toml, wherever pytest is run from."""
-    from gymbench.settings import path_settings, pyproject_table
+    from gymbench.settings import project_settings, pyproject_table
 
     pyproject = config.rootpath / "pyproject.toml"
-    defaults = {key: value for key, value in pyproject_table(pyproject, "collect").items() if key in _shared(job)}
-    defaults.update(pyproject_table(pyproject, job))
-    for key in path_settings(*_job_schemas()):
-        if isinstance(defaults.get(key), str):
-            defaults[key] = str(config.rootpath / defaults[key])
+    schema, built_on = _schema_of(job)
+    if schema is None:  # the simulator's table: no paths, built on nothing
+        defaults = pyproject_table(pyproject, job)
+    else:
+        defaults = dict(project_settings(pyproject, job, schema, built_on))
     if job in ("collect", "tune"):
         for key in SERVER_OPTIONS:
             value = config.getoption(f"gymbench_{key}")

@@ -102,8 +102,9 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "baseline",
         nargs="?",
-        help="as for compare (default: the run before the candidate); alone, a collect or tune record: "
-        "a report on that run (percentiles, over time, stages, the server's /metrics)",
+        help="as for compare (default: the run before the candidate); alone, a collect or tune record (its file, "
+        "the latest run's name, or the store's only run): a report on that run (percentiles, over time, "
+        "stages, the server's /metrics)",
     )
     parser.add_argument("candidate", nargs="?", default="latest", help="as for compare (default: latest)")
     parser.add_argument(

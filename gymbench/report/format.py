@@ -87,9 +87,11 @@ def reversed_by_shift(c: MetricComparison) -> bool:
 
 
 def verdict(c: MetricComparison) -> str:
-    """The verdict; one that the shift correction turned against the raw change says so."""
+    """The verdict; a change that the shift correction turned against the raw change says so.
+
+    A pass names no direction, so it reverses nothing: the ratio column shows raw and corrected."""
     mark = VERDICT_MARK[c.verdict]
-    if not reversed_by_shift(c):
+    if c.verdict not in ("improved", "regressed") or not reversed_by_shift(c):
         return mark
     raw_way = "up" if c.raw_ratio > 1 else "down"
     return f"{mark} (raw went {raw_way} {percent(c.raw_ratio - 1)}: only after the suite-wide shift is taken out)"

@@ -226,10 +226,33 @@ def _run_report(args: argparse.Namespace, plugins: Plugins) -> int:
 
 
 def _single_run(args: argparse.Namespace) -> ResultsRecord | None:
-    """The record of ``gymbench report RECORD`` when it is one collection or tuning sweep."""
-    path = Path(args.baseline) if args.baseline else None
-    if path is None or args.candidate != "latest" or not path.is_file():
+    """The record of ``gymbench report RUN`` when it is one collection or tuning sweep and there is
+    nothing to compare it with: a record file, a saved run's name that is also the latest run, or,
+    with no run named, the store's only run. A report of a run against itself would say nothing."""
+    if args.candidate != "latest":
         return None
+    path = Path(args.baseline) if args.baseline else None
+    if path is None or not path.is_file():
+        store = BaselineStore(args.results_dir)
+        key = machine_info()["key"]
+        runs = store.runs(key) or store.runs()
+        try:
+            named = store.select(args.baseline, key) if args.baseline else None
+            latest = store.select("latest", key) if runs else None
+        except GymbenchError:
+            return None  # the comparison's path says what is wrong
+        if named is None:
+            if len(runs) != 1:
+                return None
+            path = runs[0].path
+        elif (
+            latest is None
+            or len(named.paths) != 1
+            or {p.resolve() for p in named.paths} != {p.resolve() for p in latest.paths}
+        ):
+            return None
+        else:
+            path = named.paths[0]
     record = load_any(path)
     return record if record.kind in RUN_KINDS else None
 

@@ -28,9 +28,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, plugins: Plugins) -> int:
-    from gymbench.settings import settings_from_args
+    from gymbench.settings import project_defaults, settings_from_args
 
-    return run_train(settings_from_args(TrainSettings, args), plugins)
+    return run_train(settings_from_args(TrainSettings, args, base=project_defaults("train", TrainSettings)), plugins)
 
 
 def run_train(settings: TrainSettings, plugins: Plugins) -> int:

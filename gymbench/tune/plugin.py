@@ -24,13 +24,15 @@ def _configure_tune(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_tune(args: argparse.Namespace, plugins: Plugins) -> int:
+    from gymbench.collect.config import CollectConfig
     from gymbench.rollout.dataset import input_named_by
-    from gymbench.settings import settings_from_args
+    from gymbench.settings import project_defaults, settings_from_args
     from gymbench.tune.command import run_tune
     from gymbench.tune.config import TuneConfig
 
     with input_named_by("+input_jsonl_fpath=PATH"):
-        return run_tune(settings_from_args(TuneConfig, args), plugins)
+        base = project_defaults("tune", TuneConfig, ("collect", CollectConfig))
+        return run_tune(settings_from_args(TuneConfig, args, base=base), plugins)
 
 
 def _configure_diagnose(parser: argparse.ArgumentParser) -> None:
@@ -42,13 +44,15 @@ def _configure_diagnose(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_diagnose(args: argparse.Namespace, plugins: Plugins) -> int:
+    from gymbench.collect.config import CollectConfig
     from gymbench.rollout.dataset import input_named_by
-    from gymbench.settings import settings_from_args
+    from gymbench.settings import project_defaults, settings_from_args
     from gymbench.tune.command import run_diagnose
     from gymbench.tune.config import DiagnoseConfig
 
     with input_named_by("+input_jsonl_fpath=PATH"):
-        return run_diagnose(settings_from_args(DiagnoseConfig, args), plugins)
+        base = project_defaults("diagnose", DiagnoseConfig, ("collect", CollectConfig))
+        return run_diagnose(settings_from_args(DiagnoseConfig, args, base=base), plugins)
 
 
 @hookimpl

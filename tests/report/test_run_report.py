@@ -66,3 +66,21 @@ def test_a_suite_record_alone_still_means_a_comparison_with_the_latest(
     path = save_record(ResultsRecord("suite", [bench], fingerprint()), tmp_path / "s.json")
     code = main(["report", str(path), "-o", str(tmp_path / "x.html"), "--results-dir", str(tmp_path / "none")])
     assert code == 2 and "report on" not in capsys.readouterr().out
+
+
+def test_a_saved_runs_name_alone_is_a_report_on_that_run_not_on_it_against_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.gate.synthetic import save_run
+
+    monkeypatch.chdir(tmp_path)
+    table = [{"parallelism": p, "rollouts_per_s": min(p, 4) * 2.0, "output_tokens_per_s": min(p, 4) * 60.0,
+              "latency_p50_s": 0.2, "latency_p99_s": 0.3, "error_rate": 0.0} for p in (1, 2, 4, 8)]  # fmt: skip
+    bench = BenchmarkResult("tune", {}, {"knee_parallelism": Metric(4.0, "parallelism", "higher")},
+                            extra={"table": table})  # fmt: skip
+    save_run(tmp_path / "results", ResultsRecord("sweep", [bench], fingerprint(), kind="tune"), "20260101T000000")
+    assert main(["report", "sweep", "-o", "named.html", "--results-dir", "results"]) == 0
+    assert main(["report", "-o", "only.html", "--results-dir", "results"]) == 0  # the store's only run
+    out = capsys.readouterr().out
+    assert out.count("report on tune run sweep written to") == 2 and "nothing to compare" not in out
+    assert "<td>8</td>" in (tmp_path / "named.html").read_text() and (tmp_path / "only.html").is_file()

@@ -28,3 +28,8 @@ def test_a_change_the_correction_reverses_is_said_with_both_ratios() -> None:
 def test_an_uncorrected_change_reads_as_before() -> None:
     cells = row(latency(0.100, 0.110, 0.110 / 0.100, "regressed"))
     assert cells[4] == "1.100" and cells[-1] == "REGRESSED"
+
+
+def test_a_pass_names_no_direction_so_it_is_not_annotated_as_reversed() -> None:
+    cells = row(latency(0.100, 0.168, 0.99, "pass"))  # raw +68%, corrected -1%: within the noise
+    assert cells[4] == "1.680 raw, 0.990 corrected" and cells[-1] == "pass"

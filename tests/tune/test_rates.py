@@ -147,3 +147,10 @@ def test_rate_arithmetic() -> None:
     assert correlation_factor([1.0, 2.0, 1.0, 2.0, 1.0, 2.0]) == 1.0  # alternating: no positive correlation
     assert correlation_factor([1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7]) > 2.0  # a trend
     assert math.isinf(Rate(0.0, 1.0).relative)
+
+
+def test_pooling_rates_that_measured_nothing_is_unmeasured_not_a_division_by_zero() -> None:
+    # A re-probe of a level where nothing completed (every rollout failed) has two infinite intervals.
+    nothing = Rate(0.0, math.inf, 1, samples=0, under_measured=True)
+    both = pooled([nothing, nothing])
+    assert both.value == 0.0 and math.isinf(both.half_width) and both.under_measured and both.samples == 0
