@@ -78,25 +78,59 @@ class ThreadWatch:
         self.helpers = sum(gain >= floor for gain in gains.values())
 
 
-SETTLE_STEP_S = 0.01
+SETTLE_STEP_S = 0.005
 SETTLE_MAX_S = 0.5
 
 
-def settle() -> None:
-    """Wait (at most :data:`SETTLE_MAX_S`) until no other thread of this process is using CPU.
+def busy_threads() -> set[int] | None:
+    """Other threads of this process that are running or waiting for a CPU (state ``R``).
 
-    A BLAS pool's threads spin for about 0.1 s after their last job (97 ms of CPU in 0.3 s idle,
-    measured with numpy's OpenBLAS): left alone they would be counted as the next benchmark's
-    helpers, and next to a worker pinned to one CPU they would take its rounds' time. A process
-    with one thread returns at once; otherwise each 10 ms step costs 10 ms.
+    ``None`` where ``/proc`` is not there. A pool thread spinning for work is ``R`` however little
+    CPU a loaded machine gives it; one that went to sleep is ``S``.
     """
-    if threading.active_count() == 1 and len(thread_cpu_ns()) <= 1:
-        return
+    tasks = Path("/proc/self/task")
     caller = threading.get_native_id()
+    try:
+        names = os.listdir(tasks)
+    except OSError:
+        return None
+    busy = set()
+    for name in names:
+        try:
+            stat = (tasks / name / "stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        if int(name) != caller and stat[stat.rindex(")") + 2 :].startswith("R"):
+            busy.add(int(name))
+    return busy
+
+
+def settle() -> None:
+    """Wait (at most :data:`SETTLE_MAX_S`) until no other thread of this process is running.
+
+    A BLAS pool's threads spin for about 0.1 s after their last job, and after the pool is
+    started (97 ms of CPU in 0.3 s idle, measured with numpy's OpenBLAS): left alone they would
+    be counted as the next benchmark's helpers, and next to a worker pinned to one CPU they would
+    take its rounds' time. Judged by thread state, not CPU time: on a loaded machine a spinning
+    thread may get almost no CPU in a short window and still spin through the next one. A
+    benchmark's own busy threads make this wait the full 0.5 s.
+    """
     deadline = time.monotonic() + SETTLE_MAX_S
+    while (busy := busy_threads()) is None or busy:
+        if busy is None:
+            _settle_by_cpu(deadline)
+            return
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(SETTLE_STEP_S)
+
+
+def _settle_by_cpu(deadline: float) -> None:
+    """Without ``/proc``: until a step passes in which no other thread used 1 ms of CPU."""
+    caller = threading.get_native_id()
     while time.monotonic() < deadline:
         before = thread_cpu_ns()
-        time.sleep(SETTLE_STEP_S)
+        time.sleep(SETTLE_STEP_S * 2)
         after = thread_cpu_ns()
         if all(ns - before.get(tid, 0) < MIN_NS for tid, ns in after.items() if tid != caller):
             return
