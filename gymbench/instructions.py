@@ -22,6 +22,7 @@ from pathlib import Path
 
 from gymbench.callgrind import DETERMINISTIC_ENV, INSTRUCTIONS_UNIT, callgrind_command, valgrind_version
 from gymbench.record import BenchmarkResult, Metric
+from gymbench.threads import THREADS_EXTRA, forced_note
 
 COUNTS_FILE = "counts.jsonl"
 NOTE_FILE = "note.txt"
@@ -33,9 +34,10 @@ WORKER_OPTION = "--gymbench-instructions-worker"
 COUNTS_EXTRA = "instructions"
 """The key in a benchmark's ``extra`` that says how (or why not) its instructions were counted."""
 COUNTED_HOW = (
-    "counted under callgrind with one BLAS/OpenMP thread forced (OPENBLAS_NUM_THREADS=1 and the like): "
-    "work on other threads and a change in thread count are invisible to counts"
+    "counted under callgrind (the calling thread), BLAS/OpenMP forced to one thread (OPENBLAS_NUM_THREADS=1 "
+    "and the like); these ran on one thread in the timed session, so forcing it changes nothing for them"
 )
+THREADS_WHERE = "in the timed session"
 NOT_COUNTED_CHILD = "not counted: it failed, was skipped or ran out of time under callgrind"
 NOT_COUNTED_ASYNC = "not counted: asyncio (ameasure awaits on an event loop, there is no call to bracket)"
 START_UP_CPU_S = 7.0
@@ -84,7 +86,8 @@ class CountedBenchmarks:
 
     def _merged(self, result: BenchmarkResult) -> BenchmarkResult:
         if result.id in self.metrics:
-            how = COUNTED_HOW
+            helpers = int(result.extra.get(THREADS_EXTRA, 0))
+            how = f"counted under callgrind; {forced_note(helpers, THREADS_WHERE)}" if helpers else COUNTED_HOW
         else:
             fallback = f"not counted ({self.note})" if self.note and not self.metrics else NOT_COUNTED_CHILD
             how = result.extra.get(COUNTS_EXTRA, fallback)

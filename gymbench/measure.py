@@ -18,12 +18,15 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gymbench.errors import GymbenchError
 from gymbench.record import BenchmarkResult, Metric
+from gymbench.threads import THREADS_EXTRA, ThreadWatch, lifted, settle
 from gymbench.types import Direction
 
 if TYPE_CHECKING:
     from gymbench.callgrind import InstructionCounter
 
 T = TypeVar("T")
+PROBE_CPU_S = 0.03
+PROBE_WALL_S = 1.0
 
 
 class RoundPacer(Protocol):
@@ -161,18 +164,43 @@ class Recorder:
             raise ValueError(f"iterations must be at least 1, got {iterations}")
         for _ in range(self.settings.warmup_rounds):
             yield 1
+        if self.pacer is not None:
+            yield from self._thread_probe(iterations)
         walls: list[float] = []
         cpus: list[float] = []
         started = time.perf_counter()
-        while (calls := self._next_round(metric, iterations, len(walls), started)) is not None:
-            wall0, cpu0 = time.perf_counter(), time.process_time()
-            yield calls
-            walls.append((time.perf_counter() - wall0) / calls)
-            cpus.append((time.process_time() - cpu0) / calls)
-            if self.pacer is not None:
-                self.pacer.round_done(walls[-1], cpus[-1])
+        if self.pacer is None:
+            settle()  # a previous benchmark's BLAS pool stops spinning first
+        with ThreadWatch() as watch:
+            while (calls := self._next_round(metric, iterations, len(walls), started)) is not None:
+                wall0, cpu0 = time.perf_counter(), time.process_time()
+                yield calls
+                walls.append((time.perf_counter() - wall0) / calls)
+                cpus.append((time.process_time() - cpu0) / calls)
+                if self.pacer is not None:
+                    self.pacer.round_done(walls[-1], cpus[-1])
+        if watch.helpers and self.pacer is None:
+            self.extra[THREADS_EXTRA] = max(watch.helpers, int(self.extra.get(THREADS_EXTRA, 0)))
         if walls:
             self._store_times(metric, walls, cpus)
+
+    def _thread_probe(self, iterations: int) -> Iterator[int]:
+        """Calls with the BLAS/OpenMP limits lifted, before an A/B worker's rounds: does it use threads?
+
+        The worker was started with one thread forced, as its rounds must be, so only a probe
+        with the limit lifted shows a pool; about 30 ms of CPU (at most 1 s of wall) is enough
+        to see one. What it finds goes to the runner (``threads_seen``), once per measurement.
+        """
+        with lifted():
+            settle()  # threads the lifted limit started spin before their first job
+            with ThreadWatch() as watch:
+                started, cpu0 = time.perf_counter(), time.process_time()
+                while time.process_time() - cpu0 < PROBE_CPU_S and time.perf_counter() - started < PROBE_WALL_S:
+                    yield iterations
+        settle()  # the pool this opened stops spinning before the pinned rounds start
+        seen = getattr(self.pacer, "threads_seen", None)
+        if seen is not None:
+            seen(watch.helpers)
 
     def _next_round(self, metric: str, iterations: int, rounds_done: int, started: float) -> int | None:
         if self.pacer is not None:

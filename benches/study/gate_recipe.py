@@ -6,7 +6,8 @@ Each repetition counts every commit once, the way ``gymbench gate --base`` does 
 the commit, this environment's Python, ``PYTHONPATH`` = the worktree and its ``src/`` first,
 ``--gymbench-quick --gymbench-instructions``), and gates each slowed commit and the A/A commit
 against the base with the same code path (``run_gate``, instruction counts, ``--fail-on
-regression``). Results go to a JSON-lines file as they come, so a run cut short still reports.
+regression``). Results go to a JSON-lines file as they come, so a run cut short still reports,
+and a rerun on the same file appends only the (rep, layout) pairs it lacks (``--reps`` is the total).
 
     PYTHONPATH=$PWD python benches/study/gate_recipe.py --reps 10 --out /tmp/gate_recipe.jsonl
     PYTHONPATH=$PWD python benches/study/gate_recipe.py --summarise /tmp/gate_recipe.jsonl
@@ -90,6 +91,14 @@ def gate(store: Path, base: str, cand: str) -> dict[str, object]:
     return {"outcome": result.outcome.value, "ratio": parse.ratio, "interval": parse.interval, "q": parse.q}
 
 
+def recorded(out: Path) -> set[tuple[int, str]]:
+    """The (rep, layout) pairs ``out`` already holds, so that a rerun appends only the missing ones."""
+    if not out.exists():
+        return set()
+    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    return {(r["rep"], r["layout"]) for r in rows if r["kind"] == "gate"}
+
+
 def run(reps: int, out: Path, layouts: tuple[str, ...] = LAYOUTS) -> None:
     root = Path(tempfile.mkdtemp(prefix="gate-recipe-"))
     repos = {}
@@ -101,15 +110,24 @@ def run(reps: int, out: Path, layouts: tuple[str, ...] = LAYOUTS) -> None:
         git(repo, "checkout", "-q", "base")
         commit(repo, layout, "aa", 0.0, note="docs only")
         repos[layout] = repo
+    done = recorded(out)
+    counted: set[tuple[str, str]] = set()  # (layout, run name) counted into this run's stores
     with out.open("a") as sink:
         for tag, fraction in SLOWDOWNS.items() if not out.stat().st_size else ():
             sink.write(json.dumps({"kind": "cpu", "tag": tag, "cpu_ratio": cpu_ratio(fraction)}) + "\n")
             sink.flush()
         for rep in range(reps):
             for layout, repo in repos.items():
+                if (rep, layout) in done:
+                    continue
                 store = root / f"results-{layout}"
                 load = os.getloadavg()[0]
+                if rep and (layout, f"base-r{rep - 1}") not in counted:
+                    # continuing a file: the previous rep's base is not in this run's store, and
+                    # base-again needs one, so count the base once more under that name
+                    count(repo, "base", layout, store, f"base-r{rep - 1}")
                 seconds = {ref: count(repo, ref, layout, store, f"{ref}-r{rep}") for ref in COMMITS}
+                counted |= {(layout, f"{ref}-r{rep}") for ref in COMMITS}
                 for ref in COMMITS[1:]:
                     found = gate(store, f"base-r{rep}", f"{ref}-r{rep}")
                     row = {"kind": "gate", "rep": rep, "layout": layout, "cand": ref, **found, "load": load}

@@ -29,6 +29,7 @@ from gymbench.gate.stats import (
     widen,
 )
 from gymbench.record import Metric, ResultsRecord
+from gymbench.threads import THREADS_EXTRA
 from gymbench.types import Direction
 
 Verdict = Literal["pass", "regressed", "improved", "inconclusive", "ungated"]
@@ -244,9 +245,12 @@ def _how_measured(
         wanted = ", ".join(settings.metrics) or "any metric"
         notes.append(Skipped(f"{UNMEASURED_PREFIX}{bench_id}", why or f"has no {wanted} on both sides", False))
     counted = sorted({b for b, m in pairs if _unit(candidate, b, m) == INSTRUCTIONS_UNIT})
-    hows = {str(_extra(candidate, b).get(COUNTS_EXTRA, "")) for b in counted} - {""}
-    if counted and hows:
-        notes.append(Skipped(f"how counted ({len(counted)} benchmarks)", "; ".join(sorted(hows)), False))
+    hows = {b: str(_extra(candidate, b).get(COUNTS_EXTRA, "")) for b in counted}
+    threaded = [b for b in counted if _extra(candidate, b).get(THREADS_EXTRA)]
+    notes += [Skipped(f"how counted: {b}", hows[b], False) for b in threaded if hows[b]]
+    rest = [b for b in counted if b not in threaded]
+    if rest and (common_how := {hows[b] for b in rest} - {""}):
+        notes.append(Skipped(f"how counted ({len(rest)} benchmarks)", "; ".join(sorted(common_how)), False))
     return notes
 
 

@@ -28,11 +28,14 @@ from gymbench.gate.matching import SuiteMatch
 from gymbench.gate.noise import MetricNoise, NoiseTable
 from gymbench.gate.settings import CompareSettings
 from gymbench.gate.stats import Effect, minimum_detectable_effect, two_sided_p
+from gymbench.threads import forced_note
 
-THREADS_FORCED = (
-    "interleaved in two worker processes pinned to one CPU, with one BLAS/OpenMP thread forced "
-    "(OPENBLAS_NUM_THREADS=1 and the like): a change in thread count or parallel speed-up is invisible here"
+HOW_MEASURED = (
+    "interleaved in two worker processes pinned to one CPU, BLAS/OpenMP forced to one thread "
+    "(OPENBLAS_NUM_THREADS=1 and the like); with the limit lifted for a probe these ran on one thread, "
+    "so forcing it changes nothing for them"
 )
+THREADS_WHERE = "in a probe with the limit lifted"
 
 Key = tuple[str, str]
 """(benchmark id, metric)."""
@@ -74,6 +77,8 @@ class ABMeasurements:
     match: SuiteMatch = field(default_factory=lambda: SuiteMatch([]))
     options: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     """Each benchmark's marker options (``min_effect``), from the candidate's collection."""
+    threads: dict[str, int] = field(default_factory=dict)
+    """By benchmark id: threads besides the caller that worked in the workers' probe (either side)."""
 
     def add(self, key: Key, rounds: PairedRounds) -> None:
         self.rounds.setdefault(key, []).append(rounds)
@@ -115,8 +120,10 @@ def compare_paired(
     wall = len(data.rounds) - len(judged)
     skipped = [Skipped(f"wall time ({wall} metrics)", WALL_NOT_GATED, inconclusive=False)] if wall else []
     measured = sorted({bench_id for bench_id, _ in data.rounds})
-    if measured:
-        skipped.append(Skipped(f"how measured ({len(measured)} benchmarks)", THREADS_FORCED, inconclusive=False))
+    threaded = [b for b in measured if data.threads.get(b)]
+    skipped += [Skipped(f"how measured: {b}", forced_note(data.threads[b], THREADS_WHERE), False) for b in threaded]
+    if len(measured) > len(threaded):
+        skipped.append(Skipped(f"how measured ({len(measured) - len(threaded)} benchmarks)", HOW_MEASURED, False))
     return SuiteComparison(
         baseline=labels[0],
         candidate=labels[1],

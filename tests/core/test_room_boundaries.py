@@ -30,6 +30,7 @@ CORE = {
     "gymbench.run",
     "gymbench.curves",
     "gymbench.callgrind",
+    "gymbench.threads",
     "gymbench.instructions",
     "gymbench.rates",
     "gymbench.knee_search",

@@ -97,6 +97,7 @@ def test_every_benchmark_appears_in_a_verdict_on_counts_with_how_it_was_counted(
     notes = {s.what: s.why for s in result.skipped}
     assert notes["benchmark bench.py::test_loop"] == NOT_COUNTED_ASYNC
     assert "OPENBLAS_NUM_THREADS=1" in notes["how counted (3 benchmarks)"]
+    assert "threads forced to 1 (" not in notes["how counted (3 benchmarks)"]  # none ran on a pool
     from gymbench.report.format import summary_line
 
     assert summary_line(result, "pass").endswith("1 not measured")
@@ -119,3 +120,27 @@ def test_counts_missing_on_one_side_make_the_outcome_inconclusive_not_a_pass() -
     (first, *_) = [s for s in result.skipped if s.what.startswith("benchmark ")]
     assert first.inconclusive and "instructions on one side only: not counted: it failed" in first.why
     assert outcome_of(result) is Outcome.INCONCLUSIVE
+
+
+def test_only_a_benchmark_that_ran_on_a_blas_pool_says_threads_were_forced() -> None:
+    """The timed session saw two threads work in test_0's calls; the others ran on the caller alone."""
+    from gymbench.instructions import CountedBenchmarks
+    from gymbench.threads import THREADS_EXTRA
+
+    def counted(record: ResultsRecord) -> ResultsRecord:
+        timed = [
+            replace(b, metrics={"time": b.metrics["time"]}, extra={THREADS_EXTRA: 2} if b.name.endswith("_0") else {})
+            for b in record.benchmarks
+        ]
+        child = CountedBenchmarks(
+            metrics={b.id: {"instructions": b.metrics["instructions"]} for b in record.benchmarks}
+        )
+        return replace(record, benchmarks=child.merge_into(timed))
+
+    settings = CompareSettings(metrics=("instructions",))
+    result = compare_runs([counted(counted_suite(1))], [counted(counted_suite(2))], settings)
+    notes = {s.what: s.why for s in result.skipped}
+    assert "threads forced to 1 (this benchmark uses BLAS" in notes["how counted: bench.py::test_0"]
+    assert "2 more threads worked" in notes["how counted: bench.py::test_0"]
+    assert "threads forced to 1" not in notes["how counted (2 benchmarks)"]
+    assert not any(what.startswith("how counted: ") and "test_0" not in what for what in notes)

@@ -104,6 +104,15 @@ def test_wall_time_is_listed_not_gated_unless_asked() -> None:
     }
 
 
+def test_only_a_benchmark_whose_probe_saw_a_pool_says_threads_were_forced() -> None:
+    data = measurements(5, {})
+    data.threads = {"bench.py::test_2": 1}  # the workers' probe, limit lifted: one more thread worked
+    notes = {s.what: s.why for s in compare_paired(data, CompareSettings(), None).skipped}
+    assert "threads forced to 1 (this benchmark uses BLAS" in notes["how measured: bench.py::test_2"]
+    assert "threads forced to 1 (" not in notes["how measured (5 benchmarks)"]
+    assert [what for what in notes if what.startswith("how measured: ")] == ["how measured: bench.py::test_2"]
+
+
 def test_calibration_keeps_a_bias_between_worker_slots_as_noise() -> None:
     aa = ABMeasurements()
     for _ in range(5):

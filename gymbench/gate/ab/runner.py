@@ -69,6 +69,8 @@ class Worker:
     def __init__(self, name: str, side: Side, nodeids: Sequence[str], cpu: int, log: Path, timeout_s: float) -> None:
         self.name, self.side, self.log, self.timeout_s = name, side, log, timeout_s
         self.failed: dict[str, str] = {}
+        self.threads: dict[str, int] = {}
+        """By node id: the threads besides the caller that worked in the probe (:mod:`gymbench.threads`)."""
         ours, theirs = Pipe(duplex=True)
         env = {**side.environment(), **DETERMINISTIC_ENV, FD_ENV: str(theirs.fileno()), CPU_ENV: str(cpu)}
         command = [sys.executable, "-m", "pytest", *nodeids, "-q", "-p", "no:cacheprovider",
@@ -97,6 +99,8 @@ class Worker:
             message = self.receive()
             if message[0] == "failed":
                 self.failed[message[1]] = message[2]
+            elif message[0] == "threads":
+                self.threads[message[1]] = max(int(message[2]), self.threads.get(message[1], 0))
             elif message[0] in ("ready", "end"):
                 return message
 
@@ -196,6 +200,8 @@ class ABRunner:
             finally:
                 for worker in workers.values():
                     worker.stop()
+                    for nodeid, helpers in worker.threads.items():
+                        data.threads[ids[nodeid]] = max(helpers, data.threads.get(ids[nodeid], 0))
             return [(nodeid, self.sides[w.name].label) for w in workers.values() for nodeid in w.failed]
 
 

@@ -89,6 +89,10 @@ class NodePacer:
     def round_done(self, wall_s: float, cpu_s: float) -> None:
         self.link.connection.send(("time", wall_s, cpu_s))
 
+    def threads_seen(self, helpers: int) -> None:
+        """How many more threads worked in the probe with the BLAS/OpenMP limits lifted (before ``ready``)."""
+        self.link.connection.send(("threads", self.nodeid, helpers))
+
 
 def write_listing(items: Sequence[pytest.Item], path: Path) -> None:
     """The collected benchmarks, their ids and marker options, for the runner to match sides."""
