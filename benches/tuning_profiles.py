@@ -167,7 +167,7 @@ def tune_simulated(profile: Profile, method: str, seed: int, precision: Precisio
         loop = asyncio.get_running_loop()
         with tempfile.TemporaryDirectory() as scratch:
             collect = CollectSettings(TASKS, Path(scratch) / "unused.jsonl", verify=VerifySettings("exact-match"))
-            counters = Counters(lambda: backend.service.metrics.render().decode()) if profile.metrics else None
+            counters = Counters(backend.metrics_text) if profile.metrics else None
             prober = Prober(TASKS, backend, lambda: plugins.verifier("exact-match", {}), collect, SAMPLE,
                             precision, counters, clock=loop.time)  # fmt: skip
             search_method = adaptive_search if method == "adaptive" else doubling_sweep

@@ -81,6 +81,11 @@ class InProcessBackend:
             raise RuntimeError("the in-process backend has no server before it is first entered")
         return self._service
 
+    def metrics_text(self) -> str | None:
+        """The server's ``/metrics`` text, as an HTTP client would read it: None before the backend is
+        first entered (no server is listening yet), so a reader polling early waits instead of failing."""
+        return None if self._service is None else self._service.metrics.render().decode()
+
     async def __aenter__(self) -> InProcessBackend:
         loop = asyncio.get_running_loop()
         if self._loop is None:

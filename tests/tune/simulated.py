@@ -126,14 +126,7 @@ def with_prober(
 def sim_counters(backend: InProcessBackend) -> Callable[[], str | None]:
     """The in-process server's ``/metrics`` text, as an HTTP client of it would read it (nothing
     before the backend is first entered: no server is listening yet)."""
-
-    def fetch() -> str | None:
-        try:
-            return backend.service.metrics.render().decode()
-        except RuntimeError:
-            return None
-
-    return fetch
+    return backend.metrics_text
 
 
 def long_run_tokens_per_s(config: SimConfig, parallelism: int, completions: int = 6000) -> float:
