@@ -25,23 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.gate.toy_project import commit, git, make_project
+from tests.gate.toy_project import study_project
 
 SLOWDOWNS = {"s05": 0.05, "s10": 0.10, "s20": 0.20}
 CANDIDATES = ("aa", *SLOWDOWNS)
 VERDICTS = ("REGRESSED", "INCONCLUSIVE", "UNGATED", "IMPROVED", "PASS")
 GYMBENCH = str(Path(sys.executable).parent / "gymbench")
-
-
-def project(root: Path, layout: str) -> Path:
-    repo = make_project(root / layout, layout)
-    for tag, fraction in SLOWDOWNS.items():
-        git(repo, "checkout", "-q", "base")
-        commit(repo, layout, tag, fraction)
-    git(repo, "checkout", "-q", "base")
-    commit(repo, layout, "aa", 0.0, note="docs only")
-    git(repo, "checkout", "-q", "base")
-    return repo
 
 
 def gymbench(repo: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -69,7 +58,7 @@ def verdict(markdown: Path) -> dict[str, object]:
 
 def run(reps: int, out: Path, layout: str, runs: int) -> None:
     root = Path(tempfile.mkdtemp(prefix="ab-recipe-"))
-    repo = project(root, layout)
+    repo = study_project(root / layout, layout, SLOWDOWNS)
     store = root / "results"
     with out.open("a") as sink:
         done, seconds = gymbench(repo, "calibrate", "--ab", "base", "--runs", str(runs), "--results-dir", str(store),

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.gate.toy_project import commit, git, make_project
+from tests.gate.toy_project import git, study_project
 
 SLOWDOWNS = {"s05": 0.05, "s10": 0.10, "s20": 0.20}
 COMMITS = ("base", "aa", *SLOWDOWNS)
@@ -103,13 +103,7 @@ def run(reps: int, out: Path, layouts: tuple[str, ...] = LAYOUTS) -> None:
     root = Path(tempfile.mkdtemp(prefix="gate-recipe-"))
     repos = {}
     for layout in layouts:
-        repo = make_project(root / layout, layout)
-        for tag, fraction in SLOWDOWNS.items():
-            git(repo, "checkout", "-q", "base")
-            commit(repo, layout, tag, fraction)
-        git(repo, "checkout", "-q", "base")
-        commit(repo, layout, "aa", 0.0, note="docs only")
-        repos[layout] = repo
+        repos[layout] = study_project(root / layout, layout, SLOWDOWNS)
     done = recorded(out)
     counted: set[tuple[str, str]] = set()  # (layout, run name) counted into this run's stores
     with out.open("a") as sink:

@@ -70,22 +70,20 @@ class Counters:
 
     def in_flight(self) -> float | None:
         """Requests the server holds now (running or queued), by the engine's gauges; None when unreadable."""
-        text = self.fetch()
-        if text is None:
-            return None
-        if not self._recognised:
-            self.engine = recognise(registered_engines(), sample_sums(text)).engine
-            self._recognised = True
-        return None if self.engine is None else self.engine.in_flight(sample_sums(text, self.engine.wanted()))
+        text, engine = self._scrape()
+        return None if text is None or engine is None else engine.in_flight(sample_sums(text, engine.wanted()))
 
     def read(self) -> Reading | None:
+        text, engine = self._scrape()
+        return None if text is None or engine is None else parse(text, engine)
+
+    def _scrape(self) -> tuple[str | None, EngineMetrics | None]:
+        """The ``/metrics`` text and the engine it is read by (recognised from the first text read)."""
         text = self.fetch()
-        if text is None:
-            return None
-        if not self._recognised:
+        if text is not None and not self._recognised:
             self.engine = recognise(registered_engines(), sample_sums(text)).engine
             self._recognised = True
-        return parse(text, self.engine) if self.engine is not None else None
+        return text, self.engine
 
 
 def http_fetch(url: str) -> Callable[[], str | None]:

@@ -112,3 +112,16 @@ def make_project(root: Path, layout: str) -> Path:
     git(root, "config", "user.name", "toy")
     commit(root, layout, "base")
     return root
+
+
+def study_project(root: Path, layout: str, slowdowns: dict[str, float]) -> Path:
+    """:func:`make_project`, then a commit per slowdown off ``base`` (tagged by its key) and an A/A
+    commit (``aa``, README only); ``base`` checked out. The gate studies' project."""
+    repo = make_project(root, layout)
+    for tag, fraction in slowdowns.items():
+        git(repo, "checkout", "-q", "base")
+        commit(repo, layout, tag, fraction)
+    git(repo, "checkout", "-q", "base")
+    commit(repo, layout, "aa", 0.0, note="docs only")
+    git(repo, "checkout", "-q", "base")
+    return repo

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import aiohttp
 import pytest
@@ -89,6 +90,20 @@ def test_counters_read_in_flight_by_the_recognised_engine() -> None:
     assert counters.engine is not None and counters.engine.name == "llamacpp"
 
 
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """``app`` on 127.0.0.1 (a free port); its root URL."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
 @pytest.fixture
 async def draining_server() -> AsyncIterator[tuple[str, list[int]]]:
     """A /metrics on 127.0.0.1 whose llama.cpp gauges drop by 2 requests at every read."""
@@ -103,15 +118,8 @@ async def draining_server() -> AsyncIterator[tuple[str, list[int]]]:
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}/metrics", reads
-    finally:
-        await runner.cleanup()
+    async with serving(app) as root:
+        yield f"{root}/metrics", reads
 
 
 async def test_settle_server_reads_a_real_metrics_endpoint_until_idle(draining_server: tuple[str, list[int]]) -> None:
@@ -123,15 +131,6 @@ async def test_settle_server_reads_a_real_metrics_endpoint_until_idle(draining_s
 
 
 async def test_settle_server_without_metrics_returns_at_once() -> None:
-    app = web.Application()
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        async with aiohttp.ClientSession() as session:
-            settled = await settle_server(session, f"http://127.0.0.1:{port}/metrics", [LLAMACPP])
-    finally:
-        await runner.cleanup()
+    async with serving(web.Application()) as root, aiohttp.ClientSession() as session:
+        settled = await settle_server(session, f"{root}/metrics", [LLAMACPP])
     assert settled == Settled(0.0, None, None)
