@@ -273,6 +273,10 @@ async def measure(
         url = f"{facts.root_url}/v1/chat/completions"
         body = workload_body(facts.model, prompt_words, max_tokens, stream=stream)
         points, notes = [], []
+        if engines is None:  # asked of the plugins once, not before every load
+            from gymbench.plugins import Plugins
+
+            engines = Plugins().engine_metrics()
         for p in concurrencies or default_concurrencies(facts.slots):
             # An engine still generating for clients gone away (a tune or load test just before, or
             # this calibration's own last window) would make this load read low: start it idle.
