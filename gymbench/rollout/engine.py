@@ -163,21 +163,23 @@ class Collector:
                 self.phases = self._phases()
                 complete = True  # the strategy's schedule was done (a trace's end, a search that converged)
                 try:
-                    complete = await self._dispatch(iter(tasks), state)
-                except StopDispatch as stop:
-                    self.stopped_early = True
-                    self.stats.stopped = self.stats.stopped or str(stop) or None
-                except DatasetError:
-                    self._end_dispatch(complete=False)
-                    await self._drain()  # a bad row later on: let in-flight rollouts land
-                    raise
-                self._end_dispatch(complete)
-                await self._drain()
+                    try:
+                        complete = await self._dispatch(iter(tasks), state)
+                    except StopDispatch as stop:
+                        self.stopped_early = True
+                        self.stats.stopped = self.stats.stopped or str(stop) or None
+                    except DatasetError:
+                        self._end_dispatch(complete=False)
+                        await self._drain()  # a bad row later on: let in-flight rollouts land
+                        raise
+                    self._end_dispatch(complete)
+                    await self._drain()
+                finally:
+                    # Cut short (Ctrl-C, an error): cancel what is in flight while the backend is still
+                    # open, so no rollout meets a closed session and lands as a false failed row.
+                    await self._cancel(pending)
         finally:
-            for job in pending:
-                job.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+            await self._cancel(pending)
             self._end_dispatch(complete=False)  # no-op unless the run was cut short (cancelled, an error)
             self.stats.finished = self.clock()
             arrivals = getattr(self.strategy, "arrival_summary", None)
@@ -213,6 +215,13 @@ class Collector:
             self.problems.add_error("the rollout writer", exc, None, written=True)
         named = set(self.problems.unwritten)
         self.problems.unwritten.extend(pair for pair in writer.lost() if pair not in named)
+
+    @staticmethod
+    async def _cancel(pending: set[asyncio.Task[None]]) -> None:
+        for job in pending:
+            job.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def _drain(self) -> None:
         while self._pending:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -141,3 +142,40 @@ async def test_the_breaker_can_be_turned_off(tmp_path: Path, limit: int) -> None
                           ExactMatchVerifier(), SemaphoreStrategy(2))  # fmt: skip
     stats = await collector.run()
     assert stats.failed == 30 and collector.problems.stop_reason is None
+
+
+class ClosesLikeAiohttp(FakeBackend):
+    """A backend whose close takes a few loop turns (as an aiohttp session's does) and which refuses
+    requests once closed: a rollout still running then would land as a false ``failed`` row."""
+
+    def __init__(self) -> None:
+        super().__init__(latency_s=0.002)
+        self.in_flight_at_close: int | None = None
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.in_flight_at_close = self.in_flight
+        self.closed = True
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    async def generate(self, request: GenerationRequest) -> Any:
+        if self.closed:
+            raise RuntimeError("Session is closed")
+        return await super().generate(request)
+
+
+async def test_an_interrupted_run_cancels_in_flight_rollouts_before_the_backend_closes(tmp_path: Path) -> None:
+    backend = ClosesLikeAiohttp()
+    collector = Collector(settings(tmp_path, 400), backend, ExactMatchVerifier(), SemaphoreStrategy(4))
+    run = asyncio.ensure_future(collector.run())
+    out = tmp_path / "out.jsonl"
+    while not written_pairs(out):
+        await asyncio.sleep(0.001)
+    run.cancel()  # what Ctrl-C does to the collection's task
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert backend.in_flight_at_close == 0
+    assert rows and all(row["status"] == "ok" for row in rows)
+    assert 0 < collector.problems.cancelled <= 4
+    assert not set(collector.problems.cancelled_pairs) & set(written_pairs(out))
