@@ -5,8 +5,11 @@ For each llama.cpp configuration (``slot-bound``: 4 slots, below the compute kne
 64 slots, so that the single compute thread's step time is the limit) the module starts
 ``llama-server`` once (1 compute thread, ``--threads-http 256``) and measures the truth: a closed
 loop of ``p`` clients (:func:`gymbench.sim.loadgen.closed_loop`, not gymbench's collection code) at
-each ``p`` of the grid, counting the requests that finish in a window after a 2 s warm-up; each
-point's 95% interval comes from ten slices of its window. The true knee is the smallest ``p``
+each ``p`` of the grid, after a 2 s warm-up, in five windows (:data:`PASSES`); a window's rate is
+each client's requests over the time its whole cycles in the window covered
+(:class:`gymbench.rates.ClientCycles`: counting what finishes in the window read 53 or 64
+requests/s at 64 slots, by whether 5 or 6 lockstep batches fell in it), and each point's 95%
+interval comes from the spread between its windows. The true knee is the smallest ``p``
 reaching 97% of the plateau, by the tuner's own definition (:func:`gymbench.curves.find_knee`:
 log2-interpolated between grid points, the plateau pooled over the points not below the highest
 beyond their noise), with its 95% interval from the points' own; the grid's point is printed
@@ -147,7 +150,7 @@ def rate_of(windows: list[LoadResult]) -> Rate:
     """Requests/s over ``windows`` with a 95% interval: from the spread between the windows when
     there are several, else from ten slices of the one."""
     seconds = sum(w.window_s for w in windows)
-    mean = sum(w.completed for w in windows) / seconds
+    mean = sum(w.requests_per_s * w.window_s for w in windows) / seconds
     completed = sum(w.completed for w in windows)
     if len(windows) > 1:
         rates = [w.requests_per_s for w in windows]

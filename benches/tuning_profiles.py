@@ -85,6 +85,10 @@ PROFILES = {
                                  "output_tokens_dist": "exponential", "output_tokens_mean": 24, "rpm_limit": 900},
                 "a hosted API: 900 requests/minute in a token bucket that starts full, no /metrics",
                 metrics=False, retries=5),
+        Profile("compute", {"max_num_seqs": 64, "step_base_s": 0.001, "step_per_seq_s": 0.0008,
+                            "output_tokens_dist": "uniform", "output_tokens_mean": 32},
+                "compute-bound: 64 sequences, step 1 ms + 0.8 ms per sequence (llama.cpp's shape on one "
+                "thread): throughput creeps up as p / (1.25 + p)", start=4),
     )
 }  # fmt: skip
 QUICK = "u8"

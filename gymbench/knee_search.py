@@ -32,6 +32,20 @@ HUMP_GAP = 1.5
 """Plateau points this far apart (or more) get a look between them."""
 
 
+def plateau_threshold(plateau_gain: float, step: float) -> float:
+    """The least gain over a step of ``step``× in parallelism that is not a plateau.
+
+    ``plateau_gain`` is per doubling. An engine whose step time grows with the batch (``a + b·n``:
+    compute-bound continuous batching) approaches its plateau as ``p / (c + p)``: a step of ``f``×
+    that gains ``g`` leaves ``(g - 1) / (f - g)`` of headroom above the level reached. The threshold
+    for a step is the gain that leaves the same headroom as ``plateau_gain`` leaves after a doubling,
+    so a search growing by √2 (the adaptive one) stops no earlier than one growing by 2."""
+    headroom = plateau_gain / (1 - plateau_gain) if plateau_gain < 1 else math.inf
+    if not math.isfinite(headroom):
+        return 1 + plateau_gain
+    return (1 + step * headroom) / (1 + headroom)
+
+
 @dataclass(frozen=True)
 class Level:
     """One parallelism's measurement: its rate (any unit, the same for every level) and health."""
@@ -113,14 +127,15 @@ class KneeSearch:
             return self._grow_from(last)
         previous = self.levels[max(below)]
         gain, low, high = ratio(last.rate, previous.rate)
-        if low > 1 + s.plateau_gain:
+        threshold = plateau_threshold(s.plateau_gain, last.parallelism / previous.parallelism)
+        if low > threshold:
             return self._grow_from(last, gain)
-        if high < 1 + s.plateau_gain:
+        if high < threshold:
             return self._stop_growing(last)
         doubt = self._remeasure(previous, last, f"gain {gain - 1:+.1%} (95% CI {low - 1:+.1%} to {high - 1:+.1%})")
         if doubt is not None:
             return doubt
-        return self._grow_from(last, gain) if gain > 1 + s.plateau_gain else self._stop_growing(last)
+        return self._grow_from(last, gain) if gain > threshold else self._stop_growing(last)
 
     def _visit(self, parallelism: int, why: str) -> Step:
         self.grown.append(parallelism)
@@ -158,7 +173,9 @@ class KneeSearch:
                 f"throughput plateaued at {last.parallelism} (a drop to {value:.0%} of the best, inside the noise)"
             )
         else:
-            self.stop_reason = f"throughput plateaued at {last.parallelism} (gain below {s.plateau_gain:.0%})"
+            self.stop_reason = (
+                f"throughput plateaued at {last.parallelism} (gain below {s.plateau_gain:.0%} per doubling)"
+            )
         return None
 
     def _stop_on_errors(self, last: Level) -> None:
@@ -241,7 +258,7 @@ class KneeSearch:
         if not below or level.rate_limited or level.error_rate > self.settings.error_rate:
             return True
         _, low, high = ratio(level.rate, self.levels[max(below)].rate)
-        threshold = 1 + self.settings.plateau_gain
+        threshold = plateau_threshold(self.settings.plateau_gain, level.parallelism / max(below))
         return low > threshold or high < threshold
 
     def _below_errors(self) -> Step | None:

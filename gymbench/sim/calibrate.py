@@ -29,6 +29,7 @@ import aiohttp
 
 from gymbench.engine_metrics import EngineMetrics
 from gymbench.errors import GymbenchError
+from gymbench.rates import ClientCycles, closed_loop_rate
 from gymbench.sim.loadgen import settle_server
 
 FILLER = "the quick brown fox jumps over the lazy dog while a robot paints a small red house "
@@ -89,10 +90,14 @@ class LoadPoint:
     window_s: float
     answers: list[Answer] = field(default_factory=list)
     errors: int = 0
+    cycles: list[ClientCycles] = field(default_factory=list)
+    """Each client's whole cycles in the window: the rate is not quantised by batches finishing
+    together (:class:`~gymbench.rates.ClientCycles`)."""
 
     @property
     def requests_per_s(self) -> float:
-        return len(self.answers) / self.window_s
+        by_cycles = closed_loop_rate(self.cycles)
+        return len(self.answers) / self.window_s if by_cycles is None else by_cycles
 
 
 def root_of(base_url: str) -> str:
@@ -208,15 +213,23 @@ async def measure_closed_loop(
     point = LoadPoint(concurrency, window_s)
 
     async def client() -> None:
+        cycles = ClientCycles()
+        point.cycles.append(cycles)
+        began = loop.time()
         while loop.time() < stop:
             try:
                 answer = await send(session, url, body)
             except (aiohttp.ClientError, asyncio.TimeoutError, _Refused, ValueError):
                 point.errors += 1
                 await asyncio.sleep(0.05)
+                if start <= loop.time() < stop:
+                    cycles.cycle(began, loop.time(), ok=False)
+                began = loop.time()
                 continue
             if start <= answer.done < stop:
                 point.answers.append(answer)
+                cycles.cycle(began, answer.done, ok=True)
+            began = answer.done
 
     await asyncio.gather(*(client() for _ in range(concurrency)))
     return point

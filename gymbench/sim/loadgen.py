@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 
 from gymbench.engine_metrics import EngineMetrics, Settled, recognise, sample_sums, settle
+from gymbench.rates import ClientCycles, closed_loop_rate
 
 
 @dataclass
@@ -28,9 +29,19 @@ class LoadResult:
     spread over slices of the window)."""
     generated_tokens: float | None = None
     """Output tokens the server reports generating inside the window (when its /metrics is read)."""
+    cycles: list[ClientCycles] = field(default_factory=list)
+    """Each client's whole cycles inside the window (:class:`~gymbench.rates.ClientCycles`)."""
 
     @property
     def requests_per_s(self) -> float:
+        """Completions over the clients' whole cycles in the window; the count in the window when a
+        client had none (a window shorter than a request)."""
+        by_cycles = closed_loop_rate(self.cycles)
+        return self.counted_per_s if by_cycles is None else by_cycles
+
+    @property
+    def counted_per_s(self) -> float:
+        """The requests that finished in the window ÷ its length (quantised by batches finishing together)."""
         return self.completed / self.window_s
 
     @property
@@ -62,6 +73,9 @@ async def closed_loop(
     timeout = aiohttp.ClientTimeout(total=max(60.0, 4 * duration_s))
 
     async def client(session: aiohttp.ClientSession) -> None:
+        cycles = ClientCycles()
+        result.cycles.append(cycles)
+        began = loop.time()
         while loop.time() < stop:
             sent = loop.time()
             try:
@@ -72,12 +86,14 @@ async def closed_loop(
                 ok = False
             done = loop.time()
             if start <= done < stop:
+                cycles.cycle(began, done, ok)
                 if ok:
                     result.completed += 1
                     result.latencies_s.append(done - sent)
                     result.finished_s.append(done - start)
                 else:
                     result.errors += 1
+            began = done
 
     async def count_tokens_in_window(session: aiohttp.ClientSession) -> None:
         """Server-side tokens are not quantised by whole requests finishing at once."""

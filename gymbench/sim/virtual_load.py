@@ -1,10 +1,12 @@
 """A closed loop against the simulator's engine in simulated time: what a profile predicts.
 
-``p`` clients each submit a request of ``prompt_tokens`` and ``output_tokens`` as soon as their
-last one finished, for ``warmup_s + window_s`` simulated seconds; the requests that finish inside
-the window give the throughput. It drives :class:`~gymbench.sim.engine.Engine` directly on a
-:class:`~gymbench.sim.virtual.VirtualTimeLoop`, so the answer depends on the configuration alone
-(no HTTP, no machine load): a calibration compares it with the real engine, a test with the fit.
+``p`` clients each submit a request of ``prompt_tokens`` and ``output_tokens`` as soon as their last
+one finished, for ``warmup_s + window_s`` simulated seconds; the requests that finish inside the
+window give the throughput, over the time their clients' whole cycles covered (as the real engine's
+is measured: :class:`~gymbench.rates.ClientCycles`). It drives :class:`~gymbench.sim.engine.Engine`
+directly on a :class:`~gymbench.sim.virtual.VirtualTimeLoop`, so the answer depends on the
+configuration alone (no HTTP, no machine load): a calibration compares it with the real engine, a
+test with the fit.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from gymbench.rates import ClientCycles, closed_loop_rate
 from gymbench.sim.config import SimConfig
 from gymbench.sim.engine import Engine, Sequence
 from gymbench.sim.virtual import run_in_simulated_time
@@ -49,13 +52,18 @@ async def _loop(
     latencies: list[float] = []
     ttfts: list[float] = []
 
+    clients: list[ClientCycles] = []
+
     async def client() -> None:
+        cycles = ClientCycles()
+        clients.append(cycles)
         while loop.time() < stop:
             seq = Sequence(prompt_tokens, output_tokens)
             engine.submit(seq)
             await seq.done
             done = loop.time()
             if start <= done < stop:
+                cycles.cycle(seq.arrived, done, ok=True)
                 latencies.append(done - seq.arrived)
                 ttfts.append((seq.first_token_at or done) - seq.arrived)
 
@@ -67,7 +75,7 @@ async def _loop(
     count = len(latencies)
     return SimulatedLoad(
         concurrency=concurrency,
-        requests_per_s=count / window_s,
+        requests_per_s=closed_loop_rate(clients) or count / window_s,
         mean_latency_s=sum(latencies) / count if count else 0.0,
         mean_ttft_s=sum(ttfts) / count if count else 0.0,
         steps=engine.stats.steps - steps_before,

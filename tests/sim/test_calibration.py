@@ -14,6 +14,7 @@ import yaml
 
 from gymbench.cli import main
 from gymbench.errors import GymbenchError
+from gymbench.rates import ClientCycles, closed_loop_rate
 from gymbench.sim.calibration_fit import DecodePoint, PrefillPoint, fit_steps
 from gymbench.sim.config import config_from_preset, load_profile
 from gymbench.sim.profile import public_url, write_profile
@@ -320,3 +321,24 @@ def test_a_load_in_which_nothing_finished_is_measured_again_with_a_longer_window
     assert code == 0
     check = yaml.safe_load(out.read_text())["calibration"]["check"]
     assert check[0]["requests"] >= 1
+
+
+@pytest.mark.parametrize("window_s", [0.45, 0.5, 0.55, 0.6, 0.7])
+def test_a_closed_loop_rate_is_not_quantised_by_batches_finishing_together(tmp_path: Path, window_s: float) -> None:
+    """Four requests sent together with equal lengths finish together, every 0.192 s: a window of
+    0.45-0.7 s holds two or three whole batches, so counting what finishes in it reads 14-27
+    requests/s where the engine does 20.8. Each client's whole cycles read the engine's rate."""
+    config = config_from_preset(None, {}, str(profile_file(tmp_path)))
+    out, p = 16, 4
+    truth = p / (out * (0.004 + 0.002 * p))
+    load = simulated_closed_loop(config, p, prompt_tokens=8, output_tokens=out, window_s=window_s)
+    assert load.requests_per_s == pytest.approx(truth, rel=0.02)
+
+
+def test_a_window_shorter_than_a_cycle_has_no_cycle_rate() -> None:
+    whole, empty = ClientCycles(), ClientCycles()
+    whole.cycle(0.0, 0.5, ok=True)
+    whole.cycle(0.5, 1.0, ok=False)  # a failed request's time counts, not the request
+    assert closed_loop_rate([whole]) == pytest.approx(1.0)
+    assert closed_loop_rate([whole, empty]) is None
+    assert closed_loop_rate([]) is None
