@@ -1,7 +1,7 @@
 """The sweep and the adaptive search on simulator profiles they have never seen, against the truth.
 
-Each profile (:mod:`tuning_profiles`: saturation 8 to 128, uniform and exponential lengths, a KV-
-bound, a collapsing, a rate-limited and a compute-bound one) has a true knee from a dense grid of
+Each profile (:mod:`tuning_profiles`: saturation 8 to 128, uniform and exponential lengths, a
+KV-bound, a collapsing, a rate-limited and a compute-bound one) has a true knee from a dense grid of
 closed loops (cached in ``study/tuning_truth.json``). Every tune runs in simulated time, so its
 figures do not move with this machine's load. Quick mode: one small profile, one seed.
 """
