@@ -35,6 +35,9 @@ class GrowthSettings(Checked):
     1 ms + 0.8 ms per sequence) the sweep's knee came out 55% low and its advice delivered 92% of
     the plateau; on llama.cpp with 64 slots, 78%. See :func:`gymbench.knee_search.plateau_threshold`
     for a step other than a doubling."""
+    lookahead: int = field(
+        default=1, metadata=doc("levels measured past a plateau before believing it (throughput may rise again)")
+    )
     degrade: float = field(
         default=0.05, metadata=doc("a drop below the best by more than this (beyond the noise) is degradation")
     )
@@ -50,6 +53,7 @@ class GrowthSettings(Checked):
         at_least("start", self.start, 1)
         require(self.factor > 1, "factor", self.factor, "a multiplier above 1")
         at_least("plateau_gain", self.plateau_gain, 0.0, 10.0)
+        at_least("lookahead", self.lookahead, 0, 8)
         at_least("degrade", self.degrade, 0.0, 1.0)
         at_least("error_rate", self.error_rate, 0.0, 1.0)
         require(self.resolution > 1, "resolution", self.resolution, "a ratio above 1")

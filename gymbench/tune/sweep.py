@@ -57,6 +57,7 @@ def adaptive_options(search: SearchSettings, precision: Precision) -> JSONObject
         "max_limit": search.max_parallelism,
         "factor": search.factor,
         "plateau_gain": search.plateau_gain,
+        "lookahead": search.lookahead,
         "degrade": search.degrade,
         "error_rate": search.error_rate,
         "resolution": search.resolution,

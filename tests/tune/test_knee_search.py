@@ -104,9 +104,35 @@ def test_a_compute_bound_engine_is_grown_to_its_knee(fine_growth: bool) -> None:
         result, _ = search(curve, seed, settings=SearchSettings(start=4, fine_growth=fine_growth))
         errors.append(result.knee.parallelism / truth - 1)
         assert curve(result.recommendation.parallelism) >= 0.94 * plateau
-        old, _ = search(curve, seed, settings=SearchSettings(start=4, fine_growth=fine_growth, plateau_gain=0.10))
+        earlier = SearchSettings(start=4, fine_growth=fine_growth, plateau_gain=0.10, lookahead=0)
+        old, _ = search(curve, seed, settings=earlier)
         assert curve(old.recommendation.parallelism) < 0.94 * plateau
     assert abs(float(np.median(errors))) <= 0.20
+
+
+def second_rise(n: int) -> float:
+    """llama.cpp's shape with 64 slots on one thread (benches/test_real_engine.py, run 5): up to
+    60 requests/s by 5, flat to 12, then up again to 70 by 32 as its batched kernels pay off."""
+    rise = 60 * min(n, 5) / (1 + min(n, 5)) * 1.2
+    return rise * (1 + 0.1667 * min(1.0, max(0.0, np.log2(n / 12) / np.log2(32 / 12))))
+
+
+@pytest.mark.parametrize("fine_growth", [False, True], ids=["sweep", "adaptive"])
+def test_a_plateau_is_believed_only_after_a_look_past_it(fine_growth: bool) -> None:
+    truth, plateau = true_knee(second_rise), second_rise(64)
+    for seed in range(20):
+        result, finder = search(second_rise, seed, settings=SearchSettings(start=5, fine_growth=fine_growth))
+        assert second_rise(result.recommendation.parallelism) >= 0.95 * plateau
+        assert result.knee.parallelism == pytest.approx(truth, rel=0.25)
+        believed, _ = search(second_rise, seed, settings=SearchSettings(start=5, fine_growth=fine_growth, lookahead=0))
+        assert second_rise(believed.recommendation.parallelism) < 0.90 * plateau
+
+
+def test_no_look_past_a_drop() -> None:
+    curve = collapsing(32, 0.5)
+    _, finder = search(curve, 0, settings=SearchSettings(start=8))
+    assert "degraded" in finder.stop_reason
+    assert not any(p > 128 for p in finder.levels)
 
 
 def test_the_plateau_threshold_leaves_the_same_headroom_for_any_step() -> None:
