@@ -144,18 +144,19 @@ class KneeSearch:
         return self._grow_from(last, gain)
 
     def _past_plateau(self, last: Level, gain: float) -> Step | None:
-        """No gain: measure ``lookahead`` levels further before believing the plateau (not past a drop).
+        """No gain: measure ``lookahead`` levels further before believing the plateau (or a drop inside
+        the noise; not past a drop beyond it).
 
         llama.cpp with 64 slots on one thread gains nothing from 5 to 16 sequences and then 15%
         more by 64 (its batched kernels pay off from about 24): a plateau believed at once
         recommended 5, which delivered 87% of the engine's plateau."""
         s = self.settings
         best = max((self.levels[p] for p in self.grown[:-1]), key=lambda level: level.rate.value)
-        dropped = ratio(last.rate, best.rate)[0] < 1 - s.degrade
+        dropped = ratio(last.rate, best.rate)[2] < 1 - s.degrade  # a drop beyond the noise: degradation
         if self.looked >= s.lookahead or dropped:
             return self._stop_growing(last)
         self.looked += 1
-        step = self._grow_from(last, gain)
+        step = self._grow_from(last)  # by the whole factor, also where the search grows by √factor
         if step is None:
             return self._stop_growing(last) if not self.stop_reason else None
         return Step(step.parallelism, why=f"look past the plateau at {last.parallelism}")
