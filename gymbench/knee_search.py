@@ -157,9 +157,7 @@ class KneeSearch:
             return self._stop_growing(last)
         self.looked += 1
         step = self._grow_from(last)  # by the whole factor, also where the search grows by √factor
-        if step is None:
-            return self._stop_growing(last) if not self.stop_reason else None
-        return Step(step.parallelism, why=f"look past the plateau at {last.parallelism}")
+        return None if step is None else Step(step.parallelism, why=f"look past the plateau at {last.parallelism}")
 
     def _visit(self, parallelism: int, why: str) -> Step:
         self.grown.append(parallelism)
