@@ -40,9 +40,9 @@ def plateau_threshold(plateau_gain: float, step: float) -> float:
     that gains ``g`` leaves ``(g - 1) / (f - g)`` of headroom above the level reached. The threshold
     for a step is the gain that leaves the same headroom as ``plateau_gain`` leaves after a doubling,
     so a search growing by √2 (the adaptive one) stops no earlier than one growing by 2."""
-    headroom = plateau_gain / (1 - plateau_gain) if plateau_gain < 1 else math.inf
-    if not math.isfinite(headroom):
+    if plateau_gain >= 1:  # no p / (c + p) curve gains that much in a doubling: the gain itself
         return 1 + plateau_gain
+    headroom = plateau_gain / (1 - plateau_gain)
     return (1 + step * headroom) / (1 + headroom)
 
 
