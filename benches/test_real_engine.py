@@ -250,7 +250,6 @@ def common(server: LlamaServer, tasks: Path) -> list[str]:
 def test_tune_and_diagnose_against_the_truth(gymbench: Recorder, truth: Truth, tmp_path: Path) -> None:
     record_truth(gymbench, truth)
     running, slots, true_knee, plateau = truth.server, truth.slots, truth.knee, truth.plateau
-    points = list(truth.curve)
     print(f"\n{truth.name}: tune and diagnose")
 
     tasks = tasks_file(tmp_path)
@@ -274,7 +273,7 @@ def test_tune_and_diagnose_against_the_truth(gymbench: Recorder, truth: Truth, t
         gymbench.record(f"{method}_recommended", result.recommended, "parallelism", "higher")
         gymbench.record(f"{method}_delivered_share", delivered, "ratio", "higher")
         gymbench.record(f"{method}_wall", result.wall_s, "s", "lower")
-        assert 1 <= result.recommended <= 4 * max(points)
+        assert 1 <= result.recommended <= max(result.curve)  # inside what it measured (noise can put it anywhere there)
 
     verdicts: dict[str, Any] = {}
     for where, (low, high) in {"below": (1, max(2, slots // 2)), "above": (slots, 4 * slots)}.items():
