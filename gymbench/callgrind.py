@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 INSTRUCTIONS_UNIT = "instructions"
-NO_FORCED_SWITCH_S = 1000.0
+NO_FORCED_SWITCH_S = 1.0
 """The interpreter's switch interval while a bracket runs. With another Python thread alive (a
 server, a monitor), the measured thread otherwise hands the GIL over every 5 ms of *wall* time,
 and each handover's instructions land in its count: the count grew with the bracket's duration,
@@ -79,11 +79,18 @@ def valgrind_version() -> str | None:
 
 
 def callgrind_command(out_dir: Path, argv: list[str]) -> list[str]:
-    """``argv`` under callgrind, counting only inside :data:`BRACKETS`, dumping as each returns."""
+    """``argv`` under callgrind, counting only inside :data:`BRACKETS`, dumping as each returns.
+
+    ``--fair-sched=yes``: valgrind runs one thread at a time, and its default lock is not fair. A
+    thread spinning in Python (a busy server, a monitor) kept it while the measured thread waited
+    for the GIL: three counts beside such a thread took 75-130 s instead of 1 s, and a CI run
+    timed out at 600 s. Fair scheduling hands the lock over in order.
+    """
     executable = shutil.which("valgrind") or "valgrind"
     options = [f"--toggle-collect={name}" for name in BRACKETS] + [f"--dump-after={name}" for name in BRACKETS]
     return [
-        executable, "--tool=callgrind", "--quiet", "--collect-atstart=no", *options, "--dump-line=no",
+        executable, "--tool=callgrind", "--quiet", "--fair-sched=yes", "--collect-atstart=no", *options,
+        "--dump-line=no",
         f"--callgrind-out-file={out_dir / DUMP_PREFIX}.%p", *argv,
     ]  # fmt: skip
 
