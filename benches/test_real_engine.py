@@ -16,8 +16,9 @@ beyond their noise), with its 95% interval from the points' own; the grid's poin
 too. On an abrupt plateau the knee is ill-conditioned (one point 1% lower moves it from 4 to 6),
 so a tune's knee is judged against the truth's interval as well as against ±5%. Then:
 
-- ``test_tune_and_diagnose_against_the_truth``: ``gymbench tune`` (the sweep, then the adaptive
-  search) with the same requests as NeMo Gym rows; each knee's error against the truth, and the
+- ``test_tune_and_diagnose_against_the_truth``: ``gymbench tune`` (the sweep with ``remeasure``,
+  reported after its first pass and after both, then the adaptive search; ``GYMBENCH_TUNE_METHODS``
+  picks) with the same requests as NeMo Gym rows; each knee's error against the truth, and the
   truth's throughput at the recommendation ÷ the truth's plateau (interpolated on the grid).
   ``gymbench diagnose`` below the knee (should read "parallelism") and above it (the model server).
   Targets: knee within ±5%, recommendation ≥ 95% of the plateau.
@@ -254,10 +255,21 @@ def test_tune_and_diagnose_against_the_truth(gymbench: Recorder, truth: Truth, t
 
     tasks = tasks_file(tmp_path)
     batches = ["min_batches=3", "max_batches=8"] if gymbench.quick else []
-    methods = ["sweep"] if gymbench.quick else ["sweep", "adaptive"]
+    methods = ["sweep"] if gymbench.quick else os.environ.get("GYMBENCH_TUNE_METHODS", "sweep,adaptive").split(",")
     for method in methods:
-        settings = [*common(running, tasks), "plot=", f"method={method}", "start=1", *batches]
+        twice = method == "sweep" and not gymbench.quick
+        settings = [*common(running, tasks), "plot=", f"method={method}", "start=1", f"remeasure={twice}", *batches]
         result = tune_run(build_settings(TuneConfig, settings), make_plugins())
+        if result.first_pass is not None:
+            once, advice = result.first_pass.knee, result.first_pass.recommendation.parallelism
+            where = "inside" if truth.inside(once.parallelism) else "outside"
+            print(f"  tune sweep, first pass alone: knee {once.parallelism:.1f}"
+                  f" ({once.parallelism / true_knee - 1:+.0%}, {where}),"
+                  f" its interval [{once.low:.1f}, {once.high:.1f}], recommended {advice}"
+                  f" delivering {interpolated(truth.curve, advice) / plateau:.1%}")  # fmt: skip
+            gymbench.record("sweep_one_pass_knee", once.parallelism, "parallelism", "higher")
+            gymbench.record("sweep_one_pass_knee_inside_truth", float(truth.inside(once.parallelism)), "bool", "higher")
+            print("    " + "; ".join(n for n in result.notes if n.startswith("second pass")))
         knee = result.knee.parallelism
         delivered = interpolated(truth.curve, result.recommended) / plateau
         inside = truth.inside(knee)

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from gymbench.curves import KNEE_FRACTION, Knee, Recommendation, find_knee, plateau_members, plateau_of, recommend
-from gymbench.rates import Rate, pooled, ratio
+from gymbench.rates import Rate, pooled, ratio, remeasured
 from gymbench.search_settings import SearchSettings
 
 HUMP_GAP = 1.5
@@ -57,6 +57,8 @@ class Level:
     precise: bool = True
     """Measured to the precision asked (a level may end earlier once its decision is clear)."""
     measurements: int = 1
+    readings: tuple[Rate, ...] = ()
+    """Every measurement's own rate, in the order taken (``rate`` merges them); empty: just ``rate``."""
 
 
 @dataclass(frozen=True)
@@ -90,16 +92,22 @@ class KneeSearch:
         self.looked = 0
         """Levels measured past the current plateau so far (see ``lookahead``)."""
 
-    def record(self, level: Level) -> None:
-        """A level's measurement; a second one of the same parallelism is pooled with the first."""
+    def record(self, level: Level, apart: bool = False) -> None:
+        """A level's measurement; a second one of the same parallelism is merged with the first.
+
+        By inverse variance: re-measurements during the search follow each other closely. With
+        ``apart`` (a second pass over the levels, minutes later) by
+        :func:`~gymbench.rates.remeasured`, which lets the two readings differ by more than their
+        noise, as a drifting machine makes them. Not always: on a steady server it widens a merge
+        whose readings differ by chance (a third of pairs), which moved a simulated knee by 50%."""
         old = self.levels.get(level.parallelism)
         if old is not None:
-            merged = pooled([old.rate, level.rate])
+            readings = (*(old.readings or (old.rate,)), level.rate)
+            merged = remeasured((old.rate, level.rate)) if apart else pooled(readings)
             errors = (old.error_rate * old.measurements + level.error_rate) / (old.measurements + 1)
             limited = old.rate_limited or level.rate_limited
-            level = Level(
-                level.parallelism, merged, errors, limited, old.precise or level.precise, old.measurements + 1
-            )
+            level = Level(level.parallelism, merged, errors, limited, old.precise or level.precise,
+                          old.measurements + 1, readings)  # fmt: skip
         self.levels[level.parallelism] = level
 
     def next_step(self) -> Step | None:

@@ -107,6 +107,33 @@ def pooled(rates: Sequence[Rate]) -> Rate:
     )
 
 
+def remeasured(readings: Sequence[Rate]) -> Rate:
+    """Readings of one level taken at different times, merged allowing that the level itself moved.
+
+    Each reading's interval covers only its own window. When the machine's speed drifts between
+    windows (this project's 2-core VM: 2-8% between passes minutes apart), two readings differ by
+    more than both intervals allow, and :func:`pooled` would trust the narrower one and report a
+    merge narrower still. Here the spread between readings beyond their own noise is estimated
+    (DerSimonian and Laird's τ², 1986) and added to every reading's variance: with readings that
+    agree within their noise τ² is 0 and the result is :func:`pooled`'s; with readings that
+    disagree the merge sits between them with an interval that covers the disagreement.
+    """
+    merged = pooled(readings)
+    finite = [r for r in readings if math.isfinite(r.se) and r.se > 0]
+    if len(finite) < 2 or len(finite) < len(readings):
+        return merged
+    weights = [1 / r.se**2 for r in finite]
+    s1 = sum(weights)
+    mean = sum(w * r.value for w, r in zip(weights, finite, strict=True)) / s1
+    q = sum(w * (r.value - mean) ** 2 for w, r in zip(weights, finite, strict=True))
+    tau2 = max(0.0, (q - (len(finite) - 1)) / (s1 - sum(w * w for w in weights) / s1))
+    if tau2 == 0:
+        return merged
+    weights = [1 / (r.se**2 + tau2) for r in finite]
+    value = sum(w * r.value for w, r in zip(weights, finite, strict=True)) / sum(weights)
+    return replace(merged, value=value, half_width=math.sqrt(1 / sum(weights)) * t_quantile(merged.dof))
+
+
 def ratio(numerator: Rate, denominator: Rate) -> tuple[float, float, float]:
     """``numerator ÷ denominator`` with a 95% interval (normal on the log scale)."""
     if numerator.value <= 0 or denominator.value <= 0:

@@ -66,6 +66,15 @@ class SweepSettings(GrowthSettings):
 
     max_parallelism: int = field(default=1024, metadata=doc("the largest parallelism measured"))
     reprobes: int = field(default=2, metadata=doc("re-measurements of a level when a decision is in doubt"))
+    remeasure: bool = field(
+        default=False,
+        metadata=doc("after the search, measure every level again in reverse order and merge the two passes"),
+    )
+    """Levels measured one after another turn a machine's drift into a slope of the curve: on this
+    project's 2-core VM the speed moved 2-8% between passes minutes apart, and a 4-slot llama.cpp
+    sweep put its knee at 21 where the truth was 5. In reverse order every level's two readings
+    straddle the middle of the run, so a steady drift cancels in their merge
+    (:func:`gymbench.rates.remeasured`). It costs a second pass."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

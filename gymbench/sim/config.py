@@ -77,6 +77,11 @@ class SimConfig:
     warmup_slowdown: float = field(
         default=4.0, metadata={"help": "step-time multiplier at start, easing to 1 over warmup_s"}
     )
+    speed_drift: float = field(
+        default=0.0,
+        metadata={"help": "the machine's speed swings by this share over speed_drift_period_s (a sine)"},
+    )
+    speed_drift_period_s: float = field(default=600.0, metadata={"help": "period of speed_drift's swing"})
     collapse_threshold: int | None = field(
         default=None, metadata={"help": "waiting requests beyond which steps slow down (thrashing)"}
     )
@@ -163,6 +168,10 @@ def _problems(config: SimConfig) -> list[str]:
         found.append(
             f"output_tokens_dist must be one of {', '.join(OUTPUT_DISTRIBUTIONS)}, got {config.output_tokens_dist!r}"
         )
+    if not 0 <= config.speed_drift < 1:
+        found.append(f"speed_drift must be a share in [0, 1), got {config.speed_drift}")
+    if config.speed_drift_period_s <= 0:
+        found.append(f"speed_drift_period_s must be positive, got {config.speed_drift_period_s}")
     if config.warmup_slowdown < 1:
         found.append(f"warmup_slowdown must be at least 1, got {config.warmup_slowdown}")
     return found

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -163,9 +164,14 @@ class Engine:
         return base * self.slowdown(now)
 
     def slowdown(self, now: float) -> float:
-        """Step-time multiplier from slow start and overload collapse (1 when neither applies)."""
+        """Step-time multiplier from slow start, the machine's drift and overload collapse (1 when
+        none applies). The drift is what a shared machine does to a real engine between minutes
+        (2-8% on this project's VM): a search that measures its levels one after another sees it
+        as a slope in the curve."""
         cfg = self.config
         factor = 1.0
+        if cfg.speed_drift > 0:
+            factor /= 1 + cfg.speed_drift * math.sin(2 * math.pi * (now - self.started_at) / cfg.speed_drift_period_s)
         if cfg.warmup_s > 0:
             remaining = max(0.0, 1 - (now - self.started_at) / cfg.warmup_s)
             factor *= 1 + (cfg.warmup_slowdown - 1) * remaining

@@ -37,7 +37,7 @@ class ServerMetrics:
             "Most sequences ever running at once.",
             lambda: engine.stats.peak_running,
         )
-        gauge("gymbench_sim:slowdown_factor", "Current warm-up/collapse step multiplier.", self._slowdown)
+        gauge("gymbench_sim:slowdown_factor", "Current warm-up/drift/collapse step multiplier.", self._slowdown)
         gauge("gymbench_sim:engine_steps", "Engine steps run so far.", lambda: engine.stats.steps)
         gauge("gymbench_sim:engine_busy_seconds", "Seconds of simulated step time.", lambda: engine.stats.busy_s)
         self._engine = engine

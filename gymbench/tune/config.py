@@ -34,6 +34,8 @@ class TuneConfig(ProbeConfig, SweepSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of("method", self.method, METHODS)
+        require(not (self.remeasure and self.method == "adaptive"), "remeasure", self.remeasure,
+                "false with method=adaptive (the second pass re-probes the sweep's levels)")  # fmt: skip
         at_least("stability_rollouts", self.stability_rollouts, 0)
 
     def search_settings(self) -> SearchSettings:

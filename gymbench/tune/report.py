@@ -44,7 +44,8 @@ def summary_text(result: TuneResult) -> str:
     knee = result.knee
     spread = _plateau_spread(result)
     lines = [
-        f"method: {result.method}, {len(result.probes)} levels measured, {result.wall_s:.1f}s; "
+        f"method: {result.method}, {len({p.parallelism for p in result.probes})} levels in "
+        f"{len(result.probes)} measurements, {result.wall_s:.1f}s; "
         f"stopped: {result.stop_reason}",
         f"knee: parallelism {knee.parallelism:.1f} (95% CI {knee.low:.1f}–{knee.high:.1f}), the smallest reaching "
         f"97% of the plateau; plateau {knee.plateau:.3g} rollouts/s (±{spread:.1%}), "

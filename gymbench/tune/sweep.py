@@ -102,6 +102,8 @@ class TuneResult:
     stability: StabilityResult | None = None
     server: dict[str, object] | None = None
     """The server's /metrics as the probe read it: ``engine`` (a name or null) and what was read or why not."""
+    first_pass: SearchResult | None = None
+    """With ``remeasure``: the answer of the first pass alone, before the reverse pass was merged."""
 
     @property
     def knee(self) -> Knee:
@@ -145,10 +147,36 @@ async def doubling_sweep(prober: Prober, settings: SearchSettings, strategies: S
         probe = await prober.probe(step.parallelism, strategies.fixed(step.parallelism), step.precision_scale)
         probes.append(probe)
         search.record(probe.level())
+    first_pass = None
+    if settings.remeasure:
+        first_pass = search.result()
+        probes += await _second_pass(prober, search, steps, strategies)
     prober.normalise(probes)
     notes = search.notes + [f"{p.parallelism}: {note}" for p in probes for note in p.notes]
     return TuneResult("sweep", probes, search.result(), prober.per_rollout, prober.per_rollout_relative_se,
-                      prober.clock() - started, steps, notes)  # fmt: skip
+                      prober.clock() - started, steps, notes, first_pass=first_pass)  # fmt: skip
+
+
+async def _second_pass(
+    prober: Prober, search: KneeSearch, steps: list[Step], strategies: Strategies
+) -> list[ProbeResult]:
+    """Every level again, last measured first, merged into the search; a note says how far the
+    two passes differed (the machine's drift, or a server whose state moved)."""
+    order = list(dict.fromkeys(step.parallelism for step in steps))[::-1]
+    first = {p: search.levels[p].rate.value for p in order}
+    probes = []
+    for parallelism in order:
+        steps.append(Step(parallelism, why="second pass, in reverse order"))
+        probe = await prober.probe(parallelism, strategies.fixed(parallelism))
+        probes.append(probe)
+        search.record(probe.level(), apart=True)
+    moved = [probe.work_rate.value / first[probe.parallelism] - 1 for probe in probes if first[probe.parallelism] > 0]
+    if moved:
+        search.notes.append(
+            f"second pass (reverse order) over {len(order)} levels read {min(moved):+.1%} to {max(moved):+.1%} "
+            f"against the first (median {float(np.median(moved)):+.1%}); the curve merges both"
+        )
+    return probes
 
 
 async def adaptive_search(

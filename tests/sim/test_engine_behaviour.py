@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
+from gymbench.errors import GymbenchError
 from gymbench.sim import InProcessBackend, SimConfig, SimServerHandle, describe, run_in_simulated_time
 from gymbench.sim.capacity import step_time
 from gymbench.sim.text import count_tokens
@@ -363,3 +364,21 @@ async def test_code_tasks_get_python_programs(sim_factory: Callable[..., SimServ
     right = [p for p in programs if p.rstrip().endswith("print(max(nums))")]
     assert all("max(nums)" in p for p in programs)
     assert 5 <= len(right) <= 25
+
+
+def test_speed_drift_swings_the_step_time_as_a_sine() -> None:
+    """A shared machine's speed moving between minutes: a quarter period in, steps are 1/(1 + A) as long."""
+    config = engine(speed_drift=0.2, speed_drift_period_s=8.0, step_base_s=0.01, output_tokens_mean=10)
+
+    async def scenario(backend: InProcessBackend) -> list[float]:
+        factors = []
+        for _ in range(3):
+            factors.append(backend.service.metrics.values()["gymbench_sim:slowdown_factor"])
+            await asyncio.sleep(2.0)
+        return factors
+
+    (start, quarter, half), _ = simulate(config, scenario)
+    assert start == pytest.approx(1.0) and half == pytest.approx(1.0)
+    assert quarter == pytest.approx(1 / 1.2)
+    with pytest.raises(GymbenchError, match="speed_drift must be a share"):
+        engine(speed_drift=1.0)

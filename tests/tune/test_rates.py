@@ -11,7 +11,18 @@ import math
 import pytest
 
 from gymbench.builtin.semaphore import SemaphoreStrategy
-from gymbench.rates import CLIENT, SERVER, Completion, Meter, Precision, Rate, correlation_factor, pooled, ratio
+from gymbench.rates import (
+    CLIENT,
+    SERVER,
+    Completion,
+    Meter,
+    Precision,
+    Rate,
+    correlation_factor,
+    pooled,
+    ratio,
+    remeasured,
+)
 from gymbench.sim import InProcessBackend, SimConfig
 from gymbench.tune.probe import Prober, ProbeResult
 from tests.tune.simulated import HoldingBackend, long_run_tokens_per_s, sim_counters, with_prober
@@ -147,6 +158,19 @@ def test_rate_arithmetic() -> None:
     assert correlation_factor([1.0, 2.0, 1.0, 2.0, 1.0, 2.0]) == 1.0  # alternating: no positive correlation
     assert correlation_factor([1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7]) > 2.0  # a trend
     assert math.isinf(Rate(0.0, 1.0).relative)
+
+
+def test_readings_apart_in_time_are_merged_allowing_for_drift() -> None:
+    agree = [Rate(100.0, 2.0, 10), Rate(100.5, 2.0, 10)]
+    assert remeasured(agree) == pooled(agree)  # within their noise: inverse variance
+    drifted = [Rate(100.0, 1.0, 10), Rate(110.0, 1.0, 10)]
+    assert pooled(drifted).high < 110.0  # inverse variance: an interval that excludes the later reading
+    both = remeasured(drifted)
+    assert both.value == pytest.approx(105.0) and both.low < 100.0 and both.high > 110.0
+    uneven = remeasured([Rate(100.0, 0.5, 10), Rate(110.0, 3.0, 10)])
+    assert 104.0 < uneven.value < 106.0  # the narrower window is not trusted over the drift between them
+    unmeasured = [Rate(0.0, math.inf, 1, samples=0, under_measured=True), Rate(50.0, 1.0, 10)]
+    assert remeasured(unmeasured) == pooled(unmeasured)
 
 
 def test_pooling_rates_that_measured_nothing_is_unmeasured_not_a_division_by_zero() -> None:

@@ -15,9 +15,11 @@ import pytest
 from gymbench.builtin.adaptive import AdaptiveStrategy
 from gymbench.builtin.semaphore import SemaphoreStrategy
 from gymbench.curves import knee_of
+from gymbench.errors import GymbenchError
 from gymbench.knee_search import SearchSettings
 from gymbench.sim import InProcessBackend, SimConfig
 from gymbench.testing import make_plugins
+from gymbench.tune.config import TuneConfig
 from gymbench.tune.diagnose import Diagnosis, diagnose
 from gymbench.tune.probe import Prober
 from gymbench.tune.sweep import (
@@ -207,3 +209,32 @@ def test_the_probes_scratch_files_are_removed() -> None:
 
     with_prober(InProcessBackend(KNEE16), work)
     assert not scratch[0].exists()
+
+
+SLOTS4 = SimConfig(max_num_seqs=4, step_base_s=0.01, step_per_seq_s=0.0005, output_tokens_mean=24,
+                   output_tokens_dist="exponential")  # fmt: skip
+
+
+def test_a_second_pass_in_reverse_order_takes_the_machines_drift_out_of_the_knee() -> None:
+    """The machine speeds up by a few percent over the sweep (a sine of ±10% over 10 minutes; the
+    llama.cpp bench saw 2-8% between passes). One pass reads later levels high, and its knee's
+    interval misses the knee the same sweep finds on a steady server; the reverse pass lets every
+    level straddle the middle of the run, and the interval covers it again."""
+    steady = tune(SLOTS4, start=2).knee.parallelism
+    drifting = SLOTS4.replace(speed_drift=0.1, speed_drift_period_s=600.0)
+    once = tune(drifting, start=2).knee
+    assert not once.low <= steady <= once.high and once.parallelism > steady
+    twice = tune(drifting, start=2, remeasure=True)
+    assert twice.knee.low <= steady <= twice.knee.high
+    assert abs(twice.knee.parallelism - steady) < abs(once.parallelism - steady)
+    first = list(dict.fromkeys(step.parallelism for step in twice.steps if "second pass" not in step.why))
+    second = [step.parallelism for step in twice.steps if "second pass" in step.why]
+    assert second == first[::-1]
+    assert [p.parallelism for p in twice.probes][-len(second) :] == second
+    (note,) = [n for n in twice.notes if n.startswith("second pass")]
+    assert f"over {len(second)} levels" in note
+
+
+def test_remeasure_is_the_sweeps() -> None:
+    with pytest.raises(GymbenchError, match="remeasure"):
+        TuneConfig(method="adaptive", remeasure=True)
