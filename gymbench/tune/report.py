@@ -55,6 +55,12 @@ def summary_text(result: TuneResult) -> str:
         f"ceiling: {_ceiling(result)}",
         f"throughput read from {_sources(result)}; {_per_rollout(result)}",
     ]
+    if result.first_pass is not None:
+        once = result.first_pass.knee
+        lines.append(
+            f"first pass alone: knee {once.parallelism:.1f} (95% CI {once.low:.1f}–{once.high:.1f}), "
+            f"recommended {result.first_pass.recommendation.parallelism}"
+        )
     if result.server is not None:
         lines.append(f"server counters: {server_counters_text(result.server)}")
     lines += [f"note: {note}" for note in result.notes]

@@ -22,6 +22,7 @@ from gymbench.testing import make_plugins
 from gymbench.tune.config import TuneConfig
 from gymbench.tune.diagnose import Diagnosis, diagnose
 from gymbench.tune.probe import Prober
+from gymbench.tune.report import summary_text
 from gymbench.tune.sweep import (
     StabilityResult,
     Strategies,
@@ -233,6 +234,10 @@ def test_a_second_pass_in_reverse_order_takes_the_machines_drift_out_of_the_knee
     assert [p.parallelism for p in twice.probes][-len(second) :] == second
     (note,) = [n for n in twice.notes if n.startswith("second pass")]
     assert f"over {len(second)} levels" in note
+    assert twice.first_pass is not None and twice.first_pass.knee.parallelism == pytest.approx(once.parallelism)
+    summary = summary_text(twice)
+    assert f"first pass alone: knee {once.parallelism:.1f}" in summary
+    assert f"{len(first)} levels in {len(twice.probes)} measurements" in summary
 
 
 def test_remeasure_is_the_sweeps() -> None:
