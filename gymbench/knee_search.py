@@ -91,6 +91,8 @@ class KneeSearch:
         self.notes: list[str] = []
         self.looked = 0
         """Levels measured past the current plateau so far (see ``lookahead``)."""
+        self.confirmed: dict[int, int] = {}
+        """Dropped level → the best level measured again to confirm that drop (once per drop)."""
 
     def record(self, level: Level, apart: bool = False) -> None:
         """A level's measurement; a second one of the same parallelism is merged with the first.
@@ -160,7 +162,7 @@ class KneeSearch:
         recommended 5, which delivered 87% of the engine's plateau."""
         s = self.settings
         best = max((self.levels[p] for p in self.grown[:-1]), key=lambda level: level.rate.value)
-        dropped = ratio(last.rate, best.rate)[2] < 1 - s.degrade  # a drop beyond the noise: degradation
+        dropped = ratio(last.rate, self._beside(best, last))[2] < 1 - s.degrade  # beyond the noise: degradation
         if self.looked >= s.lookahead or dropped:
             return self._stop_growing(last)
         self.looked += 1
@@ -187,16 +189,35 @@ class KneeSearch:
             return None
         return Step(wider.parallelism, 0.5, f"re-measure {wider.parallelism}: {what}")
 
+    def _beside(self, best: Level, last: Level) -> Rate:
+        """The best level's rate to hold a drop at ``last`` against: its latest reading once it was
+        measured again to confirm that drop (taken right after ``last``, so a machine that slowed
+        down for both shows no drop), else all its readings merged."""
+        if self.confirmed.get(last.parallelism) == best.parallelism and best.readings:
+            return best.readings[-1]
+        return best.rate
+
     def _stop_growing(self, last: Level) -> Step | None:
+        """Stop on a plateau or a drop; a drop beyond the noise is confirmed first.
+
+        By measuring the *best* level again, not the dropped one: the dropped level's second
+        reading would follow its first in the same minute, so a slow minute on the machine (this
+        project's VM drifts 2-8% between minutes) would confirm itself. The best level measured
+        right after the drop reads low too when the machine slowed, and the drop goes away. On
+        llama.cpp with 64 slots a drop at 8 confirmed the old way ended a search whose knee was 52
+        at 4.6 (run 7 in docs/engine.md)."""
         s = self.settings
         best = max((self.levels[p] for p in self.grown[:-1]), key=lambda level: level.rate.value)
-        value, _, high = ratio(last.rate, best.rate)
+        value, _, high = ratio(last.rate, self._beside(best, last))
         if high < 1 - s.degrade:
-            if last.measurements == 1 and s.reprobes > 0:
-                return Step(last.parallelism, 0.5, f"confirm the drop at {last.parallelism} before stopping on it")
+            if s.reprobes > 0 and last.parallelism not in self.confirmed:
+                self.confirmed[last.parallelism] = best.parallelism
+                why = f"confirm the drop at {last.parallelism}: measure {best.parallelism} again right after it"
+                return Step(best.parallelism, 0.5, why)
+            against = " measured again beside it" if self.confirmed.get(last.parallelism) == best.parallelism else ""
             self.stop_reason = (
-                f"throughput degraded at {last.parallelism}: {value:.0%} of the best so far (at {best.parallelism}), "
-                f"95% CI up to {high:.0%}"
+                f"throughput degraded at {last.parallelism}: {value:.0%} of the best so far "
+                f"(at {best.parallelism}{against}), 95% CI up to {high:.0%}"
             )
         elif value < 1 - s.degrade:
             self.stop_reason = (
