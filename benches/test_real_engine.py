@@ -318,7 +318,15 @@ def test_calibrated_simulator_tracks_the_engine(gymbench: Recorder, truth: Truth
         gymbench.record(f"sim_rps_p{p}", simulated[p], "requests/s", "higher")
         gymbench.record(f"error_p{p}", errors[p], "ratio", "lower")
     sim_knee = knee_of(simulated)
-    print(f"knee: engine {truth.knee:.1f}, simulator {sim_knee:.1f} ({100 * (sim_knee / truth.knee - 1):+.0f}%)")
+    # What the simulator's knee is worth on the engine: a team that sets its parallelism from the
+    # stand-in gets the engine's throughput there (a flat curve's knee moves far on a few percent).
+    engine_share = interpolated(truth.curve, math.ceil(sim_knee)) / truth.plateau
+    where = "inside" if truth.inside(sim_knee) else "outside"
+    print(f"knee: engine {truth.knee:.1f} [{truth.found.low:.1f}, {truth.found.high:.1f}], simulator {sim_knee:.1f}"
+          f" ({100 * (sim_knee / truth.knee - 1):+.0f}%, {where} the truth's ±5% or interval);"
+          f" the engine at {math.ceil(sim_knee)} delivers {engine_share:.1%} of its plateau")  # fmt: skip
+    gymbench.record("sim_knee_inside_truth", float(truth.inside(sim_knee)), "bool", "higher")
+    gymbench.record("engine_share_at_sim_knee", engine_share, "ratio", "higher")
     gymbench.record("max_abs_error", max(abs(e) for e in errors.values()), "ratio", "lower")
     gymbench.record("within_10pct", sum(abs(e) <= 0.10 for e in errors.values()), "points", "higher")
     gymbench.record("sim_knee", sim_knee, "parallelism", "higher")

@@ -93,11 +93,30 @@ class LoadPoint:
     cycles: list[ClientCycles] = field(default_factory=list)
     """Each client's whole cycles in the window: the rate is not quantised by batches finishing
     together (:class:`~gymbench.rates.ClientCycles`)."""
+    pass_rates: list[float] = field(default_factory=list)
+    """With ``passes`` > 1: each pass's rate, in the order measured (the point's rate is their mean)."""
 
     @property
     def requests_per_s(self) -> float:
+        if self.pass_rates:
+            return float(sum(self.pass_rates) / len(self.pass_rates))
         by_cycles = closed_loop_rate(self.cycles)
         return len(self.answers) / self.window_s if by_cycles is None else by_cycles
+
+
+def merge_passes(readings: Sequence[LoadPoint]) -> LoadPoint:
+    """One load measured in several passes: every answer (the step timings' evidence) and the mean
+    of the passes' rates. The mean, not the pool of their cycles: in ABBA order a drift of the
+    machine that is steady over the calibration cancels in the mean of a load's two readings."""
+    if len(readings) == 1:
+        return readings[0]
+    return LoadPoint(
+        readings[0].concurrency,
+        sum(point.window_s for point in readings),
+        [answer for point in readings for answer in point.answers],
+        sum(point.errors for point in readings),
+        pass_rates=[point.requests_per_s for point in readings],
+    )
 
 
 def root_of(base_url: str) -> str:
@@ -266,8 +285,11 @@ async def measure(
     stream: bool = False,
     on_phase: Callable[[str, float], None] = lambda label, seconds: None,
     engines: list[EngineMetrics] | None = None,
+    passes: int = 1,
 ) -> Measurements:
-    """All three phases against ``base_url``; ``on_phase(label, seconds)`` after each step (a bar)."""
+    """All three phases against ``base_url``; ``on_phase(label, seconds)`` after each step (a bar).
+
+    ``passes``: the loads measured that many times, every other pass in reverse order (ABBA)."""
     began = time.perf_counter()
     timeout = aiohttp.ClientTimeout(total=max(120.0, 4 * (warmup_s + window_s)))
     # Streamed: a connection per request. llama.cpp's server closes one after a streamed answer,
@@ -285,12 +307,14 @@ async def measure(
         # time (p = 2 read the same requests/s as p = 1: 33 against 60 without the prefill first).
         url = f"{facts.root_url}/v1/chat/completions"
         body = workload_body(facts.model, prompt_words, max_tokens, stream=stream)
-        points, notes = [], []
+        notes: list[str] = []
         if engines is None:  # asked of the plugins once, not before every load
             from gymbench.plugins import Plugins
 
             engines = Plugins().engine_metrics()
-        for p in concurrencies or default_concurrencies(facts.slots):
+        order = list(concurrencies or default_concurrencies(facts.slots))
+        readings: dict[int, list[LoadPoint]] = {p: [] for p in order}
+        for p in [p for index in range(passes) for p in (order if index % 2 == 0 else order[::-1])]:
             # An engine still generating for clients gone away (a tune or load test just before, or
             # this calibration's own last window) would make this load read low: start it idle.
             waited = (await settle_server(session, f"{facts.root_url}/metrics", engines)).note()
@@ -304,8 +328,9 @@ async def measure(
             if not point.answers:
                 raise GymbenchError(f"no request finished at p={p} in {window:g} s ({point.errors} failed): "
                                     "is the engine answering? raise +window_s for a slow one")  # fmt: skip
-            points.append(point)
+            readings[p].append(point)
             on_phase(f"p={p}: {point.requests_per_s:.2f} req/s", warmup_s + window_s)
+        points = [merge_passes(readings[p]) for p in order]
         try:
             prefill = await measure_prefill(session, facts)
         except _Refused as exc:

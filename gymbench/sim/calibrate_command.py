@@ -38,6 +38,15 @@ class CalibrateSettings:
     )
     warmup_s: float = field(default=2.0, metadata=doc("seconds at each load before measuring"))
     window_s: float = field(default=8.0, metadata=doc("seconds measured at each load"))
+    passes: int = field(
+        default=2,
+        metadata=doc("measure the loads this many times, every other pass in reverse order; a load's rate is the mean"),
+    )
+    """2 (ABBA order): a machine whose speed drifts during the calibration (2-8% between minutes
+    on this project's 2-core VM) would otherwise tilt the measured curve, and the knee of a curve
+    that flattens slowly moves far with a tilt of a few percent. In reverse order every load's two
+    readings straddle the middle of the calibration, so a steady drift cancels in their mean. It
+    doubles the loads' time (about 40 s more for 4 slots, 80 s for 64 at the default window)."""
     progress: bool = field(default=True, metadata=doc("show a progress bar"))
 
     def __post_init__(self) -> None:
@@ -47,6 +56,7 @@ class CalibrateSettings:
         at_least("max_tokens", self.max_tokens, 2)
         require(self.warmup_s >= 0, "warmup_s", self.warmup_s, "seconds, 0 or more")
         require(self.window_s > 0, "window_s", self.window_s, "seconds above 0")
+        at_least("passes", self.passes, 1, 10)
         parse_concurrencies(self.concurrencies)
 
     def points(self) -> list[int] | None:
@@ -91,7 +101,7 @@ def calibrate(settings: CalibrateSettings) -> int:
     check_writable_file(settings.output, "the profile", "output")
     key = secret_from_env(settings.api_key_env)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    bar = _bar(settings, len(settings.points() or default_concurrencies(settings.slots or 4)))
+    bar = _bar(settings, settings.passes * len(settings.points() or default_concurrencies(settings.slots or 4)))
     try:
         measured = asyncio.run(
             measure(
@@ -106,6 +116,7 @@ def calibrate(settings: CalibrateSettings) -> int:
                 headers=headers,
                 stream=settings.stream,
                 on_phase=lambda label, _: _advance(bar, label),
+                passes=settings.passes,
             )
         )
     finally:
@@ -147,6 +158,13 @@ def _summary(sim: dict[str, Any], record: dict[str, Any], path: str) -> None:
         print(
             f"{row['concurrency']:>4} {row['requests_per_s']:>13.3f} {row['simulated_requests_per_s']:>10.3f} "
             f"{row['error_pct']:>+6.1f}% {row['errors']:>7}"
+        )
+    passes = [row["requests_per_s_passes"] for row in record["check"] if row.get("requests_per_s_passes")]
+    spread = [100 * (rates[-1] / rates[0] - 1) for rates in passes]
+    if spread:
+        print(
+            f"the last pass against the first: {min(spread):+.1f}% … {max(spread):+.1f}% by load "
+            "(each load's rate is the passes' mean; a wide spread: the machine's speed drifted)"
         )
     for note in record.get("notes", []):
         print(f"note: {note}")

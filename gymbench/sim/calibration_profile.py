@@ -91,6 +91,7 @@ def check_points(
                 "requests": len(point.answers),
                 "errors": point.errors,
                 "requests_per_s": round(point.requests_per_s, 4),
+                **({"requests_per_s_passes": [round(r, 4) for r in point.pass_rates]} if point.pass_rates else {}),
                 "simulated_requests_per_s": round(simulated.requests_per_s, 4),
                 "error_pct": round(100 * (simulated.requests_per_s / point.requests_per_s - 1), 2),
                 "predicted_per_token_ms_mean": round(float(np.mean(per_token)), 4),
@@ -142,6 +143,7 @@ def build_profile(
             "max_tokens": max_tokens,
             "warmup_s": warmup_s,
             "window_s": window_s,
+            "passes": max((len(point.pass_rates) or 1 for point in measured.points), default=1),
         },
         "engine_limits": {"slots": measured.facts.slots, "context_per_slot": measured.facts.context_per_slot},
         "fit": {

@@ -7,6 +7,7 @@ server whose timings are computed from a known model.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import yaml
 from gymbench.cli import main
 from gymbench.errors import GymbenchError
 from gymbench.rates import ClientCycles, closed_loop_rate
+from gymbench.sim.calibrate import Answer, LoadPoint, measure, merge_passes
 from gymbench.sim.calibration_fit import DecodePoint, PrefillPoint, fit_steps
 from gymbench.sim.config import config_from_preset, load_profile
 from gymbench.sim.profile import public_url, write_profile
@@ -342,3 +344,52 @@ def test_a_window_shorter_than_a_cycle_has_no_cycle_rate() -> None:
     assert closed_loop_rate([whole]) == pytest.approx(1.0)
     assert closed_loop_rate([whole, empty]) is None
     assert closed_loop_rate([]) is None
+
+
+def test_two_passes_measure_the_loads_in_abba_order_and_each_rate_is_their_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default: every load twice, the second pass in reverse order (1, 2, 3, 3, 2, 1), so a
+    drift that is steady over the calibration cancels in each load's mean; the profile keeps both
+    readings, and the summary says how far they were apart."""
+    out = tmp_path / "engine.yaml"
+    measured: list[str] = []
+    with fake_llama_server(StepModel(slots=3)) as url:
+        code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1,2,3",
+                     "+warmup_s=0.1", "+window_s=0.4", "+max_tokens=4", "+progress=false"])  # fmt: skip
+        facts = asyncio.run(
+            measure(url, model=None, slots=None, concurrencies=[1, 2, 3], prompt_words=4, max_tokens=4,
+                    warmup_s=0.0, window_s=0.3, headers={}, passes=3,
+                    on_phase=lambda label, _: measured.append(label.split(":")[0]))
+        )  # fmt: skip
+    assert code == 0
+    assert measured == ["p=1", "p=2", "p=3", "p=3", "p=2", "p=1", "p=1", "p=2", "p=3", "prefill"]
+    assert [len(point.pass_rates) for point in facts.points] == [3, 3, 3]
+    document = yaml.safe_load(out.read_text())
+    record = document["calibration"]
+    assert record["workload"]["passes"] == 2
+    for row in record["check"]:
+        first, second = row["requests_per_s_passes"]
+        assert row["requests_per_s"] == pytest.approx((first + second) / 2, abs=1e-3)
+    assert "the last pass against the first" in capsys.readouterr().out
+
+
+def test_merged_passes_keep_every_answer_and_average_the_rates() -> None:
+    def load(rate: int, answers: int, errors: int = 0) -> LoadPoint:
+        client = ClientCycles()
+        for _ in range(rate):  # ``rate`` requests over one second
+            client.cycle(0.0, 1.0, ok=True)
+        return LoadPoint(4, 8.0, [Answer(0.0, None, 1.0, {})] * answers, errors, [client])
+
+    early, late = load(60, 1, errors=1), load(50, 2)
+    assert (early.requests_per_s, late.requests_per_s) == (60.0, 50.0)
+    merged = merge_passes([early, late])
+    assert merged.pass_rates == [60.0, 50.0] and merged.requests_per_s == pytest.approx(55.0)
+    assert len(merged.answers) == 3 and merged.errors == 1 and merged.window_s == 16.0
+    assert merge_passes([early]) is early
+
+
+def test_passes_below_one_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["calibrate-sim", "--from", "http://127.0.0.1:9/v1", f"+output={tmp_path / 'p.yaml'}", "+passes=0"])
+    assert code != 0
+    assert "passes" in capsys.readouterr().err
