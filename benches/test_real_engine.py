@@ -262,13 +262,14 @@ def test_tune_and_diagnose_against_the_truth(gymbench: Recorder, truth: Truth, t
         result = tune_run(build_settings(TuneConfig, settings), make_plugins())
         if result.first_pass is not None:
             once, advice = result.first_pass.knee, result.first_pass.recommendation.parallelism
-            where = "inside" if truth.inside(once.parallelism) else "outside"
+            once_inside = truth.inside(once.parallelism)
+            where = "inside" if once_inside else "outside"
             print(f"  tune sweep, first pass alone: knee {once.parallelism:.1f}"
                   f" ({once.parallelism / true_knee - 1:+.0%}, {where}),"
                   f" its interval [{once.low:.1f}, {once.high:.1f}], recommended {advice}"
                   f" delivering {interpolated(truth.curve, advice) / plateau:.1%}")  # fmt: skip
             gymbench.record("sweep_one_pass_knee", once.parallelism, "parallelism", "higher")
-            gymbench.record("sweep_one_pass_knee_inside_truth", float(truth.inside(once.parallelism)), "bool", "higher")
+            gymbench.record("sweep_one_pass_knee_inside_truth", float(once_inside), "bool", "higher")
             print("    " + "; ".join(n for n in result.notes if n.startswith("second pass")))
         knee = result.knee.parallelism
         delivered = interpolated(truth.curve, result.recommended) / plateau
@@ -279,6 +280,7 @@ def test_tune_and_diagnose_against_the_truth(gymbench: Recorder, truth: Truth, t
         levels = ", ".join(f"{p}: {r.value:.1f} ±{r.relative:.0%}" for p, r in sorted(result.curve.items()))
         found = result.knee
         print(f"    its interval [{found.low:.1f}, {found.high:.1f}], plateau {found.plateau:.2f}; levels: {levels}")
+        print(f"    stopped: {result.stop_reason}")
         gymbench.record(f"{method}_knee_inside_truth", float(inside), "bool", "higher")
         gymbench.record(f"{method}_knee", knee, "parallelism", "higher")
         gymbench.record(f"{method}_knee_error", knee / true_knee - 1, "ratio", "lower")
@@ -321,11 +323,12 @@ def test_calibrated_simulator_tracks_the_engine(gymbench: Recorder, truth: Truth
     # What the simulator's knee is worth on the engine: a team that sets its parallelism from the
     # stand-in gets the engine's throughput there (a flat curve's knee moves far on a few percent).
     engine_share = interpolated(truth.curve, math.ceil(sim_knee)) / truth.plateau
-    where = "inside" if truth.inside(sim_knee) else "outside"
+    sim_inside = truth.inside(sim_knee)
+    where = "inside" if sim_inside else "outside"
     print(f"knee: engine {truth.knee:.1f} [{truth.found.low:.1f}, {truth.found.high:.1f}], simulator {sim_knee:.1f}"
           f" ({100 * (sim_knee / truth.knee - 1):+.0f}%, {where} the truth's ±5% or interval);"
           f" the engine at {math.ceil(sim_knee)} delivers {engine_share:.1%} of its plateau")  # fmt: skip
-    gymbench.record("sim_knee_inside_truth", float(truth.inside(sim_knee)), "bool", "higher")
+    gymbench.record("sim_knee_inside_truth", float(sim_inside), "bool", "higher")
     gymbench.record("engine_share_at_sim_knee", engine_share, "ratio", "higher")
     gymbench.record("max_abs_error", max(abs(e) for e in errors.values()), "ratio", "lower")
     gymbench.record("within_10pct", sum(abs(e) <= 0.10 for e in errors.values()), "points", "higher")

@@ -161,7 +161,7 @@ class KneeSearch:
         more by 64 (its batched kernels pay off from about 24): a plateau believed at once
         recommended 5, which delivered 87% of the engine's plateau."""
         s = self.settings
-        best = max((self.levels[p] for p in self.grown[:-1]), key=lambda level: level.rate.value)
+        best = self._best_grown()
         dropped = ratio(last.rate, self._beside(best, last))[2] < 1 - s.degrade  # beyond the noise: degradation
         if self.looked >= s.lookahead or dropped:
             return self._stop_growing(last)
@@ -193,9 +193,15 @@ class KneeSearch:
         """The best level's rate to hold a drop at ``last`` against: its latest reading once it was
         measured again to confirm that drop (taken right after ``last``, so a machine that slowed
         down for both shows no drop), else all its readings merged."""
-        if self.confirmed.get(last.parallelism) == best.parallelism and best.readings:
-            return best.readings[-1]
-        return best.rate
+        return best.readings[-1] if self._measured_beside(best, last) else best.rate
+
+    def _measured_beside(self, best: Level, last: Level) -> bool:
+        """Whether ``best`` was measured again right after ``last`` to confirm a drop there."""
+        return self.confirmed.get(last.parallelism) == best.parallelism and bool(best.readings)
+
+    def _best_grown(self) -> Level:
+        """The fastest level grown before the last one: what a plateau or a drop is held against."""
+        return max((self.levels[p] for p in self.grown[:-1]), key=lambda level: level.rate.value)
 
     def _stop_growing(self, last: Level) -> Step | None:
         """Stop on a plateau or a drop; a drop beyond the noise is confirmed first.
@@ -207,14 +213,14 @@ class KneeSearch:
         llama.cpp with 64 slots a drop at 8 confirmed the old way ended a search whose knee was 52
         at 4.6 (run 7 in docs/engine.md)."""
         s = self.settings
-        best = max((self.levels[p] for p in self.grown[:-1]), key=lambda level: level.rate.value)
+        best = self._best_grown()
         value, _, high = ratio(last.rate, self._beside(best, last))
         if high < 1 - s.degrade:
             if s.reprobes > 0 and last.parallelism not in self.confirmed:
                 self.confirmed[last.parallelism] = best.parallelism
                 why = f"confirm the drop at {last.parallelism}: measure {best.parallelism} again right after it"
                 return Step(best.parallelism, 0.5, why)
-            against = " measured again beside it" if self.confirmed.get(last.parallelism) == best.parallelism else ""
+            against = " measured again beside it" if self._measured_beside(best, last) else ""
             self.stop_reason = (
                 f"throughput degraded at {last.parallelism}: {value:.0%} of the best so far "
                 f"(at {best.parallelism}{against}), 95% CI up to {high:.0%}"

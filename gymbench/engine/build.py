@@ -163,7 +163,7 @@ def _compile(work: Path, log: Path, progress: Progress | None) -> Path:
     with open(log, "wb") as out:
         _step(
             "downloading the llama-cpp-python sdist",
-            [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps"]
+            [sys.executable, "-m", "pip", "download", "--no-binary", "llama-cpp-python", "--no-deps"]
             + [f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", str(work / "sdist")],
             out,
             log,

@@ -269,6 +269,8 @@ class Measurements:
     wall_s: float
     notes: list[str] = field(default_factory=list)
     """Waits for a busy engine before a load (see :func:`gymbench.sim.loadgen.settle_server`)."""
+    passes: int = 1
+    """How many times each load was measured (every other pass in reverse order)."""
 
 
 async def measure(
@@ -340,4 +342,4 @@ async def measure(
                 f"cannot measure the engine at {_where(base_url)}: {_reason(exc)}; is it running?"
             ) from None
         on_phase("prefill", 0.0)
-    return Measurements(facts, prefill, points, time.perf_counter() - began, notes)
+    return Measurements(facts, prefill, points, time.perf_counter() - began, notes, passes)

@@ -143,7 +143,7 @@ def build_profile(
             "max_tokens": max_tokens,
             "warmup_s": warmup_s,
             "window_s": window_s,
-            "passes": max((len(point.pass_rates) or 1 for point in measured.points), default=1),
+            "passes": measured.passes,
         },
         "engine_limits": {"slots": measured.facts.slots, "context_per_slot": measured.facts.context_per_slot},
         "fit": {
