@@ -257,11 +257,16 @@ def test_tune_and_diagnose_against_the_truth(gymbench: Recorder, truth: Truth, t
     print(f"\n{truth.name}: tune and diagnose")
 
     tasks = tasks_file(tmp_path)
+    # Quick mode (CI) stops the sweep at 4x the slots or 128 clients: past the slots llama.cpp defers
+    # requests, and a sweep left alone grew to ~600 clients on a 64-slot server, where each level
+    # takes minutes (1,350 s of one CI run; 285 s stopped at 128).
     batches = ["min_batches=3", "max_batches=8"] if gymbench.quick else []
+    bound = [f"max_parallelism={min(4 * slots, 128)}"] if gymbench.quick else []
     methods = ["sweep"] if gymbench.quick else os.environ.get("GYMBENCH_TUNE_METHODS", "sweep,adaptive").split(",")
     for method in methods:
         twice = method == "sweep" and not gymbench.quick
-        settings = [*common(running, tasks), "plot=", f"method={method}", "start=1", f"remeasure={twice}", *batches]
+        settings = [*common(running, tasks), "plot=", f"method={method}", "start=1", f"remeasure={twice}"]
+        settings += [*batches, *bound]
         result = tune_run(build_settings(TuneConfig, settings), make_plugins())
         if result.first_pass is not None:
             once, advice = result.first_pass.knee, result.first_pass.recommendation.parallelism

@@ -33,6 +33,22 @@ def test_a_saturated_agent_stack_gets_agent_advice_and_a_model_server_vllm_advic
     assert "agent and resources servers' CPU" in diagnosis.next_step
 
 
+@pytest.mark.parametrize(
+    ("low", "high", "gain", "verdict"),
+    [
+        (64, 128, 1.02, "model server"),  # llama.cpp's 64 slots: a doubling gave 2%; "parallelism" before the fix
+        (64, 128, 1.30, "model server"),
+        (64, 128, 1.50, "parallelism"),  # above 1.41x: half of one doubling's gain, in doublings
+        (4, 12, 1.60, "model server"),
+        (4, 12, 1.80, "parallelism"),
+        (1, 32, 1.90, "model server"),  # a wide step: NeMo Gym's guide's 2x
+        (1, 32, 2.10, "parallelism"),
+    ],
+)
+def test_a_small_step_in_parallelism_needs_half_its_doublings(low: int, high: int, gain: float, verdict: str) -> None:
+    assert diagnose(probe(low, 20.0, 0.1), probe(high, 20.0 * gain, 0.1 * high / low / gain)).verdict == verdict
+
+
 @pytest.mark.parametrize("verdict", sorted(NEXT_STEPS))
 def test_every_verdict_has_advice_for_either_kind(verdict: str) -> None:
     diagnosis = diagnose(probe(2, 20.0, 0.1), probe(8, 80.0, 0.1))
