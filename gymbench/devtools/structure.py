@@ -9,7 +9,14 @@
 - the settings declared in more than one schema (a field name that several settings dataclasses
   declare is a setting written twice unless one schema nests the other);
 - the places that replace a file atomically (temp file + rename) and the places that parse
-  rollouts-file lines, which should each be one owner.
+  rollouts-file lines, which should each be one owner;
+- the places that build an HTTP client session, and the plugin managers built below the entry
+  points (one load path: one client, one plugin manager handed down);
+- the command-line flags and pytest options written by hand instead of generated from the
+  settings dataclasses (outside the generator itself, ``cli.py`` and ``devtools/``).
+
+``--check`` compares the figures with the limits in ``pyproject.toml`` (``[tool.gymbench.structure]``)
+and fails when one rose: a ratchet, lowered by hand when the code gets better.
 
 It reads source text with :mod:`ast`; it imports nothing from gymbench, so it also runs on a tree
 that does not import.
@@ -336,6 +343,104 @@ def rollouts_readers(modules: dict[str, Module]) -> list[str]:
     return sorted(set(found))
 
 
+def _call_sites(modules: dict[str, Module], names: tuple[str, ...], skip: tuple[str, ...] = ()) -> list[str]:
+    """``module.function`` (or ``module`` at top level) of every call to one of ``names``."""
+    found: list[str] = []
+    for module in modules.values():
+        if module.name.startswith(skip) or module.name in skip:
+            continue
+        owners = {id(call): function.name for function in _functions(module.tree) for call, _ in _calls(function)}
+        for call, name in _calls(module.tree):
+            if name in names:
+                owner = owners.get(id(call))
+                found.append(f"{module.name}.{owner}" if owner else module.name)
+    return sorted(found)
+
+
+GENERATOR = ("gymbench.settings", "gymbench.cli", "gymbench.devtools")
+"""Where flags may be written by hand: the generator itself, the entry point, the dev tools."""
+
+
+def client_sessions(modules: dict[str, Module]) -> list[str]:
+    """Where an ``aiohttp.ClientSession`` is built: the one load path has one such place."""
+    return _call_sites(modules, ("ClientSession",))
+
+
+def plugin_managers(modules: dict[str, Module]) -> list[str]:
+    """``Plugins()`` built below the entry points (the CLI and the pytest plugin build it once and
+    hand it down; a module that builds its own loads every plugin again)."""
+    return _call_sites(modules, ("Plugins",), skip=PROCESS_ENTRY_POINTS)
+
+
+PROCESS_ENTRY_POINTS = (
+    "gymbench.cli",
+    "gymbench.pytest.plugin",
+    "gymbench.plugins",
+    "gymbench.testing",
+    "gymbench.collect.shard_worker",
+    "gymbench.train.ddp",
+)
+"""Modules that start a process's work and so build its plugin manager: the CLI, the pytest plugin,
+the plugin-author test kit (a fresh manager per test), a shard worker and a torchrun rank (each a
+process of its own)."""
+
+
+def hand_written_flags(modules: dict[str, Module]) -> list[str]:
+    """argparse flags written by hand outside :data:`GENERATOR`."""
+    return _call_sites(modules, ("add_argument",), skip=GENERATOR)
+
+
+def hand_written_pytest_options(modules: dict[str, Module]) -> list[str]:
+    """pytest options written by hand (``addoption``) instead of generated from a settings dataclass."""
+    return _call_sites(modules, ("addoption",), skip=GENERATOR)
+
+
+RATCHET = (
+    "import_cycles_all_imports",
+    "functions_returning_any_per_kloc",
+    "settings_declared_more_than_once",
+    "schema_pairs_sharing_3_or_more_settings",
+    "atomic_file_writers",
+    "line_by_line_json_readers",
+    "client_sessions",
+    "plugin_managers_built_below_entry_points",
+    "hand_written_flags",
+    "hand_written_pytest_options",
+)
+"""The figures the ratchet holds: each may fall, none may rise above its limit in pyproject.toml."""
+
+
+def measured(value: object) -> float:
+    """A figure as one number: a list or mapping by its length."""
+    if isinstance(value, (list, dict)):
+        return float(len(value))
+    assert isinstance(value, (int, float)), value
+    return float(value)
+
+
+def limits(pyproject: Path) -> dict[str, float]:
+    import tomllib
+
+    table = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}).get("gymbench", {})
+    found = table.get("structure", {})
+    return {str(key): float(value) for key, value in found.items()}
+
+
+def over_limits(result: dict[str, object], allowed: dict[str, float]) -> list[str]:
+    """One line per ratcheted figure above its limit (or with no limit written down)."""
+    lines: list[str] = []
+    for key in RATCHET:
+        value = measured(result[key])
+        if key not in allowed:
+            lines.append(f"{key}: {value:g}, and pyproject.toml's [tool.gymbench.structure] sets no limit for it")
+        elif value > allowed[key]:
+            lines.append(
+                f"{key}: {value:g}, above its limit {allowed[key]:g} in pyproject.toml's [tool.gymbench.structure]"
+                " (a new copy? use the one that exists)"
+            )
+    return lines
+
+
 def figures(package: Path = PACKAGE) -> dict[str, object]:
     modules = load_modules(package)
     code = {name: m for name, m in modules.items() if not name.startswith("gymbench.devtools")}
@@ -363,6 +468,10 @@ def figures(package: Path = PACKAGE) -> dict[str, object]:
         "settings_declared_more_than_once": repeated,
         "atomic_file_writers": atomic_writers(code),
         "line_by_line_json_readers": rollouts_readers(code),
+        "client_sessions": client_sessions(code),
+        "plugin_managers_built_below_entry_points": plugin_managers(code),
+        "hand_written_flags": hand_written_flags(code),
+        "hand_written_pytest_options": hand_written_pytest_options(code),
     }
 
 
@@ -370,8 +479,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gymbench.devtools.structure", description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--package", type=Path, default=PACKAGE, help="the package folder to read")
+    parser.add_argument("--check", action="store_true", help="fail when a figure rose above its limit")
     args = parser.parse_args(argv)
     result = figures(args.package)
+    if args.check:
+        problems = over_limits(result, limits(args.package.resolve().parent / "pyproject.toml"))
+        for line in problems:
+            print(f"structure: {line}")
+        return 1 if problems else 0
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
@@ -405,6 +520,10 @@ def main(argv: list[str] | None = None) -> int:
     for key, title in (
         ("atomic_file_writers", "atomic file writers"),
         ("line_by_line_json_readers", "JSON-lines readers"),
+        ("client_sessions", "HTTP client sessions built"),
+        ("plugin_managers_built_below_entry_points", "plugin managers built below the entry points"),
+        ("hand_written_flags", "command-line flags written by hand"),
+        ("hand_written_pytest_options", "pytest options written by hand"),
     ):
         places = result[key]
         assert isinstance(places, list)

@@ -1,4 +1,4 @@
-"""Rooms import one way: core → built-ins, rollout, sim, trainstep, baseline → harness-level → CLI.
+"""Rooms import one way: the core → builtin, rollout, sim, engine, train, gate → collect, tune, report → pytest, CLI.
 
 The middle rooms never import each other; a record type from the core is how data crosses.
 """
