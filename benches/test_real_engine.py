@@ -7,10 +7,10 @@ For each llama.cpp configuration (``slot-bound``: 4 slots, below the compute kne
 loop of ``p`` clients (:func:`gymbench.sim.loadgen.closed_loop`, not gymbench's collection code) at
 each ``p`` of the grid, after a 2 s warm-up, in five windows (:data:`PASSES`); a window's rate is
 each client's requests over the time its whole cycles in the window covered
-(:class:`gymbench.rates.ClientCycles`: counting what finishes in the window read 53 or 64
+(:class:`gymbench.client_cycles.ClientCycles`: counting what finishes in the window read 53 or 64
 requests/s at 64 slots, by whether 5 or 6 lockstep batches fell in it), and each point's 95%
 interval comes from the spread between its windows. The true knee is the smallest ``p``
-reaching 97% of the plateau, by the tuner's own definition (:func:`gymbench.curves.find_knee`:
+reaching 97% of the plateau, by the tuner's own definition (:func:`gymbench.tune.curves.find_knee`:
 log2-interpolated between grid points, the plateau pooled over the points not below the highest
 beyond their noise), with its 95% interval from the points' own; the grid's point is printed
 too. On an abrupt plateau the knee is ill-conditioned (one point 1% lower moves it from 4 to 6),
@@ -53,12 +53,12 @@ import pytest
 import yaml
 
 from gymbench import Recorder
-from gymbench.curves import Knee, find_knee, knee_of
+from gymbench.tune.curves import Knee, find_knee, knee_of
 from gymbench.engine.build import cache_root, find_server
 from gymbench.engine.model import cached_model
 from gymbench.engine.server import LlamaServer, start_llama_server
 from gymbench.errors import GymbenchError
-from gymbench.rates import Rate, t_quantile
+from gymbench.tune.rates import Rate, t_quantile
 from gymbench.settings import build_settings
 from gymbench.sim.calibrate import prompt_text, workload_body
 from gymbench.sim.calibrate_command import CalibrateSettings, calibrate

@@ -20,9 +20,9 @@ from typing import Any
 
 from tuning_truth import dense_grid, sample_rows, true_curve, true_knee
 
-from gymbench.curves import KNEE_FRACTION, knee_of, throughput_at
-from gymbench.knee_search import SearchSettings
-from gymbench.rates import Precision
+from gymbench.tune.curves import KNEE_FRACTION, knee_of, throughput_at
+from gymbench.tune.knee_search import SearchSettings
+from gymbench.tune.rates import Precision
 from gymbench.rollout.engine import CollectSettings
 from gymbench.rollout.verification import VerifySettings
 from gymbench.sim import InProcessBackend, SimConfig, describe, run_in_simulated_time

@@ -9,7 +9,7 @@ token rate ÷ the exact mean output length of the simulator's length distributio
 of a batch engine is steady, so a long window pins it to a fraction of a percent, and dividing by
 the distribution's exact mean (not the sample's) makes every point of the curve the long-run rate.
 
-The true knee is :func:`gymbench.curves.knee_of` over this grid: the same function the tuner uses.
+The true knee is :func:`gymbench.tune.curves.knee_of` over this grid: the same function the tuner uses.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gymbench.curves import KNEE_FRACTION, knee_of
+from gymbench.tune.curves import KNEE_FRACTION, knee_of
 from gymbench.jsonio import loads
 from gymbench.sim import InProcessBackend, SimConfig, run_in_simulated_time
 from gymbench.types import GenerationRequest

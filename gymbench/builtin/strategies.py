@@ -1,8 +1,9 @@
-"""The built-in concurrency strategies' plugin: ``semaphore`` and ``adaptive`` (closed-loop), and the
-open-loop arrivals ``constant``, ``poisson``, ``gamma`` and ``trace`` (:mod:`gymbench.builtin.arrivals`).
+"""The built-in concurrency strategies' plugin: ``semaphore`` (closed-loop), and the open-loop
+arrivals ``constant``, ``poisson``, ``gamma`` and ``trace`` (:mod:`gymbench.builtin.arrivals`).
 
 Registration only: the strategies and their settings (:mod:`gymbench.builtin.strategy_settings`)
-are imported when a run uses them.
+are imported when a run uses them. The ``adaptive`` strategy is tune's, registered by
+:mod:`gymbench.tune.plugin` through the same hook.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from gymbench.types import Component, ConcurrencyStrategy
 
 if TYPE_CHECKING:
     from gymbench.builtin.strategy_settings import (
-        AdaptiveSettings,
         GammaSettings,
         RateSettings,
         SemaphoreSettings,
@@ -28,12 +28,6 @@ def make_semaphore(settings: SemaphoreSettings) -> ConcurrencyStrategy:
     from gymbench.builtin.semaphore import SemaphoreStrategy
 
     return SemaphoreStrategy(settings.num_samples_in_parallel)
-
-
-def make_adaptive(settings: AdaptiveSettings) -> ConcurrencyStrategy:
-    from gymbench.builtin.adaptive import AdaptiveStrategy
-
-    return AdaptiveStrategy(settings.search_settings(), settings.precision_rule(), settings.stop_when_converged)
 
 
 def make_constant(settings: RateSettings) -> ConcurrencyStrategy:
@@ -77,12 +71,6 @@ def gymbench_register_strategies() -> list[Component]:
             make_semaphore,
             "at most num_samples_in_parallel rollouts at once (unset: unbounded, as NeMo Gym)",
             settings=f"{SETTINGS}:SemaphoreSettings",
-        ),
-        Component(
-            "adaptive",
-            make_adaptive,
-            "finds the knee of the throughput curve during the run and settles there (gymbench tune +method=adaptive)",
-            settings=f"{SETTINGS}:AdaptiveSettings",
         ),
         Component(
             "constant",

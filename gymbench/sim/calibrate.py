@@ -27,9 +27,9 @@ from typing import Any
 
 import aiohttp
 
+from gymbench.client_cycles import ClientCycles, closed_loop_rate
 from gymbench.engine_metrics import EngineMetrics
 from gymbench.errors import GymbenchError
-from gymbench.rates import ClientCycles, closed_loop_rate
 from gymbench.sim.loadgen import settle_server
 
 FILLER = "the quick brown fox jumps over the lazy dog while a robot paints a small red house "
@@ -92,7 +92,7 @@ class LoadPoint:
     errors: int = 0
     cycles: list[ClientCycles] = field(default_factory=list)
     """Each client's whole cycles in the window: the rate is not quantised by batches finishing
-    together (:class:`~gymbench.rates.ClientCycles`)."""
+    together (:class:`~gymbench.client_cycles.ClientCycles`)."""
     pass_rates: list[float] = field(default_factory=list)
     """With ``passes`` > 1: each pass's rate, in the order measured (the point's rate is their mean)."""
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import aiohttp
 
+from gymbench.client_cycles import ClientCycles, closed_loop_rate
 from gymbench.engine_metrics import EngineMetrics, Settled, recognise, sample_sums, settle
-from gymbench.rates import ClientCycles, closed_loop_rate
 
 
 @dataclass
@@ -30,7 +30,7 @@ class LoadResult:
     generated_tokens: float | None = None
     """Output tokens the server reports generating inside the window (when its /metrics is read)."""
     cycles: list[ClientCycles] = field(default_factory=list)
-    """Each client's whole cycles inside the window (:class:`~gymbench.rates.ClientCycles`)."""
+    """Each client's whole cycles inside the window (:class:`~gymbench.client_cycles.ClientCycles`)."""
 
     @property
     def requests_per_s(self) -> float:

@@ -3,7 +3,7 @@
 ``p`` clients each submit a request of ``prompt_tokens`` and ``output_tokens`` as soon as their last
 one finished, for ``warmup_s + window_s`` simulated seconds; the requests that finish inside the
 window give the throughput, over the time their clients' whole cycles covered (as the real engine's
-is measured: :class:`~gymbench.rates.ClientCycles`). It drives :class:`~gymbench.sim.engine.Engine`
+is measured: :class:`~gymbench.client_cycles.ClientCycles`). It drives :class:`~gymbench.sim.engine.Engine`
 directly on a :class:`~gymbench.sim.virtual.VirtualTimeLoop`, so the answer depends on the
 configuration alone (no HTTP, no machine load): a calibration compares it with the real engine, a
 test with the fit.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from gymbench.rates import ClientCycles, closed_loop_rate
+from gymbench.client_cycles import ClientCycles, closed_loop_rate
 from gymbench.sim.config import SimConfig
 from gymbench.sim.engine import Engine, Sequence
 from gymbench.sim.virtual import run_in_simulated_time

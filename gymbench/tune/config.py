@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gymbench.collect.config import ServerConfig
-from gymbench.search_settings import PrecisionSettings, SearchSettings, SweepSettings
 from gymbench.settings import at_least, doc, one_of, require, with_defaults
+from gymbench.tune.search_settings import PrecisionSettings, SearchSettings, SweepSettings
 
 METHODS = ("sweep", "adaptive")
 

@@ -1,4 +1,5 @@
-"""The ``tune`` and ``diagnose`` commands' plugin.
+"""The ``tune`` and ``diagnose`` commands' plugin, and the ``adaptive`` concurrency strategy (the knee
+search run during one collection).
 
 Registration only: each command's settings and code are imported when that command runs.
 """
@@ -9,10 +10,29 @@ import argparse
 from typing import TYPE_CHECKING
 
 from gymbench.hookspecs import hookimpl
-from gymbench.types import Command
+from gymbench.types import Command, Component, ConcurrencyStrategy
 
 if TYPE_CHECKING:
     from gymbench.plugins import Plugins
+    from gymbench.tune.search_settings import AdaptiveSettings
+
+
+def make_adaptive(settings: AdaptiveSettings) -> ConcurrencyStrategy:
+    from gymbench.tune.adaptive import AdaptiveStrategy
+
+    return AdaptiveStrategy(settings.search_settings(), settings.precision_rule(), settings.stop_when_converged)
+
+
+@hookimpl
+def gymbench_register_strategies() -> list[Component]:
+    return [
+        Component(
+            "adaptive",
+            make_adaptive,
+            "finds the knee of the throughput curve during the run and settles there (gymbench tune +method=adaptive)",
+            settings="gymbench.tune.search_settings:AdaptiveSettings",
+        )
+    ]
 
 
 def _configure_tune(parser: argparse.ArgumentParser) -> None:

@@ -1,7 +1,7 @@
 """One probe: ``p`` rollouts of the task sample kept in flight until their rate is known well enough.
 
 The sample is cycled (:class:`~gymbench.tune.closed_loop.SampleCycle`) so exactly ``p`` stay in
-flight for as long as the probe measures; a :class:`~gymbench.rates.Meter` discards the warm-up,
+flight for as long as the probe measures; a :class:`~gymbench.tune.rates.Meter` discards the warm-up,
 measures the rate in steady state and says when its interval is tight enough; then the probe
 stops and the rollouts still in flight are cancelled (no drain, so no drain to bias anything).
 Throughput is work per second (output tokens, or successful rollouts when the backend reports no
@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 
 from gymbench.engine_metrics import Settled, settle
-from gymbench.knee_search import Level
-from gymbench.rates import Completion, Meter, Precision, Rate
 from gymbench.rollout.dataset import TaskSlice
 from gymbench.rollout.engine import Collector, CollectSettings
 from gymbench.rollout.stats import CollectStats
 from gymbench.tune.closed_loop import CountedSlots, FairSample, SampleCycle, Watch, watch
+from gymbench.tune.knee_search import Level
+from gymbench.tune.rates import Completion, Meter, Precision, Rate
 from gymbench.tune.server_metrics import Counters
 from gymbench.types import Backend, ConcurrencyStrategy, GenerationFailed, JSONObject, Verifier
 

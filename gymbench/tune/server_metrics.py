@@ -2,7 +2,7 @@
 
 Two figures: requests waiting in the server's queue (how much of the latency is queueing) and the
 cumulative count of generated tokens, whose increase over a window is the server's own measure of
-its throughput (:mod:`gymbench.rates` prefers it to the client's estimate when both agree). Which
+its throughput (:mod:`gymbench.tune.rates` prefers it to the client's estimate when both agree). Which
 names to read comes from the engine recognised at the start (:mod:`gymbench.engine_metrics`,
 registered by plugins); the simulator serves vLLM's names, so it is read as a real vLLM is.
 

@@ -1,6 +1,6 @@
 """NeMo Gym's doubling sweep made into one command, the adaptive search, and the stability check.
 
-Both searches ask :class:`gymbench.knee_search.KneeSearch` what to measure next, so they decide
+Both searches ask :class:`gymbench.tune.knee_search.KneeSearch` what to measure next, so they decide
 by the same evidence and define the knee the same way; they differ in how a level is measured.
 The sweep runs a separate probe per level (:class:`~gymbench.tune.probe.Prober`): every row of
 its table is a steady-state measurement with a stated precision. The adaptive search runs one
@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gymbench.curves import Knee
-from gymbench.knee_search import KneeSearch, SearchResult, SearchSettings, Step
-from gymbench.rates import Precision, Rate
+from gymbench.tune.curves import Knee
+from gymbench.tune.knee_search import KneeSearch, SearchResult, SearchSettings, Step
 from gymbench.tune.probe import Prober, ProbeResult
+from gymbench.tune.rates import Precision, Rate
 from gymbench.types import ConcurrencyStrategy, JSONObject
 
 if TYPE_CHECKING:

@@ -28,16 +28,17 @@ CORE = {
     "gymbench.secrets",
     "gymbench.plugins",
     "gymbench.run",
-    "gymbench.curves",
+    "gymbench.tune.curves",
     "gymbench.callgrind",
     "gymbench.threads",
     "gymbench.instructions",
-    "gymbench.rates",
-    "gymbench.knee_search",
-    "gymbench.search_settings",
+    "gymbench.tune.rates",
+    "gymbench.tune.knee_search",
+    "gymbench.tune.search_settings",
     "gymbench.lazy",
     "gymbench.units",
     "gymbench.engine_metrics",
+    "gymbench.client_cycles",
 }
 ROOMS = ("builtin", "rollout", "sim", "train", "gate", "engine")
 

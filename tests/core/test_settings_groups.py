@@ -22,11 +22,11 @@ def test_a_group_is_checked_once_in_every_schema_that_inherits_it() -> None:
 
 
 def test_each_command_keeps_its_own_defaults() -> None:
-    from gymbench.builtin.strategy_settings import AdaptiveSettings
     from gymbench.rollout.engine import CollectSettings
     from gymbench.train.config import TrainConfig
     from gymbench.train.settings import TrainSettings
     from gymbench.tune.config import DiagnoseConfig, TuneConfig
+    from gymbench.tune.search_settings import AdaptiveSettings
 
     assert (AdaptiveSettings().start, AdaptiveSettings().error_rate, AdaptiveSettings().min_batches) == (4, 0.02, 3)
     assert (TuneConfig().start, TuneConfig().error_rate, TuneConfig().min_batches) == (5, 0.01, 6)

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from gymbench.cli import main
+from gymbench.client_cycles import ClientCycles, closed_loop_rate
 from gymbench.errors import GymbenchError
-from gymbench.rates import ClientCycles, closed_loop_rate
 from gymbench.sim.calibrate import Answer, LoadPoint, measure, merge_passes
 from gymbench.sim.calibration_fit import DecodePoint, PrefillPoint, fit_steps
 from gymbench.sim.config import config_from_preset, load_profile

@@ -22,13 +22,13 @@ from typing import Any, TypeVar
 import numpy as np
 
 from gymbench.jsonio import loads
-from gymbench.rates import Precision
 from gymbench.rollout.engine import CollectSettings
 from gymbench.rollout.verification import VerificationRunner, VerifySettings
 from gymbench.sim import InProcessBackend, SimConfig, run_in_simulated_time
 from gymbench.sim.capacity import mean_output_tokens
 from gymbench.testing import make_plugins
 from gymbench.tune.probe import Prober
+from gymbench.tune.rates import Precision
 from gymbench.tune.server_metrics import Counters
 from gymbench.types import Generation, GenerationRequest, TokenUsage, Verdict
 

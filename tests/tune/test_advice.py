@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from gymbench.rates import Rate
 from gymbench.testing import make_plugins
 from gymbench.tune.advice import AGENT_STACK, AGENT_STACK_STEPS, MODEL_SERVER, backend_kind
 from gymbench.tune.command import diagnose_run
 from gymbench.tune.config import DiagnoseConfig
 from gymbench.tune.diagnose import NEXT_STEPS, diagnose
 from gymbench.tune.probe import ProbeResult
+from gymbench.tune.rates import Rate
 from tests.nemo_gym.stack import stack_process
 
 from .test_tune_and_diagnose import config

@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gymbench.curves import KNEE_FRACTION, Knee, find_knee, knee_of, plateau_of, recommend, throughput_at
-from gymbench.rates import Rate
 from gymbench.sim import config_from_preset, describe
+from gymbench.tune.curves import KNEE_FRACTION, Knee, find_knee, knee_of, plateau_of, recommend, throughput_at
+from gymbench.tune.rates import Rate
 
 
 def saturating(ps: list[int], saturation: int, peak: float) -> dict[int, float]:

@@ -12,9 +12,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from gymbench.curves import KNEE_FRACTION, knee_of
-from gymbench.knee_search import KneeSearch, Level, SearchResult, SearchSettings, plateau_threshold
-from gymbench.rates import Rate
+from gymbench.tune.curves import KNEE_FRACTION, knee_of
+from gymbench.tune.knee_search import KneeSearch, Level, SearchResult, SearchSettings, plateau_threshold
+from gymbench.tune.rates import Rate
 
 Curve = Callable[[int], float]
 

@@ -11,7 +11,9 @@ import math
 import pytest
 
 from gymbench.builtin.semaphore import SemaphoreStrategy
-from gymbench.rates import (
+from gymbench.sim import InProcessBackend, SimConfig
+from gymbench.tune.probe import Prober, ProbeResult
+from gymbench.tune.rates import (
     CLIENT,
     SERVER,
     Completion,
@@ -23,8 +25,6 @@ from gymbench.rates import (
     ratio,
     remeasured,
 )
-from gymbench.sim import InProcessBackend, SimConfig
-from gymbench.tune.probe import Prober, ProbeResult
 from tests.tune.simulated import HoldingBackend, long_run_tokens_per_s, sim_counters, with_prober
 
 DISTRIBUTIONS = ("fixed", "uniform", "exponential")

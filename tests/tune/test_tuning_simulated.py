@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from gymbench.builtin.adaptive import AdaptiveStrategy
 from gymbench.builtin.semaphore import SemaphoreStrategy
-from gymbench.curves import knee_of
 from gymbench.errors import GymbenchError
-from gymbench.knee_search import SearchSettings
 from gymbench.sim import InProcessBackend, SimConfig
 from gymbench.testing import make_plugins
+from gymbench.tune.adaptive import AdaptiveStrategy
 from gymbench.tune.config import TuneConfig
+from gymbench.tune.curves import knee_of
 from gymbench.tune.diagnose import Diagnosis, diagnose
+from gymbench.tune.knee_search import SearchSettings
 from gymbench.tune.probe import Prober
 from gymbench.tune.report import summary_text
 from gymbench.tune.sweep import (

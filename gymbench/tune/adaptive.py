@@ -2,9 +2,9 @@
 
 Instead of restarting a collection at 5, 10, 20, 40, 80 (NeMo Gym's doubling sweep), one run
 changes its own limit. Each limit is a *level*, measured exactly as a sweep's probe is
-(:class:`gymbench.rates.Meter`: half a turnover of warm-up, then until the rate's 95% interval is
+(:class:`gymbench.tune.rates.Meter`: half a turnover of warm-up, then until the rate's 95% interval is
 tight), and the next limit comes from the same rules as the sweep's
-(:class:`gymbench.knee_search.KneeSearch`): grow while throughput grows beyond its noise, stop on a
+(:class:`gymbench.tune.knee_search.KneeSearch`): grow while throughput grows beyond its noise, stop on a
 plateau, on degradation beyond the noise, on errors or on a rate limit, re-measure when a
 decision is in doubt, then bisect around the peak and the knee. No collection is restarted, so
 no warm-up from an empty server and no drain are paid per level. A level is never left before it
@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from gymbench.knee_search import KneeSearch, Level, SearchResult, SearchSettings, Step
-from gymbench.rates import Completion, Meter, Precision, Rate
+from gymbench.tune.knee_search import KneeSearch, Level, SearchResult, SearchSettings, Step
+from gymbench.tune.rates import Completion, Meter, Precision, Rate
 from gymbench.types import RequestOutcome, StopDispatch
 
 THROTTLED_SHARE = 0.1

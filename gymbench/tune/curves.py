@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gymbench.rates import Rate, pooled, ratio
-from gymbench.search_settings import KNEE_FRACTION
+from gymbench.tune.rates import Rate, pooled, ratio
+from gymbench.tune.search_settings import KNEE_FRACTION
 
 
 @dataclass(frozen=True)

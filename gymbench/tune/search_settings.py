@@ -1,7 +1,7 @@
 """The settings of a search for the knee of the throughput curve, each declared once.
 
 ``gymbench tune`` offers them flat (``+start=8 +factor=1.5``), the ``adaptive`` strategy takes them
-as its options, and :class:`~gymbench.knee_search.KneeSearch` runs by them; the groups here are what
+as its options, and :class:`~gymbench.tune.knee_search.KneeSearch` runs by them; the groups here are what
 those schemas inherit. No numpy here: commands check settings before anything heavy is imported.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gymbench.settings import Checked, at_least, doc, require
+from gymbench.settings import Checked, at_least, doc, require, with_defaults
 
 if TYPE_CHECKING:
-    from gymbench.rates import Precision
+    from gymbench.tune.rates import Precision
 
 KNEE_FRACTION = 0.97
 """The knee: the smallest parallelism expected to give this share of the plateau's throughput."""
@@ -33,7 +33,7 @@ class GrowthSettings(Checked):
     doubling that gains less leaves less than the 3% of headroom that the knee's 97% allows. At 0.10
     the search stopped early on such an engine: on a compute-bound simulator profile (64 slots, step
     1 ms + 0.8 ms per sequence) the sweep's knee came out 55% low and its advice delivered 92% of
-    the plateau; on llama.cpp with 64 slots, 78%. See :func:`gymbench.knee_search.plateau_threshold`
+    the plateau; on llama.cpp with 64 slots, 78%. See :func:`gymbench.tune.knee_search.plateau_threshold`
     for a step other than a doubling."""
     lookahead: int = field(
         default=1, metadata=doc("levels measured past a plateau before believing it (throughput may rise again)")
@@ -74,7 +74,7 @@ class SweepSettings(GrowthSettings):
     project's 2-core VM the speed moved 2-8% between passes minutes apart, and a 4-slot llama.cpp
     sweep put its knee at 21 where the truth was 5. In reverse order every level's two readings
     straddle the middle of the run, so a steady drift cancels in their merge
-    (:func:`gymbench.rates.remeasured`). It costs a second pass."""
+    (:func:`gymbench.tune.rates.remeasured`). It costs a second pass."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -84,7 +84,7 @@ class SweepSettings(GrowthSettings):
 
 @dataclass
 class SearchSettings(SweepSettings):
-    """What :class:`~gymbench.knee_search.KneeSearch` runs by: the sweep's settings and two of its own."""
+    """What :class:`~gymbench.tune.knee_search.KneeSearch` runs by: the sweep's settings and two of its own."""
 
     knee_precision: float = 0.05
     """Re-measure the levels the knee is read from until its 95% interval is within ± this share."""
@@ -112,6 +112,25 @@ class PrecisionSettings(Checked):
         require(self.max_batches >= self.min_batches, "max_batches", self.max_batches, "at least min_batches")
 
     def precision_rule(self) -> Precision:
-        from gymbench.rates import Precision
+        from gymbench.tune.rates import Precision
 
         return Precision(self.precision, self.min_batches, self.max_batches)
+
+
+@dataclass
+class AdaptiveSettings(GrowthSettings, PrecisionSettings):
+    """The ``adaptive`` strategy's settings: the knee search's rules, found during one run."""
+
+    max_limit: int = field(default=4096, metadata=doc("largest limit tried"))
+    stop_when_converged: bool = field(default=False, metadata=doc("stop the run once the knee is found"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.max_limit >= self.start, "max_limit", self.max_limit, f"at least start ({self.start})")
+
+    def search_settings(self) -> SearchSettings:
+        growth = {name: getattr(self, name) for name in GrowthSettings.__dataclass_fields__}
+        return SearchSettings(**growth, max_parallelism=self.max_limit, fine_growth=True)
+
+
+AdaptiveSettings = with_defaults(AdaptiveSettings, start=4, error_rate=0.02, min_batches=3)  # type: ignore[misc]

@@ -15,7 +15,7 @@ limit) ask this the same questions and so decide the same way:
   the parallelism that reaches it.
 * **Refine**: where the curve falls past a peak, bisect (in log space) on both sides of the best
   level until its neighbours are within ``resolution``; then bisect the bracket of the knee
-  (:mod:`gymbench.curves`) until it is within ``resolution`` too. When the lowest level already
+  (:mod:`gymbench.tune.curves`) until it is within ``resolution`` too. When the lowest level already
   reaches the plateau, measure lower.
 """
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gymbench.curves import KNEE_FRACTION, Knee, Recommendation, find_knee, plateau_members, plateau_of, recommend
-from gymbench.rates import Rate, pooled, ratio, remeasured
-from gymbench.search_settings import SearchSettings
+from gymbench.tune.curves import KNEE_FRACTION, Knee, Recommendation, find_knee, plateau_members, plateau_of, recommend
+from gymbench.tune.rates import Rate, pooled, ratio, remeasured
+from gymbench.tune.search_settings import SearchSettings
 
 HUMP_GAP = 1.5
 """Plateau points this far apart (or more) get a look between them."""
@@ -99,7 +99,7 @@ class KneeSearch:
 
         By inverse variance: re-measurements during the search follow each other closely. With
         ``apart`` (a second pass over the levels, minutes later) by
-        :func:`~gymbench.rates.remeasured`, which lets the two readings differ by more than their
+        :func:`~gymbench.tune.rates.remeasured`, which lets the two readings differ by more than their
         noise, as a drifting machine makes them. Not always: on a steady server it widens a merge
         whose readings differ by chance (a third of pairs), which moved a simulated knee by 50%."""
         old = self.levels.get(level.parallelism)
