@@ -164,7 +164,7 @@ def main() -> int:
     ]
     print("\n".join(lines))
     args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    args.out.with_suffix(".json").write_text(json.dumps(_jsonable(found), indent=1))
+    (args.runs / "figures.json").write_text(json.dumps(_jsonable(found), indent=1))  # the raw rates, beside the runs
     plot(found, args.plot)
     return 0
 

@@ -9,7 +9,8 @@ Starts ``tests/known_timing_server.py`` in its own process on 127.0.0.1 and meas
 2. open-loop ``constant`` arrivals at 10, 50 and 200 req/s: achieved ÷ target;
 3. ``gymbench collect +num_workers=1`` against ``=2`` on the same machine: rollouts/s each.
 
-Writes ``benches/study/latency_truth.json`` and prints a markdown summary. Run from the repository
+Writes ``benches/study/runs/latency_truth.json`` (not committed: docs/reports.md has the figures) and prints a
+markdown summary. Run from the repository
 root: ``python benches/study/latency_truth.py --runs 20``.
 """
 
@@ -167,7 +168,7 @@ def main() -> None:
     parser.add_argument("--worker-requests", type=int, default=3000)
     parser.add_argument("--worker-repeats", type=int, default=2)
     parser.add_argument("--skip", nargs="*", default=[], choices=["closed", "open", "workers"])
-    parser.add_argument("--out", type=Path, default=ROOT / "benches/study/latency_truth.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "benches/study/runs/latency_truth.json")
     args = parser.parse_args()
     result: dict[str, Any] = {"load_before": os.getloadavg()}
     server, base = start_server()
@@ -185,6 +186,7 @@ def main() -> None:
         server.kill()
         fast.kill()
     result["load_after"] = os.getloadavg()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"load average before {result['load_before']}, after {result['load_after']}")
     for closed in result.get("closed", []):

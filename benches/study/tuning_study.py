@@ -4,7 +4,8 @@ Run: ``python benches/study/tuning_study.py [--seeds 3] [--profiles u8,e24,...]`
 simulated time against the profile's in-process engine (:mod:`tuning_profiles`), so a figure does
 not depend on this machine's load; "wall" is the simulated seconds a tune took, which is what it
 would take against a server that fast. The truth is the dense grid of closed loops cached in
-``tuning_truth.json``. Writes ``tuning_study.json`` (every run) and prints a Markdown table.
+``tuning_truth.json``. Writes ``runs/tuning_study.json`` (every run; not committed: docs/tuning.md has the
+table) and prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from tuning_profiles import PROFILES, Scored, score, truth_for, tune_simulated  
 
 from gymbench.jsonio import write_json_atomic  # noqa: E402
 
-OUT = HERE / "tuning_study.json"
+OUT = HERE / "runs" / "tuning_study.json"
 
 
 def run_study(names: list[str], seeds: int) -> list[Scored]:
     from tqdm import tqdm
 
     rows: list[Scored] = []
+    OUT.parent.mkdir(parents=True, exist_ok=True)
     jobs = [(name, method, seed) for name in names for seed in range(seeds) for method in ("sweep", "adaptive")]
     for name, method, seed in tqdm(jobs, desc="tunes", unit="tune"):
         profile = PROFILES[name]

@@ -1,7 +1,7 @@
-"""An experiment (run 6, ``2026-11-26f_abba_experiment.txt``): ``gymbench tune``'s sweep on llama-server,
-then every level it measured probed again in reverse order (ABBA: linear drift cancels in a level's
-mean). Run from the repository root: ``python benches/study/real_engine/abba.py SLOTS``. Not a
-benchmark; its caveats are in the header of the text file."""
+"""An experiment (run 6 in docs/engine.md, which has its caveats): ``gymbench tune``'s sweep on llama-server,
+then every level it measured probed again in reverse order (ABBA: linear drift cancels in a level's mean).
+Run from the repository root: ``python benches/study/real_engine/abba.py SLOTS``. Not a benchmark. Its output of
+run 6: ``git show bec7557:benches/study/real_engine/2026-11-26f_abba_experiment.txt``."""
 
 # ruff: noqa: E501
 

@@ -1,6 +1,7 @@
-"""An experiment (run 6, ``2026-11-26f_client_side_by_side.txt``): at each p, the truth's light closed
-loop and ``gymbench tune``'s probe (gymbench's collection pipeline) back to back on one llama-server
-``-np 64``. Run from the repository root: ``python benches/study/real_engine/side.py 16,32,64 PASSES WINDOW_S``."""
+"""An experiment (run 6 in docs/engine.md): at each p, the truth's light closed loop and ``gymbench tune``'s
+probe (gymbench's collection pipeline) back to back on one llama-server ``-np 64``. Run from the repository root:
+``python benches/study/real_engine/side.py 16,32,64 PASSES WINDOW_S``. Its output of run 6:
+``git show bec7557:benches/study/real_engine/2026-11-26f_client_side_by_side.txt``."""
 
 # ruff: noqa: E501
 

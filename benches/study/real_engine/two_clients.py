@@ -1,7 +1,8 @@
-"""An experiment (run 11, ``2026-11-27c_device_two_clients.txt``): at each p, the truth's closed loop
+"""An experiment (run 11 in docs/engine.md): at each p, the truth's closed loop
 (:func:`gymbench.sim.loadgen.closed_loop`) and ``calibrate-sim``'s (:func:`gymbench.sim.calibrate.measure_closed_loop`)
 back to back, alternating, on one llama-server ``-np 64 -t 1``: do the two clients read the same engine
-alike? Run from the repository root: ``python benches/study/real_engine/two_clients.py 8,24,32,64 ROUNDS WINDOW_S``."""
+alike? Run from the repository root: ``python benches/study/real_engine/two_clients.py 8,24,32,64 ROUNDS WINDOW_S``.
+Its output of run 11: ``git show bec7557:benches/study/real_engine/2026-11-27c_device_two_clients.txt``."""
 
 # ruff: noqa: E501
 
