@@ -53,12 +53,10 @@ import pytest
 import yaml
 
 from gymbench import Recorder
-from gymbench.tune.curves import Knee, find_knee, knee_of
 from gymbench.engine.build import cache_root, find_server
 from gymbench.engine.model import cached_model
 from gymbench.engine.server import LlamaServer, start_llama_server
 from gymbench.errors import GymbenchError
-from gymbench.tune.rates import Rate, t_quantile
 from gymbench.settings import build_settings
 from gymbench.sim.calibrate import prompt_text, workload_body
 from gymbench.sim.calibrate_command import CalibrateSettings, calibrate
@@ -69,6 +67,8 @@ from gymbench.sim.virtual_load import simulated_closed_loop
 from gymbench.testing import make_plugins
 from gymbench.tune.command import diagnose_run, tune_run
 from gymbench.tune.config import DiagnoseConfig, TuneConfig
+from gymbench.tune.curves import Knee, find_knee, knee_of
+from gymbench.tune.rates import Rate, t_quantile
 
 pytestmark = pytest.mark.real_engine
 

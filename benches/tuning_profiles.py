@@ -20,16 +20,16 @@ from typing import Any
 
 from tuning_truth import dense_grid, sample_rows, true_curve, true_knee
 
-from gymbench.tune.curves import KNEE_FRACTION, knee_of, throughput_at
-from gymbench.tune.knee_search import SearchSettings
-from gymbench.tune.rates import Precision
 from gymbench.rollout.engine import CollectSettings
 from gymbench.rollout.verification import VerifySettings
 from gymbench.sim import InProcessBackend, SimConfig, describe, run_in_simulated_time
 from gymbench.sim.endpoints import RESPONSES
 from gymbench.sim.text import count_tokens
 from gymbench.testing import make_plugins
+from gymbench.tune.curves import KNEE_FRACTION, knee_of, throughput_at
+from gymbench.tune.knee_search import SearchSettings
 from gymbench.tune.probe import Prober
+from gymbench.tune.rates import Precision
 from gymbench.tune.server_metrics import Counters
 from gymbench.tune.sweep import Strategies, TuneResult, adaptive_search, doubling_sweep
 

@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gymbench.tune.curves import KNEE_FRACTION, knee_of
 from gymbench.jsonio import loads
 from gymbench.sim import InProcessBackend, SimConfig, run_in_simulated_time
+from gymbench.tune.curves import KNEE_FRACTION, knee_of
 from gymbench.types import GenerationRequest
 
 WARMUP_TURNOVERS = 3

@@ -16,10 +16,12 @@ reads :func:`package_version` from here and must not pay for them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -157,9 +159,21 @@ def gpu_info() -> tuple[list[dict[str, Any]], str]:
             pass
 
 
-def software_info() -> dict[str, Any]:
-    from gymbench.callgrind import valgrind_version
+@functools.lru_cache(maxsize=1)
+def valgrind_version() -> str | None:
+    """``3.19.0`` for an installed valgrind, else ``None``; recorded in every fingerprint."""
+    executable = shutil.which("valgrind")
+    if executable is None:
+        return None
+    try:
+        done = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    version = done.stdout.strip().removeprefix("valgrind-")
+    return version if done.returncode == 0 and version else None
 
+
+def software_info() -> dict[str, Any]:
     return {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),

@@ -14,17 +14,33 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gymbench.errors import GymbenchError
 from gymbench.record import BenchmarkResult, Metric
 from gymbench.threads import THREADS_EXTRA, ThreadWatch, lifted, settle
 from gymbench.types import Direction
 
-if TYPE_CHECKING:
-    from gymbench.callgrind import InstructionCounter
-
 T = TypeVar("T")
+INSTRUCTIONS_UNIT = "instructions"
+
+
+def instruction_metric(metric: str) -> str:
+    """``instructions`` beside ``time``; ``<metric>_instructions`` beside any other timed metric."""
+    return INSTRUCTIONS_UNIT if metric == "time" else f"{metric}_{INSTRUCTIONS_UNIT}"
+
+
+class InstructionCounter(Protocol):
+    """Counts the instructions of a bracket of calls (the gate's callgrind counter,
+    :class:`gymbench.gate.callgrind.InstructionCounter`, in its child session)."""
+
+    brackets: int
+    """Counted brackets per benchmark."""
+
+    def count(self, calls: Callable[[], None], sample: int = 0) -> int:
+        """The instructions ``calls()`` took."""
+
+
 PROBE_CPU_S = 0.03
 PROBE_WALL_S = 1.0
 
@@ -214,9 +230,6 @@ class Recorder:
     def _count(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], metric: str,
                iterations: int) -> T:  # fmt: skip
         """A warm-up call (first-call set-up is not the code's cost), then counted brackets."""
-        from gymbench.callgrind import INSTRUCTIONS_UNIT
-        from gymbench.instructions import instruction_metric
-
         assert self.counter is not None
         if iterations < 1:
             raise ValueError(f"iterations must be at least 1, got {iterations}")

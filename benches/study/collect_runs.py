@@ -33,10 +33,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from gymbench.callgrind import DETERMINISTIC_ENV
 from gymbench.gate.ab.runner import ABRunner
 from gymbench.gate.ab.settings import ABSettings
 from gymbench.gate.ab.sides import Side, code_path
+from gymbench.gate.callgrind import DETERMINISTIC_ENV
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

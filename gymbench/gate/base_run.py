@@ -6,7 +6,7 @@ the pull request's package (an editable install points at the pull request's tre
 worktree in a temporary directory, run with this environment's Python and ``PYTHONPATH`` set to
 the worktree's root and its ``src/`` first (:func:`gymbench.gate.ab.sides.code_path`), which
 comes before site-packages and an editable install's finder: no second virtual environment to
-build. Both runs record which code they imported (:mod:`gymbench.measured_code`), in the timed
+build. Both runs record which code they imported (:mod:`gymbench.gate.measured_code`), in the timed
 session and in the callgrind child; a package imported from outside its own checkout stops the
 gate with one line instead of comparing the pull request with itself.
 """
@@ -20,14 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gymbench.callgrind import INSTRUCTIONS_UNIT
 from gymbench.errors import GymbenchError
 from gymbench.fingerprint import machine_info
 from gymbench.gate.ab.sides import Checkouts, Side
 from gymbench.gate.gate import GateResult, noise_for, run_gate
+from gymbench.gate.measured_code import foreign_imports
 from gymbench.gate.settings import CompareSettings
 from gymbench.gate.store import BaselineStore, Selection
-from gymbench.measured_code import foreign_imports
+from gymbench.measure import INSTRUCTIONS_UNIT
 
 SAVE_NAMES = ("base", "pr")
 

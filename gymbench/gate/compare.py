@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from gymbench.callgrind import INSTRUCTIONS_UNIT
 from gymbench.gate.counts import counts_mismatch
 from gymbench.gate.matching import SuiteMatch, match_benchmarks, unlike_work
 from gymbench.gate.noise import NoiseTable
@@ -28,6 +27,7 @@ from gymbench.gate.stats import (
     two_sided_p,
     widen,
 )
+from gymbench.measure import INSTRUCTIONS_UNIT
 from gymbench.record import Metric, ResultsRecord
 from gymbench.threads import THREADS_EXTRA
 from gymbench.types import Direction
@@ -39,7 +39,7 @@ VERDICTS: tuple[Verdict, ...] = ("pass", "regressed", "improved", "inconclusive"
 UNMEASURED_PREFIX = "benchmark "
 """Skipped entries naming one benchmark of the suite that has none of the compared metrics."""
 COUNTS_EXTRA = "instructions"
-"""Where a record says how a benchmark was counted, or why not (:mod:`gymbench.instructions`)."""
+"""Where a record says how a benchmark was counted, or why not (:mod:`gymbench.gate.instructions`)."""
 MIN_SHIFT_METRICS = 5
 MIN_RUNS_AS_UNIT = 3
 TIME_NOT_GATED = (

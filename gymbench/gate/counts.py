@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gymbench.callgrind import INSTRUCTIONS_UNIT
+from gymbench.measure import INSTRUCTIONS_UNIT
 from gymbench.record import ResultsRecord
 
 VERSIONED = ("python", "valgrind")

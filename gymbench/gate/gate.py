@@ -21,10 +21,10 @@ from pathlib import Path
 
 from gymbench.errors import GymbenchError
 from gymbench.gate.compare import SuiteComparison, compare_runs
+from gymbench.gate.measured_code import refuse_same_code
 from gymbench.gate.noise import NoiseTable
 from gymbench.gate.settings import FAIL_ON, CompareSettings
 from gymbench.gate.store import CALIBRATION_DIR, Selection, latest_calibration, load_calibration
-from gymbench.measured_code import refuse_same_code
 from gymbench.record import ResultsRecord
 
 

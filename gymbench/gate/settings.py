@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gymbench.callgrind import INSTRUCTIONS_UNIT
 from gymbench.errors import GymbenchError
+from gymbench.measure import INSTRUCTIONS_UNIT
 
 FAIL_ON = ("none", "regression", "inconclusive")
 TIME_UNITS = frozenset({"s", "ms", "us", "µs", "ns"})

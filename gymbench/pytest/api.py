@@ -25,9 +25,9 @@ from gymbench.pytest.jobs import BenchContext, ConfigSource, fail_test, job_laye
 from gymbench.types import JSONObject
 
 if TYPE_CHECKING:
-    from gymbench.callgrind import InstructionCounter
     from gymbench.collect.config import CollectConfig
     from gymbench.collect.driver import Collection
+    from gymbench.gate.callgrind import InstructionCounter
     from gymbench.pytest.api_train import TrainResult
     from gymbench.pytest.api_tune import TuneOutcome
 

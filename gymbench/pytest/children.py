@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from gymbench.callgrind import CountingUnavailable, InstructionCounter
 from gymbench.gate.ab.worker import WorkerLink
-from gymbench.instructions import cost_line, count_in_child, write_note
+from gymbench.gate.callgrind import CountingUnavailable, InstructionCounter
+from gymbench.gate.instructions import cost_line, count_in_child, write_note
 from gymbench.record import BenchmarkResult
 
 if TYPE_CHECKING:

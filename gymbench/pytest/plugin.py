@@ -28,8 +28,8 @@ MAX_BRACKETS = 20
 """The most counted brackets per benchmark (``--gymbench-instructions-brackets``)."""
 
 if TYPE_CHECKING:
-    from gymbench.callgrind import InstructionCounter
     from gymbench.gate.ab.worker import WorkerLink
+    from gymbench.gate.callgrind import InstructionCounter
     from gymbench.gate.gate import GateResult
     from gymbench.plugins import Plugins
     from gymbench.run import Run
@@ -58,7 +58,7 @@ class BenchSession:
     """Node ids of the benchmarks whose calls the callgrind session will count."""
     instructions_note: str | None = None
     counter: InstructionCounter | None = None
-    """In the callgrind child session: the :class:`gymbench.callgrind.InstructionCounter`."""
+    """In the callgrind child session: the :class:`gymbench.gate.callgrind.InstructionCounter`."""
     count_dir: Path | None = None
     counted_code: dict[str, str] | None = None
     """Where the callgrind child imported the checkout's packages from (its ``imported``)."""
@@ -292,7 +292,7 @@ def gymbench(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         options=options,
     )
     if session.count_dir is not None:
-        from gymbench.instructions import write_counts
+        from gymbench.gate.instructions import write_counts
 
         write_counts(session.count_dir, result)
         return
@@ -301,7 +301,7 @@ def gymbench(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     if recorder.measured_sync and options.get("instructions", session.instructions) is True:
         session.to_count.append(request.node.nodeid)  # the flag, or the marker's instructions=True
     elif session.instructions:
-        from gymbench.instructions import COUNTS_EXTRA, not_counted_reason
+        from gymbench.gate.instructions import COUNTS_EXTRA, not_counted_reason
 
         why = not_counted_reason(recorder.measured_sync, recorder.measured_async, options.get("instructions"))
         result = replace(result, extra={**result.extra, COUNTS_EXTRA: why})
@@ -333,7 +333,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if bench.ab_link is not None:
         bench.ab_link.close()
     if bench.count_dir is not None:
-        from gymbench.instructions import write_code
+        from gymbench.gate.instructions import write_code
 
         write_code(bench.count_dir, session.config.rootpath)  # which code the callgrind child counted
     _gate_exit_status(session, bench)
@@ -352,9 +352,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def _with_code(record: ResultsRecord, root: Path, counted: dict[str, str] | None) -> ResultsRecord:
-    """The record says which code it measured (:mod:`gymbench.measured_code`), and which code
+    """The record says which code it measured (:mod:`gymbench.gate.measured_code`), and which code
     the callgrind child counted."""
-    from gymbench.measured_code import measured_code
+    from gymbench.gate.measured_code import measured_code
 
     code = measured_code(root)
     if counted is not None:

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gymbench.callgrind import INSTRUCTIONS_UNIT
 from gymbench.errors import GymbenchError, ResultsFileError
 from gymbench.fingerprint import machine_info
 from gymbench.gate.calibrate import learn_noise, rerun_suite
@@ -22,6 +21,7 @@ from gymbench.gate.pytest_benchmark import left_out, load_any, load_pytest_bench
 from gymbench.gate.settings import CompareSettings, compare_settings
 from gymbench.gate.store import AB_CALIBRATION_DIR, BaselineStore, StoredRun, save_calibration
 from gymbench.jsonio import AtomicFile, check_writable_file, refuse_inputs
+from gymbench.measure import INSTRUCTIONS_UNIT
 from gymbench.record import ResultsRecord, utc_now, validate_record_dict
 from gymbench.report.html import render_report, write_report
 from gymbench.report.markdown import comparison_markdown, write_step_summary

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from gymbench import load_record
-from gymbench.callgrind import (
+from gymbench.fingerprint import valgrind_version
+from gymbench.gate.callgrind import (
     DETERMINISTIC_ENV,
     CountingUnavailable,
     InstructionCounter,
     callgrind_command,
-    valgrind_version,
 )
-from gymbench.instructions import NOT_COUNTED_ASYNC, instruction_metric, unavailable_note
-from gymbench.measure import MeasureSettings, Recorder
+from gymbench.gate.instructions import NOT_COUNTED_ASYNC, unavailable_note
+from gymbench.measure import MeasureSettings, Recorder, instruction_metric
 
 LOOP_BENCH = """
 import pytest
@@ -88,7 +88,7 @@ COUNT_IN_A_PROCESS = """
 import sys
 from pathlib import Path
 
-from gymbench.callgrind import InstructionCounter
+from gymbench.gate.callgrind import InstructionCounter
 
 
 def loop(n):
@@ -125,7 +125,7 @@ import sys
 import threading
 from pathlib import Path
 
-from gymbench.callgrind import InstructionCounter
+from gymbench.gate.callgrind import InstructionCounter
 
 
 def loop(n):

@@ -248,7 +248,7 @@ UNFILTERED_WRITES_ALLOWED = {
     "gymbench/train/memory.py": "/proc/self/clear_refs",
     "gymbench/gate/ab/worker.py": "the A/B worker's listing for its driver, not an output",
     "gymbench/gate/ab/runner.py": "a child's log; the child is gymbench, whose streams are filtered",
-    "gymbench/instructions.py": "a child's log and counts; the child is gymbench, whose streams are filtered",
+    "gymbench/gate/instructions.py": "a child's log and counts; the child is gymbench, whose streams are filtered",
     "gymbench/collect/launch_ray.py": "a probe token, not an output",
     "gymbench/collect/output_lock.py": "the lock file beside an output: the holder's PID",
     "gymbench/engine/build.py": "the build lock, and its log: pip (masks index credentials), cmake, the compiler",

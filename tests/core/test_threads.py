@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from gymbench.callgrind import DETERMINISTIC_ENV
+from gymbench.gate.callgrind import DETERMINISTIC_ENV
 from gymbench.measure import MeasureSettings, Recorder
 from gymbench.threads import THREADS_EXTRA
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gymbench.errors import GymbenchError
-from gymbench.measured_code import foreign_imports, measured_code, project_packages, refuse_same_code
+from gymbench.gate.measured_code import foreign_imports, measured_code, project_packages, refuse_same_code
 from gymbench.record import ResultsRecord
 from tests.gate.synthetic import fingerprint
 from tests.gate.toy_project import commit, git, import_root, make_project, package_dir

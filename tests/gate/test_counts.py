@@ -85,7 +85,7 @@ def test_runs_without_counts_compare_as_before() -> None:
 
 def test_every_benchmark_appears_in_a_verdict_on_counts_with_how_it_was_counted() -> None:
     """An ameasure benchmark has no count: it is listed "not counted: asyncio", never just absent."""
-    from gymbench.instructions import COUNTED_HOW, COUNTS_EXTRA, NOT_COUNTED_ASYNC
+    from gymbench.gate.instructions import COUNTED_HOW, COUNTS_EXTRA, NOT_COUNTED_ASYNC
 
     def with_async(record: ResultsRecord) -> ResultsRecord:
         counted = [replace(b, extra={COUNTS_EXTRA: COUNTED_HOW}) for b in record.benchmarks]
@@ -105,7 +105,7 @@ def test_every_benchmark_appears_in_a_verdict_on_counts_with_how_it_was_counted(
 
 def test_counts_missing_on_one_side_make_the_outcome_inconclusive_not_a_pass() -> None:
     """The callgrind child of one side failed: nothing was compared, which must not read as a pass."""
-    from gymbench.instructions import COUNTS_EXTRA, NOT_COUNTED_CHILD
+    from gymbench.gate.instructions import COUNTS_EXTRA, NOT_COUNTED_CHILD
 
     def uncounted(record: ResultsRecord) -> ResultsRecord:
         benches = [
@@ -124,7 +124,7 @@ def test_counts_missing_on_one_side_make_the_outcome_inconclusive_not_a_pass() -
 
 def test_only_a_benchmark_that_ran_on_a_blas_pool_says_threads_were_forced() -> None:
     """The timed session saw two threads work in test_0's calls; the others ran on the caller alone."""
-    from gymbench.instructions import CountedBenchmarks
+    from gymbench.gate.instructions import CountedBenchmarks
     from gymbench.threads import THREADS_EXTRA
 
     def counted(record: ResultsRecord) -> ResultsRecord:

@@ -15,15 +15,15 @@ from pathlib import Path
 sys.path.insert(0, "benches")
 from test_real_engine import MAX_TOKENS, common, tasks_file
 
-from gymbench.tune.curves import find_knee
 from gymbench.engine.build import cache_root, find_server
 from gymbench.engine.model import cached_model
 from gymbench.engine.server import start_llama_server
-from gymbench.tune.rates import Rate
 from gymbench.settings import build_settings
 from gymbench.testing import make_plugins
 from gymbench.tune.command import strategies_for, with_prober
 from gymbench.tune.config import TuneConfig
+from gymbench.tune.curves import find_knee
+from gymbench.tune.rates import Rate
 from gymbench.tune.sweep import doubling_sweep
 
 slots = int(sys.argv[1])

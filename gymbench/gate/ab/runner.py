@@ -21,11 +21,11 @@ from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
 from typing import Any
 
-from gymbench.callgrind import DETERMINISTIC_ENV
 from gymbench.errors import GymbenchError
 from gymbench.gate.ab.settings import ABSettings
 from gymbench.gate.ab.sides import Side
 from gymbench.gate.ab.worker import CPU_ENV, FD_ENV
+from gymbench.gate.callgrind import DETERMINISTIC_ENV
 from gymbench.gate.compare import Skipped
 from gymbench.gate.matching import SuiteMatch
 from gymbench.gate.paired import ABMeasurements, PairedRounds

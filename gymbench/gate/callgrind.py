@@ -12,7 +12,7 @@ bracket is a ctypes call (libffi's exported ``ffi_call``) around the measured ca
 table) as the fallback, so nothing needs a compiler. ``--dump-after`` writes the counts when the
 bracket returns; :class:`InstructionCounter` reads and deletes those dumps.
 
-This module runs *inside* the valgrind process; :mod:`gymbench.instructions` starts it.
+This module runs *inside* the valgrind process; :mod:`gymbench.gate.instructions` starts it.
 """
 
 from __future__ import annotations
@@ -22,12 +22,10 @@ import gc
 import os
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-INSTRUCTIONS_UNIT = "instructions"
 NO_FORCED_SWITCH_S = 1.0
 """The interpreter's switch interval while a bracket runs. With another Python thread alive (a
 server, a monitor), the measured thread otherwise hands the GIL over every 5 ms of *wall* time,
@@ -62,20 +60,6 @@ DETERMINISTIC_ENV: Mapping[str, str] = {
 counts only the thread that entered the bracket, so work handed to a BLAS thread would vanish."""
 DUMP_PREFIX = "callgrind.out"
 _SUMMARY = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
-
-
-@functools.lru_cache(maxsize=1)
-def valgrind_version() -> str | None:
-    """``3.19.0`` for an installed valgrind, else ``None``; recorded in every fingerprint."""
-    executable = shutil.which("valgrind")
-    if executable is None:
-        return None
-    try:
-        done = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    version = done.stdout.strip().removeprefix("valgrind-")
-    return version if done.returncode == 0 and version else None
 
 
 def callgrind_command(out_dir: Path, argv: list[str]) -> list[str]:

@@ -3,7 +3,7 @@
 The session itself times its benchmarks as usual; afterwards one child session reruns the
 benchmarks that measured synchronous calls under valgrind (about 50 times slower, so only
 those, a warm-up call and five counted brackets each), with the settings that make counts
-repeat (:data:`~gymbench.callgrind.DETERMINISTIC_ENV`). The child writes one JSON line per
+repeat (:data:`~gymbench.gate.callgrind.DETERMINISTIC_ENV`). The child writes one JSON line per
 benchmark; the parent adds an ``instructions`` metric to each result. Without valgrind, or where
 callgrind cannot count, the session says why in one line and records no such metric: never a 0.
 """
@@ -20,7 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gymbench.callgrind import DETERMINISTIC_ENV, INSTRUCTIONS_UNIT, callgrind_command, valgrind_version
+from gymbench.fingerprint import valgrind_version
+from gymbench.gate.callgrind import DETERMINISTIC_ENV, callgrind_command
+from gymbench.measure import INSTRUCTIONS_UNIT
 from gymbench.record import BenchmarkResult, Metric
 from gymbench.threads import THREADS_EXTRA, forced_note
 
@@ -55,11 +57,6 @@ def cost_line(benchmarks: int, brackets: int) -> str:
         "20-100x their normal CPU time (docs/baselines.md, 'Counting cost'); -k or a list of benchmarks "
         "counts fewer, --gymbench-instructions-brackets fewer rounds"
     )
-
-
-def instruction_metric(metric: str) -> str:
-    """``instructions`` beside ``time``; ``<metric>_instructions`` beside any other timed metric."""
-    return INSTRUCTIONS_UNIT if metric == "time" else f"{metric}_{INSTRUCTIONS_UNIT}"
 
 
 def unavailable_note() -> str | None:
@@ -193,6 +190,6 @@ def write_note(out_dir: Path, note: str) -> None:
 
 def write_code(out_dir: Path, root: Path) -> None:
     """The child's side: which code it counted, so the record proves it was the checkout's own."""
-    from gymbench.measured_code import measured_code
+    from gymbench.gate.measured_code import measured_code
 
     (out_dir / CODE_FILE).write_text(json.dumps(measured_code(root)) + "\n")
