@@ -12,6 +12,11 @@ Three phases, each short enough that the whole takes a minute or two against a s
    server's ``predicted_per_token_ms`` against the running sequences gives the step's fixed and
    per-sequence cost; the clients' own TTFT and throughput are kept as the record and the check.
 
+Every request goes through the built-in ``openai`` backend, built from the command's settings as
+``collect`` builds it (:mod:`gymbench.sim.loadgen`): the loads send the body ``collect`` sends for
+the same task (``max_tokens`` only where the task sets ``max_output_tokens``; ``ignore_eos`` as in
+``+extra_body.ignore_eos=true``), through the same client and stream parser.
+
 The fit is :mod:`gymbench.sim.calibration_fit`; the profile's check runs the fitted simulator at
 the same ``p`` in simulated time (:mod:`gymbench.sim.virtual_load`) beside the measured throughput.
 """
@@ -19,18 +24,35 @@ the same ``p`` in simulated time (:mod:`gymbench.sim.virtual_load`) beside the m
 from __future__ import annotations
 
 import asyncio
-import json
+import dataclasses
+import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
+import orjson
 
+from gymbench.builtin.http_client import PREFLIGHT_TRIES, RetryingClient
 from gymbench.engine_metrics import EngineMetrics
-from gymbench.errors import GymbenchError
-from gymbench.rates import ClientCycles, closed_loop_rate
-from gymbench.sim.loadgen import settle_server
+from gymbench.errors import GymbenchError, ServerUnreachable
+from gymbench.sim.loadgen import (
+    Answer,
+    LoadResult,
+    answer_of,
+    closed_loop,
+    load_backend,
+    merge_passes,
+    session_of,
+    settings_client,
+    settle_server,
+)
+from gymbench.types import GenerationFailed, GenerationRequest
+
+if TYPE_CHECKING:
+    from gymbench.sim.calibrate_command import CalibrateSettings
+
+__all__ = ["Answer", "LoadResult", "merge_passes"]
 
 FILLER = "the quick brown fox jumps over the lazy dog while a robot paints a small red house "
 PREFILL_WORDS = (8, 48, 144)
@@ -39,6 +61,10 @@ PREFILL_REPEATS = 3
 LONGEST_WINDOW = 8
 """A load in which nothing finished is measured again with a window twice as long, up to this
 many times ``window_s``: the window waits for work rather than failing on a slow engine."""
+IGNORE_EOS = {"ignore_eos": True}
+"""Added to every body (as ``+extra_body.ignore_eos=true`` adds it to collect's): llama.cpp and vLLM
+then generate every output to its limit even from a model that would stop early, as the profile's
+``output_tokens_dist: max_tokens`` assumes; servers that do not know it ignore it."""
 
 
 def prompt_text(words: int, salt: str = "") -> str:
@@ -48,23 +74,14 @@ def prompt_text(words: int, salt: str = "") -> str:
     return f"{salt} {text}" if salt else text
 
 
-def workload_body(model: str, prompt_words: int, max_tokens: int, stream: bool = False) -> dict[str, Any]:
-    """The calibration's request, and the bench's: a fixed prompt and exactly ``max_tokens`` out.
-
-    ``ignore_eos`` (llama.cpp, vLLM) keeps every output at ``max_tokens`` even from a model that
-    would stop early, as the profile's ``output_tokens_dist: max_tokens`` assumes; servers that do
-    not know it ignore it.
-    """
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": [{"role": "user", "content": prompt_text(prompt_words)}],
-        "max_tokens": max_tokens,
-        "ignore_eos": True,
-        "temperature": 0.0,
-    }
-    if stream:
-        body |= {"stream": True, "stream_options": {"include_usage": True}}
-    return body
+def workload_params(prompt_words: int, max_tokens: int | None, salt: str = "") -> dict[str, Any]:
+    """The calibration's task, and the bench's, as a row's ``responses_create_params``: a fixed
+    prompt, greedy, and ``max_output_tokens`` only when given (unset, the engine's default applies,
+    as for a collected task that sets none)."""
+    params: dict[str, Any] = {"input": [{"role": "user", "content": prompt_text(prompt_words, salt)}], "temperature": 0.0}
+    if max_tokens is not None:
+        params["max_output_tokens"] = max_tokens
+    return params
 
 
 @dataclass(frozen=True)
@@ -76,60 +93,15 @@ class EngineFacts:
     engine: str
 
 
-@dataclass
-class Answer:
-    sent: float
-    first_token: float | None
-    done: float
-    timings: Mapping[str, Any]
-
-
-@dataclass
-class LoadPoint:
-    concurrency: int
-    window_s: float
-    answers: list[Answer] = field(default_factory=list)
-    errors: int = 0
-    cycles: list[ClientCycles] = field(default_factory=list)
-    """Each client's whole cycles in the window: the rate is not quantised by batches finishing
-    together (:class:`~gymbench.rates.ClientCycles`)."""
-    pass_rates: list[float] = field(default_factory=list)
-    """With ``passes`` > 1: each pass's rate, in the order measured (the point's rate is their mean)."""
-
-    @property
-    def requests_per_s(self) -> float:
-        if self.pass_rates:
-            return float(sum(self.pass_rates) / len(self.pass_rates))
-        by_cycles = closed_loop_rate(self.cycles)
-        return len(self.answers) / self.window_s if by_cycles is None else by_cycles
-
-
-def merge_passes(readings: Sequence[LoadPoint]) -> LoadPoint:
-    """One load measured in several passes: every answer (the step timings' evidence) and the mean
-    of the passes' rates. The mean, not the pool of their cycles: in ABBA order a drift of the
-    machine that is steady over the calibration cancels in the mean of a load's two readings."""
-    if len(readings) == 1:
-        return readings[0]
-    return LoadPoint(
-        readings[0].concurrency,
-        sum(point.window_s for point in readings),
-        [answer for point in readings for answer in point.answers],
-        sum(point.errors for point in readings),
-        pass_rates=[point.requests_per_s for point in readings],
-    )
-
-
 def root_of(base_url: str) -> str:
     """The server's root (``/props`` lives there) from an OpenAI base URL ending in ``/v1`` or not."""
     url = base_url.rstrip("/")
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-async def read_facts(
-    session: aiohttp.ClientSession, base_url: str, model: str | None, slots: int | None
-) -> EngineFacts:
+async def read_facts(client: RetryingClient, base_url: str, model: str | None, slots: int | None) -> EngineFacts:
     root = root_of(base_url)
-    props = await _get_json(session, f"{root}/props")
+    props = await _get_json(client, f"{root}/props")
     found_slots = props.get("total_slots") if props else None
     if slots is None and not isinstance(found_slots, int):
         from gymbench.sim.profile import public_url
@@ -141,7 +113,7 @@ async def read_facts(
     settings = (props or {}).get("default_generation_settings") or {}
     context = settings.get("n_ctx") if isinstance(settings.get("n_ctx"), int) else None
     if model is None:
-        listing = await _get_json(session, f"{root}/v1/models") or {}
+        listing = await _get_json(client, f"{root}/v1/models") or {}
         data = listing.get("data") or [{}]
         model = str(data[0].get("id") or "model")
     build = (props or {}).get("build_info")
@@ -150,40 +122,17 @@ async def read_facts(
     return EngineFacts(root, model, count, context, engine)
 
 
-async def _get_json(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | None:
-    """The JSON object at ``url``; None when the server has no such endpoint (a refused connection
-    is raised: the engine is not there at all)."""
-    async with session.get(url) as answer:
-        if answer.status != 200:
-            return None
-        try:
-            data = await answer.json(content_type=None)
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) else None
-
-
-async def send(session: aiohttp.ClientSession, url: str, body: Mapping[str, Any]) -> Answer:
-    """One request, streamed or not; the client's TTFT and the server's ``timings``."""
-    loop = asyncio.get_running_loop()
-    sent = loop.time()
-    first: float | None = None
-    timings: Mapping[str, Any] = {}
-    async with session.post(url, json=body) as answer:
-        if answer.status != 200:
-            raise _Refused(answer.status, (await answer.text())[:200])
-        if not body.get("stream"):
-            data = await answer.json(content_type=None)
-            return Answer(sent, None, loop.time(), data.get("timings") or {})
-        async for raw in answer.content:
-            line = raw.strip()
-            if not line.startswith(b"data:") or line == b"data: [DONE]":
-                continue
-            chunk = json.loads(line[5:])
-            if first is None and any((c.get("delta") or {}).get("content") for c in chunk.get("choices") or []):
-                first = loop.time()
-            timings = chunk.get("timings") or timings
-    return Answer(sent, first, loop.time(), timings)
+async def _get_json(client: RetryingClient, url: str) -> dict[str, Any] | None:
+    """The JSON object at ``url``; None when the server has no such endpoint (one that does not
+    answer at all is raised: the engine is not there)."""
+    reached = await client.reach(url, "engine")
+    if reached.status != 200:
+        return None
+    try:
+        data = orjson.loads(reached.body)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _where(base_url: str) -> str:
@@ -193,65 +142,20 @@ def _where(base_url: str) -> str:
     return public_url(root_of(base_url))
 
 
-def _reason(exc: BaseException) -> str:
-    """The error without the address (which may carry credentials, and is named anyway)."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"cannot connect ({exc.os_error.strerror or exc.os_error})"
-    return str(exc) or type(exc).__name__
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, text: str) -> None:
-        super().__init__(f"HTTP {status}: {text}")
-
-
-async def measure_prefill(session: aiohttp.ClientSession, facts: EngineFacts) -> list[Answer]:
+async def measure_prefill(settings: CalibrateSettings, facts: EngineFacts) -> list[Answer]:
     """One client, prompts of a few lengths, the prompt cache off, one token out."""
+    unstreamed = dataclasses.replace(settings, stream=False, extra_body={**settings.extra_body, "cache_prompt": False})
+    loop = asyncio.get_running_loop()
     answers = []
     fits = (facts.context_per_slot or 4096) // 4
-    for words in sorted({min(words, fits) for words in PREFILL_WORDS}):
-        for repeat in range(PREFILL_REPEATS):
-            body = workload_body(facts.model, words, 1) | {"cache_prompt": False}
-            body["messages"][0]["content"] = prompt_text(words, salt=f"r{repeat}")
-            answers.append(await send(session, f"{facts.root_url}/v1/chat/completions", body))
+    async with load_backend(unstreamed) as backend:
+        for words in sorted({min(words, fits) for words in PREFILL_WORDS}):
+            for repeat in range(PREFILL_REPEATS):
+                request = GenerationRequest(0, repeat, workload_params(words, 1, salt=f"r{repeat}"))
+                sent = loop.time()
+                generation = await backend.generate(request)
+                answers.append(answer_of(sent, loop.time(), generation))
     return answers
-
-
-async def measure_closed_loop(
-    session: aiohttp.ClientSession,
-    url: str,
-    body: Mapping[str, Any],
-    concurrency: int,
-    warmup_s: float,
-    window_s: float,
-) -> LoadPoint:
-    """``concurrency`` clients for ``warmup_s + window_s``; the answers that finish in the window."""
-    loop = asyncio.get_running_loop()
-    start = loop.time() + warmup_s
-    stop = start + window_s
-    point = LoadPoint(concurrency, window_s)
-
-    async def client() -> None:
-        cycles = ClientCycles()
-        point.cycles.append(cycles)
-        began = loop.time()
-        while loop.time() < stop:
-            try:
-                answer = await send(session, url, body)
-            except (aiohttp.ClientError, asyncio.TimeoutError, _Refused, ValueError):
-                point.errors += 1
-                await asyncio.sleep(0.05)
-                if start <= loop.time() < stop:
-                    cycles.cycle(began, loop.time(), ok=False)
-                began = loop.time()
-                continue
-            if start <= answer.done < stop:
-                point.answers.append(answer)
-                cycles.cycle(began, answer.done, ok=True)
-            began = answer.done
-
-    await asyncio.gather(*(client() for _ in range(concurrency)))
-    return point
 
 
 def default_concurrencies(slots: int) -> list[int]:
@@ -265,81 +169,112 @@ def default_concurrencies(slots: int) -> list[int]:
 class Measurements:
     facts: EngineFacts
     prefill: list[Answer]
-    points: list[LoadPoint]
+    points: list[LoadResult]
     wall_s: float
     notes: list[str] = field(default_factory=list)
     """Waits for a busy engine before a load (see :func:`gymbench.sim.loadgen.settle_server`)."""
     passes: int = 1
     """How many times each load was measured (every other pass in reverse order)."""
+    output_tokens: int = 0
+    """Tokens each load request generated: the task's ``max_output_tokens`` when it set one, else
+    what the engine reported generating under its own default."""
+    max_tokens_sent: int | None = None
+    """The task's ``max_output_tokens`` (None: none was sent, the engine's default applied)."""
 
 
 async def measure(
-    base_url: str,
+    settings: CalibrateSettings,
     *,
-    model: str | None,
-    slots: int | None,
-    concurrencies: Sequence[int] | None,
-    prompt_words: int,
-    max_tokens: int,
-    warmup_s: float,
-    window_s: float,
-    headers: Mapping[str, str],
-    stream: bool = False,
     on_phase: Callable[[str, float], None] = lambda label, seconds: None,
     engines: list[EngineMetrics] | None = None,
-    passes: int = 1,
 ) -> Measurements:
-    """All three phases against ``base_url``; ``on_phase(label, seconds)`` after each step (a bar).
+    """All three phases against the engine ``settings`` name; ``on_phase(label, seconds)`` after each step (a bar).
 
-    ``passes``: the loads measured that many times, every other pass in reverse order (ABBA)."""
+    The loads are measured ``settings.passes`` times, every other pass in reverse order (ABBA)."""
     began = time.perf_counter()
-    timeout = aiohttp.ClientTimeout(total=max(120.0, 4 * (warmup_s + window_s)))
-    # Streamed: a connection per request. llama.cpp's server closes one after a streamed answer,
-    # and a pooled connection reused just then fails the next request before it is sent.
-    connector = aiohttp.TCPConnector(limit=0, force_close=stream)
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector, headers=dict(headers)) as session:
-        try:
-            facts = await read_facts(session, base_url, model, slots)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise GymbenchError(
-                f"cannot measure the engine at {_where(base_url)}: {_reason(exc)}; is it running?"
-            ) from None
+    assert settings.base_url is not None
+    where = _where(settings.base_url)
+    facts = await _facts(settings)
+    # The backend's requests go to the engine's /v1 with the model it serves, ignore_eos added.
+    engine = dataclasses.replace(
+        settings, base_url=f"{facts.root_url}/v1", model=facts.model, extra_body={**IGNORE_EOS, **settings.extra_body}
+    )
+    if engines is None:  # asked of the plugins once, not before every load
+        from gymbench.plugins import Plugins
+
+        engines = Plugins().engine_metrics()
+    try:
         # The closed loops come before the prefill phase: after prefill requests that skip the prompt
         # cache (``cache_prompt: false``), llama.cpp served the next two identical requests one at a
         # time (p = 2 read the same requests/s as p = 1: 33 against 60 without the prefill first).
-        url = f"{facts.root_url}/v1/chat/completions"
-        body = workload_body(facts.model, prompt_words, max_tokens, stream=stream)
-        notes: list[str] = []
-        if engines is None:  # asked of the plugins once, not before every load
-            from gymbench.plugins import Plugins
+        points, notes = await _measure_loads(engine, facts, on_phase, engines)
+        prefill = await measure_prefill(engine, facts)
+    except GenerationFailed as exc:
+        raise GymbenchError(f"the engine at {where} refused a request: {exc.reason}") from None
+    except ServerUnreachable:
+        raise GymbenchError(f"cannot measure the engine at {where}: it stopped answering; is it running?") from None
+    on_phase("prefill", 0.0)
+    output = settings.max_tokens or _output_tokens(points, where)
+    return Measurements(facts, prefill, points, time.perf_counter() - began, notes, settings.passes, output,
+                        settings.max_tokens)  # fmt: skip
 
-            engines = Plugins().engine_metrics()
-        order = list(concurrencies or default_concurrencies(facts.slots))
-        readings: dict[int, list[LoadPoint]] = {p: [] for p in order}
-        for p in [p for index in range(passes) for p in (order if index % 2 == 0 else order[::-1])]:
+
+async def _facts(settings: CalibrateSettings) -> EngineFacts:
+    """The engine's slots, context and model, read through the backend's client."""
+    assert settings.base_url is not None
+    client = settings_client(settings, "engine")
+    where = _where(settings.base_url)
+    try:
+        await client.open(None)
+        return await read_facts(client, settings.base_url, settings.model, settings.slots)
+    except ServerUnreachable:
+        raise GymbenchError(
+            f"cannot measure the engine at {where}: no answer after {PREFLIGHT_TRIES} tries; is it running?"
+        ) from None
+    except GymbenchError as exc:  # the client's own message names the URL, credentials and all
+        raise GymbenchError(str(exc).replace(root_of(settings.base_url), where)) from None
+    finally:
+        await client.close()
+
+
+async def _measure_loads(
+    settings: CalibrateSettings,
+    facts: EngineFacts,
+    on_phase: Callable[[str, float], None],
+    engines: list[EngineMetrics],
+) -> tuple[list[LoadResult], list[str]]:
+    params = workload_params(settings.prompt_words, settings.max_tokens)
+    notes: list[str] = []
+    order = list(settings.points() or default_concurrencies(facts.slots))
+    readings: dict[int, list[LoadResult]] = {p: [] for p in order}
+    warmup_s, window_s = settings.warmup_s, settings.window_s
+    async with load_backend(settings) as backend:
+        session = session_of(backend.client)
+        for p in [p for index in range(settings.passes) for p in (order if index % 2 == 0 else order[::-1])]:
             # An engine still generating for clients gone away (a tune or load test just before, or
             # this calibration's own last window) would make this load read low: start it idle.
             waited = (await settle_server(session, f"{facts.root_url}/metrics", engines)).note()
             if waited:
                 notes.append(f"p={p}: {waited}")
             window = window_s
-            point = await measure_closed_loop(session, url, body, p, warmup_s, window)
+            point = await closed_loop(backend, params, p, window, warmup_s)
             while not point.answers and not point.errors and window < LONGEST_WINDOW * window_s:
                 window *= 2  # a slow engine (or a busy machine): the window waits for work
-                point = await measure_closed_loop(session, url, body, p, warmup_s, window)
+                point = await closed_loop(backend, params, p, window, warmup_s)
             if not point.answers:
                 raise GymbenchError(f"no request finished at p={p} in {window:g} s ({point.errors} failed): "
                                     "is the engine answering? raise +window_s for a slow one")  # fmt: skip
             readings[p].append(point)
             on_phase(f"p={p}: {point.requests_per_s:.2f} req/s", warmup_s + window_s)
-        points = [merge_passes(readings[p]) for p in order]
-        try:
-            prefill = await measure_prefill(session, facts)
-        except _Refused as exc:
-            raise GymbenchError(f"the engine at {_where(base_url)} refused a prefill request: {exc}") from None
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise GymbenchError(
-                f"cannot measure the engine at {_where(base_url)}: {_reason(exc)}; is it running?"
-            ) from None
-        on_phase("prefill", 0.0)
-    return Measurements(facts, prefill, points, time.perf_counter() - began, notes, passes)
+    return [merge_passes(readings[p]) for p in order], notes
+
+
+def _output_tokens(points: list[LoadResult], where: str) -> int:
+    """The tokens the engine generated per request under its own default (the median answer's)."""
+    counted = [a.output_tokens for point in points for a in point.answers if a.output_tokens]
+    if not counted:
+        raise GymbenchError(
+            f"the engine at {where} did not say how many tokens it generated (no usage, no timings): "
+            "give the output length as +max_tokens=N"
+        )
+    return round(statistics.median(counted))

@@ -16,7 +16,9 @@ import yaml
 from gymbench.cli import main
 from gymbench.errors import GymbenchError
 from gymbench.rates import ClientCycles, closed_loop_rate
-from gymbench.sim.calibrate import Answer, LoadPoint, measure, merge_passes
+from gymbench.sim.calibrate import measure
+from gymbench.sim.calibrate_command import CalibrateSettings
+from gymbench.sim.loadgen import Answer, LoadResult, merge_passes
 from gymbench.sim.calibration_fit import DecodePoint, PrefillPoint, fit_steps
 from gymbench.sim.config import config_from_preset, load_profile
 from gymbench.sim.profile import public_url, write_profile
@@ -265,7 +267,8 @@ def test_calibrating_a_real_llama_server(tmp_path: Path, capsys: pytest.CaptureF
 def test_a_throughput_ceiling_the_timings_miss_is_fitted_as_a_per_request_cost() -> None:
     """Loads measured from a simulator that pays 3 ms per request more than the timings say: the fit
     finds the 3 ms; loads the timings explain already give zero."""
-    from gymbench.sim.calibrate import EngineFacts, LoadPoint, Measurements, prompt_text
+    from gymbench.sim.calibrate import EngineFacts, Measurements, prompt_text
+    from gymbench.sim.loadgen import LoadResult
     from gymbench.sim.calibration_profile import fit_throughput
     from gymbench.sim.capacity import describe
     from gymbench.sim.config import SimConfig
@@ -280,8 +283,8 @@ def test_a_throughput_ceiling_the_timings_miss_is_fitted_as_a_per_request_cost()
         capacity = describe(truth, prompt_tokens=prompt, max_tokens=out)
         points = []
         for n in (1, 2, 16, 32, 64, 80):
-            point = LoadPoint(n, 1000.0)
-            point.answers = [None] * round(1000 * capacity.throughput_at(truth, n))  # type: ignore[list-item]
+            point = LoadResult(n, 1000.0)
+            point.answers = [Answer(0.0, None, 1.0, {})] * round(1000 * capacity.throughput_at(truth, n))
             points.append(point)
         measured = Measurements(EngineFacts("", "m", 64, None, ""), [], points, 0.0)
         seqs, cost = fit_throughput(timed, measured, words, out)
@@ -290,7 +293,8 @@ def test_a_throughput_ceiling_the_timings_miss_is_fitted_as_a_per_request_cost()
 
 def test_a_machine_that_fills_before_the_slots_is_fitted_as_fewer_effective_sequences() -> None:
     """Loads from an engine whose ceiling comes at 6 clients though it has 64 slots."""
-    from gymbench.sim.calibrate import EngineFacts, LoadPoint, Measurements, prompt_text
+    from gymbench.sim.calibrate import EngineFacts, Measurements, prompt_text
+    from gymbench.sim.loadgen import LoadResult
     from gymbench.sim.calibration_profile import fit_throughput
     from gymbench.sim.capacity import describe
     from gymbench.sim.config import SimConfig
@@ -304,8 +308,8 @@ def test_a_machine_that_fills_before_the_slots_is_fitted_as_fewer_effective_sequ
     capacity = describe(truth, prompt_tokens=prompt, max_tokens=out)
     points = []
     for n in (1, 2, 4, 8, 16, 32, 64, 80):
-        point = LoadPoint(n, 1000.0)
-        point.answers = [None] * round(1000 * capacity.throughput_at(truth, n))  # type: ignore[list-item]
+        point = LoadResult(n, 1000.0)
+        point.answers = [Answer(0.0, None, 1.0, {})] * round(1000 * capacity.throughput_at(truth, n))
         points.append(point)
     measured = Measurements(EngineFacts("", "m", 64, None, ""), [], points, 0.0)
     seqs, cost = fit_throughput(timed, measured, words, out)
@@ -358,8 +362,8 @@ def test_two_passes_measure_the_loads_in_abba_order_and_each_rate_is_their_mean(
         code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1,2,3",
                      "+warmup_s=0.1", "+window_s=0.4", "+max_tokens=4", "+progress=false"])  # fmt: skip
         facts = asyncio.run(
-            measure(url, model=None, slots=None, concurrencies=[1, 2, 3], prompt_words=4, max_tokens=4,
-                    warmup_s=0.0, window_s=0.3, headers={}, passes=3,
+            measure(CalibrateSettings(base_url=url, concurrencies="1,2,3", prompt_words=4, max_tokens=4,
+                                      warmup_s=0.0, window_s=0.3, passes=3),
                     on_phase=lambda label, _: measured.append(label.split(":")[0]))
         )  # fmt: skip
     assert code == 0
@@ -375,11 +379,11 @@ def test_two_passes_measure_the_loads_in_abba_order_and_each_rate_is_their_mean(
 
 
 def test_merged_passes_keep_every_answer_and_average_the_rates() -> None:
-    def load(rate: int, answers: int, errors: int = 0) -> LoadPoint:
+    def load(rate: int, answers: int, errors: int = 0) -> LoadResult:
         client = ClientCycles()
         for _ in range(rate):  # ``rate`` requests over one second
             client.cycle(0.0, 1.0, ok=True)
-        return LoadPoint(4, 8.0, [Answer(0.0, None, 1.0, {})] * answers, errors, [client])
+        return LoadResult(4, 8.0, [Answer(0.0, None, 1.0, {})] * answers, errors, [client])
 
     early, late = load(60, 1, errors=1), load(50, 2)
     assert (early.requests_per_s, late.requests_per_s) == (60.0, 50.0)
