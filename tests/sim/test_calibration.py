@@ -397,3 +397,49 @@ def test_passes_below_one_are_refused(tmp_path: Path, capsys: pytest.CaptureFixt
     code = main(["calibrate-sim", "--from", "http://127.0.0.1:9/v1", f"+output={tmp_path / 'p.yaml'}", "+passes=0"])
     assert code != 0
     assert "passes" in capsys.readouterr().err
+
+
+def test_calibrate_sim_sends_the_body_collect_sends_for_the_same_task(tmp_path: Path) -> None:
+    """Without +max_tokens, the loads send no max_tokens: the engine's own default applies (the
+    stand-in's ``-n``, 24 here), as when ``collect`` sends the same task, and the profile's output
+    length is the one the engine generated. (calibrate-sim used to send 64 where collect sent none
+    and llama.cpp generated its default 128.)"""
+    import json
+
+    from gymbench.sim.calibrate import prompt_text
+
+    engine = StepModel(slots=2, default_max_tokens=24)
+    out = tmp_path / "engine.yaml"
+    with fake_llama_server(engine) as url:
+        code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1", "+passes=1",
+                     "+warmup_s=0", "+window_s=0.3", "+prompt_words=12", "+progress=false"])  # fmt: skip
+        assert code == 0
+        calibrated = engine.bodies[0]
+        tasks = tmp_path / "tasks.jsonl"
+        task = {"input": [{"role": "user", "content": prompt_text(12)}], "temperature": 0.0}
+        row = {"responses_create_params": task, "expected_answer": "x"}
+        tasks.write_text(json.dumps(row) + "\n")
+        engine.bodies.clear()
+        code = main(["collect", f"+input_jsonl_fpath={tasks}", f"+output_jsonl_fpath={tmp_path / 'o.jsonl'}",
+                     "+backend=openai", f"+base_url={url}", "+model=tiny", "+api=chat", "+extra_body.ignore_eos=true",
+                     "+progress=false", "+save_results=false"])  # fmt: skip
+        assert code == 0
+        (collected,) = engine.bodies
+    assert "max_tokens" not in calibrated
+    assert calibrated == collected
+    document = yaml.safe_load(out.read_text())
+    assert document["sim"]["output_tokens_mean"] == 24
+    assert document["calibration"]["workload"]["max_tokens"] == 24
+    assert document["calibration"]["workload"]["max_tokens_sent"] is None
+
+
+def test_a_given_max_tokens_is_the_tasks_max_output_tokens(tmp_path: Path) -> None:
+    engine = StepModel(slots=1)
+    with fake_llama_server(engine) as url:
+        code = main(["calibrate-sim", "--from", url, f"+output={tmp_path / 'e.yaml'}", "+concurrencies=1",
+                     "+passes=1", "+warmup_s=0", "+window_s=0.2", "+max_tokens=6", "+progress=false"])  # fmt: skip
+    assert code == 0
+    loads = [body for body in engine.bodies if body.get("cache_prompt", True)]
+    assert loads and all(body["max_tokens"] == 6 and body["ignore_eos"] is True for body in loads)
+    prefill = [body for body in engine.bodies if body.get("cache_prompt", True) is False]
+    assert prefill and all(body["max_tokens"] == 1 and "stream" not in body for body in prefill)
