@@ -78,7 +78,10 @@ def workload_params(prompt_words: int, max_tokens: int | None, salt: str = "") -
     """The calibration's task, and the bench's, as a row's ``responses_create_params``: a fixed
     prompt, greedy, and ``max_output_tokens`` only when given (unset, the engine's default applies,
     as for a collected task that sets none)."""
-    params: dict[str, Any] = {"input": [{"role": "user", "content": prompt_text(prompt_words, salt)}], "temperature": 0.0}
+    params: dict[str, Any] = {
+        "input": [{"role": "user", "content": prompt_text(prompt_words, salt)}],
+        "temperature": 0.0,
+    }
     if max_tokens is not None:
         params["max_output_tokens"] = max_tokens
     return params

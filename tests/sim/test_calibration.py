@@ -18,9 +18,9 @@ from gymbench.errors import GymbenchError
 from gymbench.rates import ClientCycles, closed_loop_rate
 from gymbench.sim.calibrate import measure
 from gymbench.sim.calibrate_command import CalibrateSettings
-from gymbench.sim.loadgen import Answer, LoadResult, merge_passes
 from gymbench.sim.calibration_fit import DecodePoint, PrefillPoint, fit_steps
 from gymbench.sim.config import config_from_preset, load_profile
+from gymbench.sim.loadgen import Answer, LoadResult, merge_passes
 from gymbench.sim.profile import public_url, write_profile
 from gymbench.sim.virtual_load import simulated_closed_loop
 
@@ -268,10 +268,10 @@ def test_a_throughput_ceiling_the_timings_miss_is_fitted_as_a_per_request_cost()
     """Loads measured from a simulator that pays 3 ms per request more than the timings say: the fit
     finds the 3 ms; loads the timings explain already give zero."""
     from gymbench.sim.calibrate import EngineFacts, Measurements, prompt_text
-    from gymbench.sim.loadgen import LoadResult
     from gymbench.sim.calibration_profile import fit_throughput
     from gymbench.sim.capacity import describe
     from gymbench.sim.config import SimConfig
+    from gymbench.sim.loadgen import LoadResult
     from gymbench.sim.text import count_tokens
 
     words, out = 24, 64
@@ -294,10 +294,10 @@ def test_a_throughput_ceiling_the_timings_miss_is_fitted_as_a_per_request_cost()
 def test_a_machine_that_fills_before_the_slots_is_fitted_as_fewer_effective_sequences() -> None:
     """Loads from an engine whose ceiling comes at 6 clients though it has 64 slots."""
     from gymbench.sim.calibrate import EngineFacts, Measurements, prompt_text
-    from gymbench.sim.loadgen import LoadResult
     from gymbench.sim.calibration_profile import fit_throughput
     from gymbench.sim.capacity import describe
     from gymbench.sim.config import SimConfig
+    from gymbench.sim.loadgen import LoadResult
     from gymbench.sim.text import count_tokens
 
     words, out = 24, 64
