@@ -8,7 +8,8 @@ Three phases, each short enough that the whole takes a minute or two against a s
    server's ``prompt_ms`` against ``prompt_n`` gives the cost of a prompt token;
 3. **decode**: closed loops of ``p`` clients at a few ``p`` around the slot count, each
    request the workload's (streamed or not, as the workload is: on a small machine streaming's
-   per-token work slows the engine itself) (a fixed prompt, ``max_tokens`` output tokens with ``ignore_eos``): the
+   per-token work slows the engine itself) (a fixed prompt; with ``ignore_eos``, ``+max_tokens`` output
+   tokens, or the engine's default when unset): the
    server's ``predicted_per_token_ms`` against the running sequences gives the step's fixed and
    per-sequence cost; the clients' own TTFT and throughput are kept as the record and the check.
 
@@ -51,8 +52,6 @@ from gymbench.types import GenerationFailed, GenerationRequest
 
 if TYPE_CHECKING:
     from gymbench.sim.calibrate_command import CalibrateSettings
-
-__all__ = ["Answer", "LoadResult", "merge_passes"]
 
 FILLER = "the quick brown fox jumps over the lazy dog while a robot paints a small red house "
 PREFILL_WORDS = (8, 48, 144)

@@ -65,9 +65,11 @@ class CalibrateSettings(OpenAISettings):
         return parse_concurrencies(self.concurrencies)
 
 
-CalibrateSettings = with_defaults(CalibrateSettings, api="chat")  # type: ignore[misc]
+CalibrateSettings = with_defaults(CalibrateSettings, api="chat", max_retries=1, backoff_base_s=0.0)  # type: ignore[misc]
 """llama.cpp reports its per-request ``timings`` on chat completions: the calibration asks there
-unless told otherwise (``+api=responses``)."""
+unless told otherwise (``+api=responses``). One immediate retry: llama.cpp closes a connection after
+a streamed answer, and a pooled one reused just then fails before the request is sent; a request
+that fails twice counts as failed, and no backoff wait lands in a client's measured cycle."""
 
 
 def parse_concurrencies(text: str | None) -> list[int] | None:
