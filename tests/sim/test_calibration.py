@@ -443,3 +443,13 @@ def test_a_given_max_tokens_is_the_tasks_max_output_tokens(tmp_path: Path) -> No
     assert loads and all(body["max_tokens"] == 6 and body["ignore_eos"] is True for body in loads)
     prefill = [body for body in engine.bodies if body.get("cache_prompt", True) is False]
     assert prefill and all(body["max_tokens"] == 1 and "stream" not in body for body in prefill)
+
+
+def test_an_engine_that_is_not_there_is_one_clear_line_without_credentials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["calibrate-sim", "--from", "http://me:hunter2@127.0.0.1:9/v1", f"+output={tmp_path / 'p.yaml'}",
+                 "+progress=false"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "hunter2" not in err
+    assert "cannot measure the engine at http://127.0.0.1:9" in err and "is it running?" in err
