@@ -127,7 +127,7 @@ async def read_facts(client: RetryingClient, base_url: str, model: str | None, s
 async def _get_json(client: RetryingClient, url: str) -> dict[str, Any] | None:
     """The JSON object at ``url``; None when the server has no such endpoint (one that does not
     answer at all is raised: the engine is not there)."""
-    reached = await client.reach(url, "engine")
+    reached = await client.reach(url, "engine")  # its tries, its 401/403 message
     if reached.status != 200:
         return None
     try:
@@ -224,7 +224,7 @@ async def measure(
 async def _facts(settings: CalibrateSettings) -> EngineFacts:
     """The engine's slots, context and model, read through the backend's client."""
     assert settings.base_url is not None
-    client = settings_client(settings, "engine")
+    client = settings_client(settings)
     where = _where(settings.base_url)
     try:
         await client.open(None)

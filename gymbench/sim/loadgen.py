@@ -124,10 +124,14 @@ def load_backend(settings: OpenAISettings) -> OpenAIBackend:
     return backend
 
 
-def settings_client(settings: OpenAISettings, what: str) -> RetryingClient:
-    """The backend's HTTP client alone, for what a load reads beside its requests (``/props``,
-    ``/v1/models``, ``/metrics``) before the backend can be built."""
-    return RetryingClient(dataclasses.asdict(settings), what)
+UNKNOWN_MODEL = "(read from the server)"
+
+
+def settings_client(settings: OpenAISettings) -> RetryingClient:
+    """The ``openai`` backend's own HTTP client, built as the backend builds it, for what a load
+    reads beside its requests (``/props``, ``/v1/models``) before the model to ask for is known
+    (the backend it comes from sends no request, so a model not yet known is not used)."""
+    return load_backend(dataclasses.replace(settings, model=settings.model or UNKNOWN_MODEL)).client
 
 
 def session_of(client: RetryingClient) -> aiohttp.ClientSession:
