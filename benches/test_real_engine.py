@@ -4,7 +4,8 @@ tune`` and ``gymbench diagnose`` against it, and the simulator calibrated from t
 For each llama.cpp configuration (``slot-bound``: 4 slots, below the compute knee; ``compute-bound``:
 64 slots, so that the single compute thread's step time is the limit) the module starts
 ``llama-server`` once (1 compute thread, ``--threads-http 256``) and measures the truth: a closed
-loop of ``p`` clients (:func:`gymbench.sim.loadgen.closed_loop`, not gymbench's collection code) at
+loop of ``p`` clients (:func:`gymbench.calibrate.loadgen.closed_loop`: the ``openai`` backend's requests, as
+``collect`` sends them, without gymbench's collection engine) at
 each ``p`` of the grid, after a 2 s warm-up, in five windows (:data:`PASSES`); a window's rate is
 each client's requests over the time its whole cycles in the window covered
 (:class:`gymbench.client_cycles.ClientCycles`: counting what finishes in the window read 53 or 64
@@ -47,21 +48,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import numpy as np
 import pytest
 import yaml
 
 from gymbench import Recorder
+from gymbench.calibrate.command import CalibrateSettings, calibrate
+from gymbench.calibrate.loadgen import LoadResult, closed_loop, load_backend, load_settings, session_of, settle_server
+from gymbench.calibrate.measure import IGNORE_EOS, prompt_text, workload_params
 from gymbench.engine.build import cache_root, find_server
 from gymbench.engine.model import cached_model
 from gymbench.engine.server import LlamaServer, start_llama_server
 from gymbench.errors import GymbenchError
 from gymbench.settings import build_settings
-from gymbench.sim.calibrate import prompt_text, workload_body
-from gymbench.sim.calibrate_command import CalibrateSettings, calibrate
 from gymbench.sim.config import config_from_preset
-from gymbench.sim.loadgen import LoadResult, closed_loop, settle_server
 from gymbench.sim.text import count_tokens
 from gymbench.sim.virtual_load import simulated_closed_loop
 from gymbench.testing import make_plugins
@@ -142,22 +142,23 @@ def one_window(server: LlamaServer, p: int, window_s: float) -> LoadResult:
     generating for a client gone away). A window in which fewer than ten requests finished (a short
     quick-mode window on a loaded machine) is measured again, twice as long, up to 16 times the
     asked length: the window waits for work."""
-    body = workload_body(server.model, PROMPT_WORDS, MAX_TOKENS)
-    metrics = server.base_url.removesuffix("/v1") + "/metrics"
-
-    async def measure(window: float) -> LoadResult:
-        async with aiohttp.ClientSession() as session:
-            note = (await settle_server(session, metrics)).note()
-            if note:
-                print(f"  p={p}: {note}")
-        return await closed_loop(server.base_url, p, window, warmup_s=2.0, body=body)
-
     longest = 16 * window_s
-    result = asyncio.run(measure(window_s))
+    result = asyncio.run(light_window(server, p, window_s))
     while result.completed < SLICES and result.window_s < longest:
-        result = asyncio.run(measure(2 * result.window_s))
+        result = asyncio.run(light_window(server, p, 2 * result.window_s))
     assert result.completed > 0, f"no request finished at p={p} in {result.window_s:g} s ({result.errors} failed)"
     return result
+
+
+async def light_window(server: LlamaServer, p: int, window_s: float, warmup_s: float = 2.0) -> LoadResult:
+    """One window of the truth's closed loop: the bench's task through the ``openai`` backend (no
+    retries: a failure counts), on an engine first left to finish what earlier windows gave it."""
+    settings = load_settings(server.base_url, server.model, extra_body=dict(IGNORE_EOS), max_retries=0)
+    async with load_backend(settings) as backend:
+        note = (await settle_server(session_of(backend.client), server.metrics_url)).note()
+        if note:
+            print(f"  p={p}: {note}")
+        return await closed_loop(backend, workload_params(PROMPT_WORDS, MAX_TOKENS), p, window_s, warmup_s)
 
 
 def rate_of(windows: list[LoadResult]) -> Rate:
@@ -227,8 +228,7 @@ def record_truth(gymbench: Recorder, truth: Truth) -> None:
 def tasks_file(directory: Path, rows: int = 64) -> Path:
     """The truth's request as NeMo Gym rows (no verifier: a rollout is one request)."""
     path = directory / "tasks.jsonl"
-    row = {"responses_create_params": {"input": [{"role": "user", "content": prompt_text(PROMPT_WORDS)}],
-                                       "max_output_tokens": MAX_TOKENS, "temperature": 0.0}}  # fmt: skip
+    row = {"responses_create_params": workload_params(PROMPT_WORDS, MAX_TOKENS)}
     path.write_text("".join(json.dumps({**row, "task_id": f"t{i}"}) + "\n" for i in range(rows)))
     return path
 

@@ -16,39 +16,56 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import psutil
 import pytest
 
 from gymbench import Recorder
+from gymbench.calibrate.loadgen import load_backend, load_settings, run_closed_loop
 from gymbench.sim import SimServerHandle, config_from_preset, describe, running_sim_server
-from gymbench.sim.loadgen import run_closed_loop
 from gymbench.sim.text import count_tokens
+from gymbench.types import GenerationRequest
 
 FAITHFUL = {"output_tokens_dist": "uniform"}
-BODY = {"model": "gymbench-sim", "messages": [{"role": "user", "content": "What is 1 + 1?"}]}
+TASK = {"input": "What is 1 + 1?"}
+"""Every load's task (``responses_create_params``), sent by the ``openai`` backend as ``collect`` sends it."""
 WEATHER = {
     "type": "object",
     "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
     "required": ["city"],
 }
-PLAIN = {
-    "chat": ("/chat/completions", BODY),
-    "responses": ("/responses", {"model": "gymbench-sim", "input": "What is 1 + 1?"}),
-}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A task and how the backend asks for it (the API, and what the body gets beside the task)."""
+
+    api: str
+    params: dict[str, Any]
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+
 RICH = {  # one tool offered (called half the time, as tool_choice auto and the default rate have it), 5 logprobs
-    "chat": {
-        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}],
-        "logprobs": True,
-        "top_logprobs": 5,
-    },
-    "responses": {
-        "tools": [{"type": "function", "name": "get_weather", "parameters": WEATHER}],
-        "include": ["message.output_text.logprobs"],
-        "top_logprobs": 5,
-    },
+    "chat": Workload(
+        "chat",
+        {
+            **TASK,
+            "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}],
+            "logprobs": True,
+        },
+        {"top_logprobs": 5},
+    ),  # fmt: skip
+    "responses": Workload(
+        "responses",
+        {
+            **TASK,
+            "tools": [{"type": "function", "name": "get_weather", "parameters": WEATHER}],
+            "include": ["message.output_text.logprobs"],
+            "top_logprobs": 5,
+        },
+    ),  # fmt: skip
 }
 
 
@@ -65,11 +82,11 @@ def test_faithfulness(gymbench: Recorder, vllm_like: SimServerHandle, concurrenc
     predicted = capacity.throughput_at(config, concurrency) * capacity.output_tokens
     duration = 2.0 if gymbench.quick else 10.0
     result = run_closed_loop(
-        vllm_like.base_url,
+        load_settings(vllm_like.base_url, "gymbench-sim", max_retries=0),
+        TASK,
         concurrency,
         duration,
         warmup_s=1.5,
-        body=BODY,
         metrics_url=f"{vllm_like.url}/metrics",
     )
     assert result.errors == 0 and result.output_tokens_per_s is not None
@@ -84,11 +101,11 @@ def test_faithfulness(gymbench: Recorder, vllm_like: SimServerHandle, concurrenc
 @pytest.mark.parametrize("stream", [False, True])
 def test_simulator_cpu_per_request(gymbench: Recorder, stream: bool) -> None:
     """Server CPU per request at zero latency; 1/that is the rate that saturates its one core."""
-    body, requests = {**BODY, "stream": stream}, 1000 if gymbench.quick else 4000
+    plain, requests = Workload("chat", TASK), 1000 if gymbench.quick else 4000
     with running_sim_server(preset="zero-latency") as server:
-        send_requests(server.base_url, "/chat/completions", body, 500)  # warm-up
+        send_requests(server.base_url, plain, stream, 500)  # warm-up
         started = time.perf_counter()
-        per_request = server_cpu_per_request(server, "/chat/completions", body, requests)
+        per_request = server_cpu_per_request(server, plain, stream, requests)
         window_s = time.perf_counter() - started
     gymbench.record("server_cpu_per_request", per_request * 1e6, "µs", "lower")
     gymbench.record("one_core_saturation_rate", 1 / per_request, "req/s", "higher")
@@ -96,32 +113,33 @@ def test_simulator_cpu_per_request(gymbench: Recorder, stream: bool) -> None:
     gymbench.record("server_cpu_utilisation", per_request * requests / window_s, "cores", "lower")
 
 
-def send_requests(base_url: str, path: str, body: dict[str, Any], requests: int, clients: int = 32) -> None:
-    """``clients`` closed-loop clients until ``requests`` have been answered, each with a 200."""
+def send_requests(base_url: str, workload: Workload, stream: bool, requests: int, clients: int = 32) -> None:
+    """``clients`` closed-loop clients until ``requests`` have been answered, each with a 200: the
+    ``openai`` backend's requests (no retries: a failure ends the bench with its reason)."""
+    settings = load_settings(base_url, "gymbench-sim", api=workload.api, stream=stream,
+                             extra_body=workload.extra_body, max_retries=0)  # fmt: skip
 
-    async def main() -> list[int]:
+    async def main() -> int:
         left = iter(range(requests))
-        statuses: list[int] = []
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        async with load_backend(settings) as backend:
 
-            async def client() -> None:
-                for _ in left:
-                    async with session.post(base_url + path, json=body) as answer:
-                        await answer.read()
-                        statuses.append(answer.status)
+            async def client() -> int:
+                answered = 0
+                for index in left:
+                    await backend.generate(GenerationRequest(index, 0, workload.params))
+                    answered += 1
+                return answered
 
-            await asyncio.gather(*(client() for _ in range(clients)))
-        return statuses
+            return sum(await asyncio.gather(*(client() for _ in range(clients))))
 
-    statuses = asyncio.run(main())
-    assert len(statuses) == requests and set(statuses) == {200}, sorted(set(statuses))
+    assert asyncio.run(main()) == requests
 
 
-def server_cpu_per_request(server: SimServerHandle, path: str, body: dict[str, Any], requests: int) -> float:
+def server_cpu_per_request(server: SimServerHandle, workload: Workload, stream: bool, requests: int) -> float:
     """Server CPU seconds per request over a window of ``requests`` requests from 32 clients."""
     process = psutil.Process(server.process.pid)
     before = process.cpu_times()
-    send_requests(server.base_url, path, body, requests)
+    send_requests(server.base_url, workload, stream, requests)
     after = process.cpu_times()
     return ((after.user - before.user) + (after.system - before.system)) / requests
 
@@ -130,16 +148,15 @@ def server_cpu_per_request(server: SimServerHandle, path: str, body: dict[str, A
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_simulator_cpu_with_tools_and_logprobs(gymbench: Recorder, api: str, stream: bool) -> None:
     """Plain requests against requests offering a tool and asking for 5 logprobs, alternated."""
-    path, plain = PLAIN[api]
-    bodies = {"plain": {**plain, "stream": stream}, "rich": {**plain, **RICH[api], "stream": stream}}
+    workloads = {"plain": Workload(api, TASK), "rich": RICH[api]}
     rounds, requests = (2, 500) if gymbench.quick else (7, 2000)
     seen: dict[str, list[float]] = {"plain": [], "rich": []}
     with running_sim_server(preset="zero-latency") as server:
-        for body in bodies.values():
-            send_requests(server.base_url, path, body, 300)  # warm-up
+        for workload in workloads.values():
+            send_requests(server.base_url, workload, stream, 300)  # warm-up
         for _ in range(rounds):
-            for name, body in bodies.items():
-                seen[name].append(server_cpu_per_request(server, path, body, requests) * 1e6)
+            for name, workload in workloads.items():
+                seen[name].append(server_cpu_per_request(server, workload, stream, requests) * 1e6)
     gymbench.record("plain_server_cpu_per_request", seen["plain"], "µs", "lower")
     gymbench.record("rich_server_cpu_per_request", seen["rich"], "µs", "lower")
     ratio = statistics.median(seen["rich"]) / statistics.median(seen["plain"])

@@ -39,6 +39,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "gymbench.collect.plugin",
     "gymbench.tune.plugin",
     "gymbench.sim.plugin",
+    "gymbench.calibrate.plugin",
     "gymbench.engine.plugin",
     "gymbench.train.plugin",
     "gymbench.report.commands",

@@ -1,8 +1,8 @@
-"""The ``gymbench sim-server`` and ``gymbench calibrate-sim`` commands' plugin.
+"""The ``gymbench sim-server`` command's plugin.
 
-Registration only: each command's settings (:mod:`gymbench.sim.command`, built on the engine's
-:class:`~gymbench.sim.config.SimConfig`; :mod:`gymbench.sim.calibrate_command`) and its code are
-imported when the command's parser is built or it runs.
+Registration only: the command's settings (:mod:`gymbench.sim.command`, built on the engine's
+:class:`~gymbench.sim.config.SimConfig`) and its code are imported when the command's parser is
+built or it runs. ``calibrate-sim`` is :mod:`gymbench.calibrate.plugin`'s.
 """
 
 from __future__ import annotations
@@ -29,18 +29,6 @@ def _run(args: argparse.Namespace, plugins: Plugins) -> int:
     return run(args, plugins)
 
 
-def _configure_calibrate(parser: argparse.ArgumentParser) -> None:
-    from gymbench.sim.calibrate_command import configure
-
-    configure(parser)
-
-
-def _run_calibrate(args: argparse.Namespace, plugins: Plugins) -> int:
-    from gymbench.sim.calibrate_command import run
-
-    return run(args, plugins)
-
-
 @hookimpl
 def gymbench_register_commands() -> list[Command]:
     return [
@@ -49,11 +37,5 @@ def gymbench_register_commands() -> list[Command]:
             "run the simulated OpenAI-compatible continuous-batching server (or --describe its capacity)",
             _configure,
             _run,
-        ),
-        Command(
-            "calibrate-sim",
-            "measure a real engine (llama.cpp's server) and write a simulator profile that imitates it",
-            _configure_calibrate,
-            _run_calibrate,
         ),
     ]

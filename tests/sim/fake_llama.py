@@ -33,6 +33,10 @@ class StepModel:
     """Wall time slept per modelled millisecond (the loop needs answers to take some time)."""
     cache_prompt: list[bool] = field(default_factory=list, compare=False)
     """Each chat request's ``cache_prompt`` in the order they arrived (True where not given)."""
+    bodies: list[dict[str, Any]] = field(default_factory=list, compare=False)
+    """Each chat request's body, in the order they arrived."""
+    default_max_tokens: int = 16
+    """The output length of a request that sets no ``max_tokens`` (llama.cpp's ``-n``)."""
 
 
 def app(model: StepModel) -> web.Application:
@@ -50,8 +54,9 @@ def app(model: StepModel) -> web.Application:
     async def chat(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         model.cache_prompt.append(bool(body.get("cache_prompt", True)))
+        model.bodies.append(body)
         prompt_n = len(body["messages"][0]["content"].split()) + 10
-        out = int(body.get("max_tokens") or 16)
+        out = int(body.get("max_tokens") or model.default_max_tokens)
         async with slots:
             held[0] += 1
             running = held[0]

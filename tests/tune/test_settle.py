@@ -17,8 +17,8 @@ import pytest
 from aiohttp import web
 
 from gymbench.builtin.engines import LLAMACPP
+from gymbench.calibrate.loadgen import settle_server
 from gymbench.engine_metrics import Settled, sample_sums, settle
-from gymbench.sim.loadgen import settle_server
 from gymbench.sim.virtual import run_in_simulated_time
 from gymbench.tune.server_metrics import Counters
 

@@ -14,14 +14,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, "benches")
-import aiohttp
-from test_real_engine import MAX_TOKENS, PROMPT_WORDS
+from test_real_engine import MAX_TOKENS, light_window
 
 from gymbench.engine.build import cache_root, find_server
 from gymbench.engine.model import cached_model
 from gymbench.engine.server import start_llama_server
-from gymbench.sim.calibrate import workload_body
-from gymbench.sim.loadgen import closed_loop, settle_server
 
 SLOTS = int(sys.argv[1])
 PS = [int(x) for x in sys.argv[2].split(",")]
@@ -43,16 +40,13 @@ def place(pinned: bool) -> None:
 
 
 async def main() -> None:
-    body = workload_body(server.model, PROMPT_WORDS, MAX_TOKENS)
     readings: dict[tuple[int, str], list[float]] = {}
     for turn in range(ROUNDS):
         for p in PS:
             order = ("shared", "pinned") if turn % 2 == 0 else ("pinned", "shared")
             for placement in order:
                 place(placement == "pinned")
-                async with aiohttp.ClientSession() as session:
-                    await settle_server(session, server.metrics_url)
-                rate = (await closed_loop(server.base_url, p, WINDOW, warmup_s=2.0, body=body)).requests_per_s
+                rate = (await light_window(server, p, WINDOW)).requests_per_s
                 readings.setdefault((p, placement), []).append(rate)
                 print(
                     f"round {turn} p={p:>3} {placement:>6} {rate:7.2f} requests/s load={os.getloadavg()[0]:.1f}",

@@ -8,11 +8,12 @@ import asyncio
 import os
 import sys
 
+sys.path.insert(0, "benches")
+from test_real_engine import light_window
+
 from gymbench.engine.build import cache_root, find_server
 from gymbench.engine.model import cached_model
 from gymbench.engine.server import start_llama_server
-from gymbench.sim.calibrate import workload_body
-from gymbench.sim.loadgen import closed_loop
 
 
 def main() -> None:
@@ -20,10 +21,9 @@ def main() -> None:
     points = [int(p) for p in sys.argv[3].split(",")]
     model = cached_model("tiny", cache_root())
     with start_llama_server(find_server(), model, slots=slots, threads=1, context=512, max_tokens=64) as server:
-        body = workload_body(server.model, 24, 64)
         for round_ in (1, 2, 3):
             for p in points:
-                result = asyncio.run(closed_loop(server.base_url, p, window, warmup_s=2.0, body=body))
+                result = asyncio.run(light_window(server, p, window))
                 load = os.getloadavg()[0]
                 print(f"np={slots} round={round_} p={p} rps={result.requests_per_s:.2f} load={load:.2f}", flush=True)
 

@@ -13,15 +13,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, "benches")
-import aiohttp
-from test_real_engine import MAX_TOKENS, PROMPT_WORDS, common, tasks_file
+from test_real_engine import MAX_TOKENS, common, light_window, tasks_file
 
 from gymbench.engine.build import cache_root, find_server
 from gymbench.engine.model import cached_model
 from gymbench.engine.server import start_llama_server
 from gymbench.settings import build_settings
-from gymbench.sim.calibrate import workload_body
-from gymbench.sim.loadgen import closed_loop, settle_server
 from gymbench.testing import make_plugins
 from gymbench.tune.command import strategies_for, with_prober
 from gymbench.tune.config import TuneConfig
@@ -37,17 +34,13 @@ with server, tempfile.TemporaryDirectory() as tmp:
     config = build_settings(TuneConfig, [*common(server, tasks), "plot="])
     plugins = make_plugins()
     strategies = strategies_for(config, plugins)
-    body = workload_body(server.model, PROMPT_WORDS, MAX_TOKENS)
-    metrics = server.base_url.removesuffix("/v1") + "/metrics"
 
     async def work(prober):
         for turn in range(PASSES):
             order = list(PS)
             random.Random(turn).shuffle(order)
             for p in order:
-                async with aiohttp.ClientSession() as s:
-                    await settle_server(s, metrics)
-                light = await closed_loop(server.base_url, p, WINDOW, warmup_s=2.0, body=body)
+                light = await light_window(server, p, WINDOW)
                 t0 = time.perf_counter()
                 r = await prober.probe(p, strategies.fixed(p))
                 el = time.perf_counter() - t0

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from gymbench.sim.calibrate import Answer, LoadPoint, Measurements, prompt_text
-from gymbench.sim.calibration_fit import DecodePoint, PrefillPoint, StepFit, fit_steps
+from gymbench.calibrate.fit import DecodePoint, PrefillPoint, StepFit, fit_steps
+from gymbench.calibrate.loadgen import Answer, LoadResult
+from gymbench.calibrate.measure import Measurements, prompt_text
 from gymbench.sim.config import SimConfig
 from gymbench.sim.profile import public_url
 from gymbench.sim.text import count_tokens
@@ -33,7 +34,7 @@ def prefill_points(answers: list[Answer]) -> list[PrefillPoint]:
     return [PrefillPoint(n, ms) for n, ms in found if n and ms is not None]
 
 
-def decode_points(points: list[LoadPoint], slots: int, max_tokens: int) -> list[DecodePoint]:
+def decode_points(points: list[LoadResult], slots: int, max_tokens: int) -> list[DecodePoint]:
     """One point per load, its requests' mean: every load weighs the same in the fit (a load above
     the slots answers many more requests, and would otherwise outweigh the slope's few)."""
     found = []
@@ -112,9 +113,11 @@ def _profile_per_token_ms(config: SimConfig, fit: StepFit, running: int, prompt_
 
 
 def build_profile(
-    measured: Measurements, *, base_url: str, prompt_words: int, max_tokens: int, warmup_s: float, window_s: float
+    measured: Measurements, *, base_url: str, prompt_words: int, warmup_s: float, window_s: float
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(``sim`` settings, ``calibration`` record) of a profile."""
+    """(``sim`` settings, ``calibration`` record) of a profile; its output length is the one the
+    loads' requests generated (:attr:`Measurements.output_tokens`)."""
+    max_tokens = measured.output_tokens
     prefill = prefill_points(measured.prefill)
     decode = decode_points(measured.points, measured.facts.slots, max_tokens)
     if not decode:
@@ -141,6 +144,7 @@ def build_profile(
         "workload": {
             "prompt_words": prompt_words,
             "max_tokens": max_tokens,
+            "max_tokens_sent": measured.max_tokens_sent,
             "warmup_s": warmup_s,
             "window_s": window_s,
             "passes": measured.passes,
@@ -220,8 +224,8 @@ def fit_throughput(config: SimConfig, measured: Measurements, prompt_words: int,
 def _ttft(answer: Answer) -> float:
     """The client's TTFT when streamed; else its latency less the server's generation time (the
     wait for a slot, the prefill and the network: what a streaming client would have waited)."""
-    if answer.first_token is not None:
-        return answer.first_token - answer.sent
+    if answer.ttft is not None:
+        return answer.ttft
     generation_ms = _number(answer.timings, "predicted_ms") or 0.0
     return max(0.0, answer.done - answer.sent - generation_ms / 1e3)
 

@@ -10,20 +10,19 @@ import argparse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gymbench.settings import at_least, doc, require
+from gymbench.builtin.backend_settings import OpenAISettings
+from gymbench.settings import at_least, doc, require, with_defaults
 
 if TYPE_CHECKING:
     from gymbench.plugins import Plugins
 
 
-@dataclass(frozen=True)
-class CalibrateSettings:
-    base_url: str | None = field(
-        default=None, metadata=doc("the engine to measure (also --from), e.g. http://127.0.0.1:8080/v1")
-    )
+@dataclass
+class CalibrateSettings(OpenAISettings):
+    """The ``openai`` backend's settings (the engine's URL, model, API, streaming, key, timeouts:
+    the calibration loads the engine through that backend, as ``collect`` does) and the calibration's own."""
+
     output: str = field(default="engine.yaml", metadata=doc("profile to write", path=True))
-    model: str | None = field(default=None, metadata=doc("model to request (default: the server's first)"))
-    api_key_env: str | None = field(default=None, metadata=doc("environment variable holding the engine's API key"))
     slots: int | None = field(
         default=None, metadata=doc("the engine's slot count, when /props does not give it (llama.cpp's -np)")
     )
@@ -31,10 +30,12 @@ class CalibrateSettings:
         default=None, metadata=doc("closed-loop client counts to measure, e.g. 1,2,4,8 (default: around the slots)")
     )
     prompt_words: int = field(default=24, metadata=doc("words in the workload's prompt"))
-    max_tokens: int = field(default=64, metadata=doc("output tokens per request (ignore_eos: always this many)"))
-    stream: bool = field(
-        default=False,
-        metadata=doc("stream the requests, as your workload does (the client then measures TTFT itself)"),
+    max_tokens: int | None = field(
+        default=None,
+        metadata=doc(
+            "output tokens per request, sent as the task's max_output_tokens (ignore_eos: always this many); "
+            "unset: none sent, the engine's own default, as collect does for a task that sets none"
+        ),
     )
     warmup_s: float = field(default=2.0, metadata=doc("seconds at each load before measuring"))
     window_s: float = field(default=8.0, metadata=doc("seconds measured at each load"))
@@ -51,6 +52,7 @@ class CalibrateSettings:
 
     def __post_init__(self) -> None:
         require(bool(self.base_url), "base_url", self.base_url, "the engine's URL: --from http://HOST:PORT/v1")
+        super().__post_init__()
         at_least("slots", self.slots, 1)
         at_least("prompt_words", self.prompt_words, 1)
         at_least("max_tokens", self.max_tokens, 2)
@@ -61,6 +63,13 @@ class CalibrateSettings:
 
     def points(self) -> list[int] | None:
         return parse_concurrencies(self.concurrencies)
+
+
+CalibrateSettings = with_defaults(CalibrateSettings, api="chat", max_retries=1, backoff_base_s=0.0)  # type: ignore[misc]
+"""llama.cpp reports its per-request ``timings`` on chat completions: the calibration asks there
+unless told otherwise (``+api=responses``). One immediate retry: llama.cpp closes a connection after
+a streamed answer, and a pooled one reused just then fails before the request is sent; a request
+that fails twice counts as failed, and no backoff wait lands in a client's measured cycle."""
 
 
 def parse_concurrencies(text: str | None) -> list[int] | None:
@@ -85,47 +94,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, plugins: Plugins) -> int:
     from gymbench.settings import settings_from_args
 
-    return calibrate(settings_from_args(CalibrateSettings, args))
+    return calibrate(settings_from_args(CalibrateSettings, args), plugins)
 
 
-def calibrate(settings: CalibrateSettings) -> int:
+def calibrate(settings: CalibrateSettings, plugins: Plugins | None = None) -> int:
     import asyncio
 
+    from gymbench.calibrate.measure import default_concurrencies, measure
+    from gymbench.calibrate.profile import build_profile
     from gymbench.jsonio import check_writable_file
-    from gymbench.secrets import secret_from_env
-    from gymbench.sim.calibrate import default_concurrencies, measure
-    from gymbench.sim.calibration_profile import build_profile
     from gymbench.sim.profile import write_profile
 
     assert settings.base_url is not None
     check_writable_file(settings.output, "the profile", "output")
-    key = secret_from_env(settings.api_key_env)
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
     bar = _bar(settings, settings.passes * len(settings.points() or default_concurrencies(settings.slots or 4)))
+    engines = plugins.engine_metrics() if plugins is not None else None
     try:
-        measured = asyncio.run(
-            measure(
-                settings.base_url,
-                model=settings.model,
-                slots=settings.slots,
-                concurrencies=settings.points(),
-                prompt_words=settings.prompt_words,
-                max_tokens=settings.max_tokens,
-                warmup_s=settings.warmup_s,
-                window_s=settings.window_s,
-                headers=headers,
-                stream=settings.stream,
-                on_phase=lambda label, _: _advance(bar, label),
-                passes=settings.passes,
-            )
-        )
+        measured = asyncio.run(measure(settings, on_phase=lambda label, _: _advance(bar, label), engines=engines))
     finally:
         bar.close()
     sim, record = build_profile(
         measured,
         base_url=settings.base_url,
         prompt_words=settings.prompt_words,
-        max_tokens=settings.max_tokens,
         warmup_s=settings.warmup_s,
         window_s=settings.window_s,
     )

@@ -13,16 +13,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gymbench.calibrate.command import CalibrateSettings
+from gymbench.calibrate.fit import DecodePoint, PrefillPoint, fit_steps
+from gymbench.calibrate.loadgen import Answer, LoadResult, merge_passes
+from gymbench.calibrate.measure import measure
 from gymbench.cli import main
 from gymbench.client_cycles import ClientCycles, closed_loop_rate
 from gymbench.errors import GymbenchError
-from gymbench.sim.calibrate import Answer, LoadPoint, measure, merge_passes
-from gymbench.sim.calibration_fit import DecodePoint, PrefillPoint, fit_steps
 from gymbench.sim.config import config_from_preset, load_profile
 from gymbench.sim.profile import public_url, write_profile
 from gymbench.sim.virtual_load import simulated_closed_loop
-
-from .fake_llama import StepModel, fake_llama_server
+from tests.sim.fake_llama import StepModel, fake_llama_server
 
 PROFILE = {"max_num_seqs": 4, "step_base_s": 0.004, "step_per_seq_s": 0.002, "prefill_per_token_s": 0.0,
            "output_tokens_dist": "max_tokens", "output_tokens_mean": 16}  # fmt: skip
@@ -247,7 +248,7 @@ def test_calibrate_sim_without_slots_is_one_clear_line(tmp_path: Path, capsys: p
 
 @pytest.mark.real_engine
 def test_calibrating_a_real_llama_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from .real_llama import running_llama_server
+    from tests.sim.real_llama import running_llama_server
 
     with running_llama_server(slots=2) as url:
         out = tmp_path / "engine.yaml"
@@ -265,8 +266,9 @@ def test_calibrating_a_real_llama_server(tmp_path: Path, capsys: pytest.CaptureF
 def test_a_throughput_ceiling_the_timings_miss_is_fitted_as_a_per_request_cost() -> None:
     """Loads measured from a simulator that pays 3 ms per request more than the timings say: the fit
     finds the 3 ms; loads the timings explain already give zero."""
-    from gymbench.sim.calibrate import EngineFacts, LoadPoint, Measurements, prompt_text
-    from gymbench.sim.calibration_profile import fit_throughput
+    from gymbench.calibrate.loadgen import LoadResult
+    from gymbench.calibrate.measure import EngineFacts, Measurements, prompt_text
+    from gymbench.calibrate.profile import fit_throughput
     from gymbench.sim.capacity import describe
     from gymbench.sim.config import SimConfig
     from gymbench.sim.text import count_tokens
@@ -280,8 +282,8 @@ def test_a_throughput_ceiling_the_timings_miss_is_fitted_as_a_per_request_cost()
         capacity = describe(truth, prompt_tokens=prompt, max_tokens=out)
         points = []
         for n in (1, 2, 16, 32, 64, 80):
-            point = LoadPoint(n, 1000.0)
-            point.answers = [None] * round(1000 * capacity.throughput_at(truth, n))  # type: ignore[list-item]
+            point = LoadResult(n, 1000.0)
+            point.answers = [Answer(0.0, None, 1.0, {})] * round(1000 * capacity.throughput_at(truth, n))
             points.append(point)
         measured = Measurements(EngineFacts("", "m", 64, None, ""), [], points, 0.0)
         seqs, cost = fit_throughput(timed, measured, words, out)
@@ -290,8 +292,9 @@ def test_a_throughput_ceiling_the_timings_miss_is_fitted_as_a_per_request_cost()
 
 def test_a_machine_that_fills_before_the_slots_is_fitted_as_fewer_effective_sequences() -> None:
     """Loads from an engine whose ceiling comes at 6 clients though it has 64 slots."""
-    from gymbench.sim.calibrate import EngineFacts, LoadPoint, Measurements, prompt_text
-    from gymbench.sim.calibration_profile import fit_throughput
+    from gymbench.calibrate.loadgen import LoadResult
+    from gymbench.calibrate.measure import EngineFacts, Measurements, prompt_text
+    from gymbench.calibrate.profile import fit_throughput
     from gymbench.sim.capacity import describe
     from gymbench.sim.config import SimConfig
     from gymbench.sim.text import count_tokens
@@ -304,8 +307,8 @@ def test_a_machine_that_fills_before_the_slots_is_fitted_as_fewer_effective_sequ
     capacity = describe(truth, prompt_tokens=prompt, max_tokens=out)
     points = []
     for n in (1, 2, 4, 8, 16, 32, 64, 80):
-        point = LoadPoint(n, 1000.0)
-        point.answers = [None] * round(1000 * capacity.throughput_at(truth, n))  # type: ignore[list-item]
+        point = LoadResult(n, 1000.0)
+        point.answers = [Answer(0.0, None, 1.0, {})] * round(1000 * capacity.throughput_at(truth, n))
         points.append(point)
     measured = Measurements(EngineFacts("", "m", 64, None, ""), [], points, 0.0)
     seqs, cost = fit_throughput(timed, measured, words, out)
@@ -358,8 +361,8 @@ def test_two_passes_measure_the_loads_in_abba_order_and_each_rate_is_their_mean(
         code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1,2,3",
                      "+warmup_s=0.1", "+window_s=0.4", "+max_tokens=4", "+progress=false"])  # fmt: skip
         facts = asyncio.run(
-            measure(url, model=None, slots=None, concurrencies=[1, 2, 3], prompt_words=4, max_tokens=4,
-                    warmup_s=0.0, window_s=0.3, headers={}, passes=3,
+            measure(CalibrateSettings(base_url=url, concurrencies="1,2,3", prompt_words=4, max_tokens=4,
+                                      warmup_s=0.0, window_s=0.3, passes=3),
                     on_phase=lambda label, _: measured.append(label.split(":")[0]))
         )  # fmt: skip
     assert code == 0
@@ -375,11 +378,11 @@ def test_two_passes_measure_the_loads_in_abba_order_and_each_rate_is_their_mean(
 
 
 def test_merged_passes_keep_every_answer_and_average_the_rates() -> None:
-    def load(rate: int, answers: int, errors: int = 0) -> LoadPoint:
+    def load(rate: int, answers: int, errors: int = 0) -> LoadResult:
         client = ClientCycles()
         for _ in range(rate):  # ``rate`` requests over one second
             client.cycle(0.0, 1.0, ok=True)
-        return LoadPoint(4, 8.0, [Answer(0.0, None, 1.0, {})] * answers, errors, [client])
+        return LoadResult(4, 8.0, [Answer(0.0, None, 1.0, {})] * answers, errors, [client])
 
     early, late = load(60, 1, errors=1), load(50, 2)
     assert (early.requests_per_s, late.requests_per_s) == (60.0, 50.0)
@@ -393,3 +396,59 @@ def test_passes_below_one_are_refused(tmp_path: Path, capsys: pytest.CaptureFixt
     code = main(["calibrate-sim", "--from", "http://127.0.0.1:9/v1", f"+output={tmp_path / 'p.yaml'}", "+passes=0"])
     assert code != 0
     assert "passes" in capsys.readouterr().err
+
+
+def test_calibrate_sim_sends_the_body_collect_sends_for_the_same_task(tmp_path: Path) -> None:
+    """Without +max_tokens, the loads send no max_tokens: the engine's own default applies (the
+    stand-in's ``-n``, 24 here), as when ``collect`` sends the same task, and the profile's output
+    length is the one the engine generated. (calibrate-sim used to send 64 where collect sent none
+    and llama.cpp generated its default 128.)"""
+    import json
+
+    from gymbench.calibrate.measure import prompt_text
+
+    engine = StepModel(slots=2, default_max_tokens=24)
+    out = tmp_path / "engine.yaml"
+    with fake_llama_server(engine) as url:
+        code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1", "+passes=1",
+                     "+warmup_s=0", "+window_s=0.3", "+prompt_words=12", "+progress=false"])  # fmt: skip
+        assert code == 0
+        calibrated = engine.bodies[0]
+        tasks = tmp_path / "tasks.jsonl"
+        task = {"input": [{"role": "user", "content": prompt_text(12)}], "temperature": 0.0}
+        row = {"responses_create_params": task, "expected_answer": "x"}
+        tasks.write_text(json.dumps(row) + "\n")
+        engine.bodies.clear()
+        code = main(["collect", f"+input_jsonl_fpath={tasks}", f"+output_jsonl_fpath={tmp_path / 'o.jsonl'}",
+                     "+backend=openai", f"+base_url={url}", "+model=tiny", "+api=chat", "+extra_body.ignore_eos=true",
+                     "+progress=false", "+save_results=false"])  # fmt: skip
+        assert code == 0
+        (collected,) = engine.bodies
+    assert "max_tokens" not in calibrated
+    assert calibrated == collected
+    document = yaml.safe_load(out.read_text())
+    assert document["sim"]["output_tokens_mean"] == 24
+    assert document["calibration"]["workload"]["max_tokens"] == 24
+    assert document["calibration"]["workload"]["max_tokens_sent"] is None
+
+
+def test_a_given_max_tokens_is_the_tasks_max_output_tokens(tmp_path: Path) -> None:
+    engine = StepModel(slots=1)
+    with fake_llama_server(engine) as url:
+        code = main(["calibrate-sim", "--from", url, f"+output={tmp_path / 'e.yaml'}", "+concurrencies=1",
+                     "+passes=1", "+warmup_s=0", "+window_s=0.2", "+max_tokens=6", "+progress=false"])  # fmt: skip
+    assert code == 0
+    loads = [body for body in engine.bodies if body.get("cache_prompt", True)]
+    assert loads and all(body["max_tokens"] == 6 and body["ignore_eos"] is True for body in loads)
+    prefill = [body for body in engine.bodies if body.get("cache_prompt", True) is False]
+    assert prefill and all(body["max_tokens"] == 1 and "stream" not in body for body in prefill)
+
+
+def test_an_engine_that_is_not_there_is_one_clear_line_without_credentials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["calibrate-sim", "--from", "http://me:hunter2@127.0.0.1:9/v1", f"+output={tmp_path / 'p.yaml'}",
+                 "+progress=false"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "hunter2" not in err
+    assert "cannot measure the engine at http://127.0.0.1:9" in err and "is it running?" in err

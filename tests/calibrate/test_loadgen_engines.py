@@ -5,8 +5,8 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
+from gymbench.calibrate.loadgen import generation_tokens, metrics_engine
 from gymbench.plugins import Plugins, get_plugin_manager
-from gymbench.sim.loadgen import generation_tokens, metrics_engine
 from tests.engine_metrics_server import recorded, serving_metrics
 
 BUILTINS = Plugins(get_plugin_manager(load_entry_points=False)).engine_metrics()
