@@ -11,8 +11,12 @@ from typing import Any
 
 from gymbench.callgrind import INSTRUCTIONS_UNIT
 from gymbench.errors import GymbenchError
+from gymbench.gate.ab.settings import ABSettings
+from gymbench.settings import Checked, ResultsStore, at_least, doc, one_of, require, safe_name, with_defaults
 
 FAIL_ON = ("none", "regression", "inconclusive")
+MAX_BRACKETS = 20
+"""The most counted brackets per benchmark (each costs a round of calls under callgrind)."""
 TIME_UNITS = frozenset({"s", "ms", "us", "µs", "ns"})
 
 
@@ -21,25 +25,47 @@ def is_speed_unit(unit: str) -> bool:
     return unit in TIME_UNITS or unit.endswith("/s")
 
 
-@dataclass(frozen=True)
-class CompareSettings:
-    min_effect: float = 0.05
-    """The smallest relative change that matters (0.05 = 5 %), unless a benchmark overrides it."""
-    instructions_min_effect: float = 0.01
-    """The same for instruction counts, whose run-to-run noise is ~0.1 % at most, not ~10 %."""
-    per_benchmark: dict[str, float] = field(default_factory=dict)
-    """Glob pattern over benchmark ids → minimum effect; beats the marker and the default."""
-    alpha: float = 0.01
-    """False-discovery rate across the suite (Benjamini–Hochberg); intervals are at 1 - alpha."""
-    power: float = 0.8
-    """Power at which a benchmark's minimum detectable effect is stated."""
-    correct_shift: bool = True
-    metrics: tuple[str, ...] = ()
-    """Metric names to compare; empty means every metric both sides have."""
-    resamples: int = 2000
-    seed: int = 0
+@dataclass
+class CompareSettings(Checked):
+    """How a comparison decides: every command that compares (``compare``, ``gate``, ``report``,
+    ``calibrate``) offers these, and ``[tool.gymbench.compare]`` may set those of :data:`PYPROJECT_KEYS`."""
+
+    min_effect: float = field(
+        default=0.05,
+        metadata=doc(
+            "smallest relative change that matters, 0.05 = 5% (default 0.05), unless a benchmark sets its own"
+        ),
+    )
+    instructions_min_effect: float = field(
+        default=0.01,
+        metadata=doc("the same for instruction counts, whose run-to-run noise is ~0.1% at most (default 0.01)"),
+    )
+    per_benchmark: dict[str, float] = field(
+        default_factory=dict,
+        metadata=doc("benchmark-id glob -> minimum effect; beats the marker and the default"),
+    )
+    alpha: float = field(
+        default=0.01,
+        metadata=doc(
+            "false-discovery rate across the suite (Benjamini-Hochberg; default 0.01); intervals at 1 - alpha"
+        ),
+    )
+    power: float = field(default=0.8, metadata=doc("power at which a benchmark's minimum detectable effect is stated"))
+    correct_shift: bool = field(
+        default=True,
+        metadata=doc("correct a suite-wide shift of speed metrics (--no-shift-correction: report it only)",
+                     flags=("--shift-correction",)),
+    )  # fmt: skip
+    metrics: tuple[str, ...] = field(
+        default=(),
+        metadata=doc("compare only this metric (repeatable); default: every metric both sides have",
+                     flags=("--metric",), metavar="NAME"),
+    )  # fmt: skip
+    resamples: int = field(default=2000, metadata=doc("bootstrap resamples of an effect's interval"))
+    seed: int = field(default=0, metadata=doc("seed of the bootstrap resampling"))
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 0 < self.alpha < 1:
             raise GymbenchError(f"alpha must be between 0 and 1, got {self.alpha}")
         for name in ("min_effect", "instructions_min_effect"):
@@ -113,3 +139,132 @@ def compare_settings(pyproject: Path, **given: Any) -> CompareSettings:
     except GymbenchError as exc:  # a value of the file's own: name the file
         raise GymbenchError(str(exc) if str(pyproject) in str(exc) else f"{pyproject}: {exc}") from None
     return build_settings(CompareSettings, (), table, {k: v for k, v in given.items() if v is not None})
+
+
+# --------------------------------------------------------------------------- the commands' settings
+
+
+@dataclass
+class Verdict(Checked):
+    """What turns a comparison into an exit status: the noise it is judged against and what fails."""
+
+    calibration: str | None = field(
+        default=None, metadata=doc("a calibration file (default: this machine's latest)", path=True, metavar="FILE")
+    )
+    fail_on: str = field(
+        default="inconclusive",
+        metadata=doc("what fails the exit code: none, regression or inconclusive (default inconclusive)"),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of("fail_on", self.fail_on, FAIL_ON)
+
+
+@dataclass
+class Published(Checked):
+    """Where a verdict is shown besides the terminal."""
+
+    markdown: str | None = field(
+        default=None, metadata=doc("also write the markdown summary to this file", path=True, metavar="FILE")
+    )
+    verbose: bool = field(default=False, metadata=doc("list passing metrics too", flags=("-v", "--verbose")))
+
+
+@dataclass
+class BenchSelection(Checked):
+    """Which benchmarks of a suite a command runs."""
+
+    keyword: str | None = field(
+        default=None, metadata=doc("pytest -k expression selecting benchmarks", flags=("-k",), metavar="EXPR")
+    )
+
+
+@dataclass
+class VerdictSettings(CompareSettings, ResultsStore, Verdict, Published):
+    """A comparison of stored runs and its verdict (``compare``, ``report``, ``gate``)."""
+
+
+@dataclass
+class TwoRuns(Checked):
+    """The runs a comparison reads (``compare``, ``report``)."""
+
+    baseline: str | None = field(
+        default=None,
+        metadata=doc("results file, pytest-benchmark JSON, run name, name glob, git ref, or latest", positional=True),
+    )
+    candidate: str | None = field(
+        default=None, metadata=doc("the same kinds (default: latest; with --ab: the working tree)", positional=True)
+    )
+
+
+@dataclass
+class Suite(Checked):
+    """The benchmark suite a command runs under pytest (``gate``, ``calibrate``)."""
+
+    pytest_args: list[str] = field(
+        default_factory=list, metadata=doc("the suite and pytest options (default: benches/)", positional=True)
+    )
+
+
+@dataclass
+class SaveName(Checked):
+    """The name a command saves its record under (``calibrate``, ``import``)."""
+
+    name: str | None = field(default=None, metadata=doc("save name"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.name is not None:
+            safe_name("name", self.name)
+
+
+@dataclass
+class CompareCommand(TwoRuns, VerdictSettings, ABSettings, BenchSelection):
+    """``gymbench compare BASELINE [CANDIDATE]``, or ``--ab`` with two git refs."""
+
+    ab: bool = field(default=False, metadata=doc("measure two git refs now, interleaved, not stored runs"))
+    bench: tuple[str, ...] = field(
+        default=(), metadata=doc("with --ab: benchmark files or folders (default: benches)", metavar="PATH")
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.baseline is not None, "baseline", None, "a run to compare with: gymbench compare BASELINE")
+
+
+@dataclass
+class GateCommand(Suite, VerdictSettings, BenchSelection):
+    """``gymbench gate --base REF [SUITE ...]``: instruction counts of two commits, then the verdict."""
+
+    base: str | None = field(
+        default=None, metadata=doc("the commit to gate against (e.g. the merge base; required)", metavar="REF")
+    )
+    brackets: int = field(
+        default=5, metadata=doc("counted brackets per benchmark (default 5, at least 3 uncalibrated)", metavar="N")
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.base is not None, "base", None, "a commit to gate against: gymbench gate --base REF")
+        at_least("brackets", self.brackets, 1, MAX_BRACKETS)
+
+
+@dataclass
+class CalibrateCommand(Suite, SaveName, CompareSettings, ResultsStore, ABSettings, BenchSelection):
+    """``gymbench calibrate [SUITE ...]``: reruns (or stored runs, or A/A worker pairs) give the noise."""
+
+    runs: int | None = field(
+        default=None, metadata=doc("reruns of the suite (default 5), or A/A worker pairs with --ab (10)", metavar="N")
+    )
+    source: str | None = field(
+        default=None,
+        metadata=doc("use stored runs instead (a name glob or git ref)", flags=("--from",), metavar="RUNS"),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least("runs", self.runs, 1)
+
+
+CalibrateCommand = with_defaults(CalibrateCommand, name="calibration")  # type: ignore[misc]
