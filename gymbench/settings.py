@@ -103,6 +103,13 @@ class Checked:
         return None
 
 
+# --------------------------------------------------------------------------- groups several jobs share
+#
+# A setting that means the same in two jobs is declared once, in a group both schemas inherit. The
+# groups are plain (not frozen) dataclasses: a frozen and a non-frozen dataclass cannot inherit one
+# base, and the schemas that share them (collection's, training's, the store commands') are plain.
+
+
 @dataclasses.dataclass
 class ResultsStore(Checked):
     """Where results records go and are read from: every command that saves or compares runs."""
@@ -111,6 +118,70 @@ class ResultsStore(Checked):
         default="results",
         metadata=doc("where results records go, the store (default: results/)", path=True, run_neutral=True),
     )
+
+
+@dataclasses.dataclass
+class SaveRecord(Checked):
+    """Save a results record under a name (``gymbench train``, ``pytest --gymbench-save``)."""
+
+    save: str | None = dataclasses.field(
+        default=None,
+        metadata=doc("save a results record as results/<machine>/<time>_NAME.json", run_neutral=True, metavar="NAME"),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.save is not None:
+            safe_name("save", self.save)
+
+
+@dataclasses.dataclass
+class Progress(Checked):
+    progress: bool = dataclasses.field(default=True, metadata=doc("show a progress bar", run_neutral=True))
+
+
+@dataclasses.dataclass
+class RayCluster(Checked):
+    """The Ray cluster a job spreads over (collection's shards, training's ranks)."""
+
+    ray_address: str | None = dataclasses.field(
+        default=None,
+        metadata=doc(
+            "with launcher ray: auto or HOST:PORT of a Ray cluster (NeMo Gym's ray_head_node_address); unset: "
+            "start one",
+            run_neutral=True,
+        ),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerAddress(Checked):
+    """Where a server gymbench starts listens (the simulator, llama.cpp's ``llama-server``); the port's
+    default differs by server (:func:`with_defaults`): the simulator keeps 8000, where the README's
+    commands expect it, llama.cpp's takes any free port."""
+
+    host: str = dataclasses.field(default="127.0.0.1", metadata=doc("address to bind"))
+    port: int = dataclasses.field(default=0, metadata=doc("port (0: any free port)"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_listen(self.host, self.port)
+
+
+@dataclasses.dataclass(frozen=True)
+class JsonOutput(Checked):
+    json: bool = dataclasses.field(default=False, metadata=doc("print machine-readable JSON"))
+
+
+@dataclasses.dataclass
+class InputFile(Checked):
+    """The file a command reads, named first on its command line (``show``, ``export``, ``timings``)."""
+
+    path: str | None = dataclasses.field(default=None, metadata=doc("the file to read", path=True, positional=True))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.path is not None, "path", None, "the file to read, as the first word after the command")
 
 
 @dataclasses.dataclass
@@ -311,6 +382,24 @@ def settings_from_args(
         elif value is not None:
             dotlist.append(f"{field.name}={value}")
     return build_settings(schema, dotlist, *layers)
+
+
+def settings_from_flags(schema: type[T], args: Any, *, dest_prefix: str = "setting_") -> T:
+    """``schema`` from its ``--key`` flags alone, without OmegaConf (a tenth of a second to import):
+    for a command line that gymbench writes for a child process (the simulator's), where start-up
+    time counts. Scalar settings only; the schema's own checks run as always."""
+    hints = typing.get_type_hints(schema)
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(schema):  # type: ignore[arg-type]
+        text = getattr(args, dest_prefix + field.name, None)
+        kind = scalar_kind(hints[field.name])
+        if text is None or kind is None:
+            continue
+        try:
+            values[field.name] = text.lower() in TRUE_WORDS if kind is bool else kind(text)
+        except ValueError:
+            raise GymbenchError(f"setting {field.name!r}: got {text!r}, expected a {kind.__name__}") from None
+    return schema(**values)
 
 
 def _quoted(text: str) -> str:
@@ -563,19 +652,8 @@ _SHOWN = reprlib.Repr()
 _SHOWN.maxstring, _SHOWN.maxlong, _SHOWN.maxother = 80, 40, 80
 
 
-def host_field() -> Any:
-    """The ``host`` setting of a server gymbench starts (the simulator, llama.cpp's): declared here once."""
-    return dataclasses.field(default="127.0.0.1", metadata=doc("address to bind"))
-
-
-def port_field(default: int) -> Any:
-    """The ``port`` setting of a server gymbench starts; ``default`` differs by server (the simulator
-    keeps 8000, where the README's commands expect it; llama.cpp's takes any free port)."""
-    return dataclasses.field(default=default, metadata=doc("port (0: any free port)"))
-
-
 def check_listen(host: str, port: int) -> None:
-    """The checks of :func:`host_field` and :func:`port_field`, one line each when wrong."""
+    """The checks of :class:`ServerAddress`, one line each when wrong."""
     require(bool(host.strip()), "host", host, "an address to bind, e.g. 127.0.0.1")
     at_least("port", port, 0, 65535)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gymbench.gate.settings import SaveName, TwoRuns, VerdictSettings
-from gymbench.settings import Checked, OutputFile, ResultsStore, doc, one_of, require, with_defaults
+from gymbench.settings import InputFile, OutputFile, ResultsStore, doc, one_of, require, with_defaults
 
 TIMINGS_FORMATS = ("csv", "json")
 
@@ -39,17 +39,6 @@ ReportCommand = with_defaults(  # type: ignore[misc]
 @dataclass
 class BaselinesCommand(ResultsStore):
     all_machines: bool = field(default=False, metadata=doc("not only this machine's runs"))
-
-
-@dataclass
-class InputFile(Checked):
-    """The file a command reads, named first on its command line."""
-
-    path: str | None = field(default=None, metadata=doc("the file to read", path=True, positional=True))
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require(self.path is not None, "path", None, "the file to read, as the first word after the command")
 
 
 @dataclass
