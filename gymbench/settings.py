@@ -193,26 +193,36 @@ class OutputFile(Checked):
     )
 
 
-def with_defaults(schema: type[T], helps: Mapping[str, str] | None = None, **defaults: Any) -> type[T]:
+def with_defaults(
+    schema: type[T],
+    helps: Mapping[str, str] | None = None,
+    *,
+    flags: Mapping[str, Sequence[str]] | None = None,
+    **defaults: Any,
+) -> type[T]:
     """``schema`` with other defaults for some of its settings: where a command's default differs from
     another's, the setting is still declared once (type, help, checks) and only the default is given
     again (and, in ``helps``, what the setting means to this command, where a shared group's help is
-    too general: ``-o`` of ``report`` is "the HTML file to write"). The result is a subclass with the
-    same name, so it reads (and pickles) as ``schema`` would.
+    too general: ``-o`` of ``report`` is "the HTML file to write"; in ``flags``, the command-line flag
+    a command has always spelt it with: ``--name`` for the ``save`` of ``calibrate``). The result is a
+    subclass with the same name, so it reads (and pickles) as ``schema`` would.
     """
-    helps = helps or {}
-    unknown = (set(defaults) | set(helps)) - known_fields(schema)
+    helps, flags = helps or {}, flags or {}
+    unknown = (set(defaults) | set(helps) | set(flags)) - known_fields(schema)
     if unknown:
         raise TypeError(f"{schema.__name__} has no settings {sorted(unknown)}")
     hints = typing.get_type_hints(schema)
+    changes: dict[str, dict[str, Any]] = {name: {"help": text} for name, text in helps.items()}
+    for name, spelt in flags.items():
+        changes.setdefault(name, {})["flags"] = tuple(spelt)
     fields = [
         (
             field.name,
             hints[field.name],
-            _redeclared(field, defaults.get(field.name, field.default), helps.get(field.name)),
+            _redeclared(field, defaults.get(field.name, field.default), changes.get(field.name, {})),
         )
         for field in dataclasses.fields(schema)  # type: ignore[arg-type]
-        if field.name in defaults or field.name in helps
+        if field.name in defaults or field.name in changes
     ]
     namespace = {"__module__": schema.__module__, "__qualname__": schema.__qualname__, "__doc__": schema.__doc__}
     params = schema.__dataclass_params__  # type: ignore[attr-defined]
@@ -222,8 +232,8 @@ def with_defaults(schema: type[T], helps: Mapping[str, str] | None = None, **def
     return derived
 
 
-def _redeclared(field: dataclasses.Field[Any], default: Any, help_text: str | None) -> Any:
-    metadata = {**field.metadata, "help": help_text} if help_text else field.metadata
+def _redeclared(field: dataclasses.Field[Any], default: Any, metadata_changes: Mapping[str, Any]) -> Any:
+    metadata = {**field.metadata, **metadata_changes}
     if default is dataclasses.MISSING:  # a new help only: the default as it was
         return dataclasses.field(default_factory=field.default_factory, metadata=metadata, kw_only=field.kw_only)
     return dataclasses.field(default=default, metadata=metadata, kw_only=field.kw_only)

@@ -12,7 +12,16 @@ from typing import Any
 from gymbench.callgrind import INSTRUCTIONS_UNIT
 from gymbench.errors import GymbenchError
 from gymbench.gate.ab.settings import ABSettings
-from gymbench.settings import Checked, ResultsStore, at_least, doc, one_of, require, safe_name, with_defaults
+from gymbench.settings import (
+    Checked,
+    ResultsStore,
+    SaveRecord,
+    at_least,
+    doc,
+    one_of,
+    require,
+    with_defaults,
+)
 
 FAIL_ON = ("none", "regression", "inconclusive")
 MAX_BRACKETS = 20
@@ -208,18 +217,6 @@ class Suite(Checked):
 
 
 @dataclass
-class SaveName(Checked):
-    """The name a command saves its record under (``calibrate``, ``import``)."""
-
-    name: str | None = field(default=None, metadata=doc("save name"))
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.name is not None:
-            safe_name("name", self.name)
-
-
-@dataclass
 class CompareCommand(TwoRuns, VerdictSettings, ABSettings, BenchSelection):
     """``gymbench compare BASELINE [CANDIDATE]``, or ``--ab`` with two git refs."""
 
@@ -251,7 +248,7 @@ class GateCommand(Suite, VerdictSettings, BenchSelection):
 
 
 @dataclass
-class CalibrateCommand(Suite, SaveName, CompareSettings, ResultsStore, ABSettings, BenchSelection):
+class CalibrateCommand(Suite, SaveRecord, CompareSettings, ResultsStore, ABSettings, BenchSelection):
     """``gymbench calibrate [SUITE ...]``: reruns (or stored runs, or A/A worker pairs) give the noise."""
 
     runs: int | None = field(
@@ -267,4 +264,9 @@ class CalibrateCommand(Suite, SaveName, CompareSettings, ResultsStore, ABSetting
         at_least("runs", self.runs, 1)
 
 
-CalibrateCommand = with_defaults(CalibrateCommand, name="calibration")  # type: ignore[misc]
+CalibrateCommand = with_defaults(  # type: ignore[misc]
+    CalibrateCommand,
+    {"save": "save name of the reruns and the calibration (default: calibration)"},
+    flags={"save": ("--name",)},
+    save="calibration",
+)

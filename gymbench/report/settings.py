@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gymbench.gate.settings import SaveName, TwoRuns, VerdictSettings
-from gymbench.settings import InputFile, OutputFile, ResultsStore, doc, one_of, require, with_defaults
+from gymbench.gate.settings import TwoRuns, VerdictSettings
+from gymbench.settings import InputFile, OutputFile, ResultsStore, SaveRecord, doc, one_of, require, with_defaults
 
 TIMINGS_FORMATS = ("csv", "json")
 
@@ -42,13 +42,14 @@ class BaselinesCommand(ResultsStore):
 
 
 @dataclass
-class ImportCommand(InputFile, SaveName, ResultsStore):
+class ImportCommand(InputFile, SaveRecord, ResultsStore):
     """``gymbench import BENCH.json``: a pytest-benchmark JSON file (--benchmark-json) into the store."""
 
 
 ImportCommand = with_defaults(  # type: ignore[misc]
     ImportCommand,
-    {"path": "a pytest-benchmark JSON file (--benchmark-json)", "name": "save name (default: the file's name)"},
+    {"path": "a pytest-benchmark JSON file (--benchmark-json)", "save": "save name (default: the file's name)"},
+    flags={"save": ("--name",)},
 )
 
 

@@ -130,7 +130,7 @@ def _run_calibrate(args: argparse.Namespace, plugins: Plugins) -> int:
     ref, suite = ab_ref_and_suite(args.ab, settings.pytest_args)
     if ref is not None:
         return _run_calibrate_ab(settings, ref, suite)
-    results_dir, name = Path(settings.results_dir), str(settings.name)
+    results_dir, name = Path(settings.results_dir), str(settings.save)
     store = BaselineStore(results_dir)
     key = machine_info()["key"]
     spec = settings.source
@@ -180,7 +180,7 @@ def _run_calibrate_ab(settings: CalibrateCommand, ref: str, suite: list[str]) ->
             f"no benchmark of {' '.join(pytest_args)} was measured in {ab.repeats} A/A worker pairs "
             "(A/B calibration needs at least 3 pairs and benchmarks that call gymbench.measure)"
         )
-    path = save_calibration(noise, Path(settings.results_dir), str(settings.name), utc_now(), AB_CALIBRATION_DIR)
+    path = save_calibration(noise, Path(settings.results_dir), str(settings.save), utc_now(), AB_CALIBRATION_DIR)
     _print_noise(noise, settings, repeats=ABSettings().repeats)
     for skipped in data.skipped:
         print(f"not measured: {skipped.what}: {skipped.why}")
@@ -292,7 +292,7 @@ def _run_import(args: argparse.Namespace, plugins: Plugins) -> int:
     settings = _settings(ImportCommand, args)
     source = Path(str(settings.path))
     record = load_pytest_benchmark(source)
-    name = settings.name or record.name
+    name = settings.save or record.name
     imported = ResultsRecord(name, record.benchmarks, record.fingerprint, record.created_at, record.kind)
     validate_record_dict(imported.to_dict(), str(source))  # a problem names the file it came from
     with Run(plugins, "import", name, {"path": str(source)}, results_dir=Path(settings.results_dir)) as run:
