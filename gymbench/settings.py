@@ -116,7 +116,9 @@ class ResultsStore(Checked):
 
     results_dir: str = dataclasses.field(
         default="results",
-        metadata=doc("where results records go, the store (default: results/)", path=True, run_neutral=True),
+        metadata=doc(
+            "where results records go, the store (default: results/)", path=True, run_neutral=True, metavar="DIR"
+        ),
     )
 
 

@@ -20,7 +20,7 @@ from gymbench.errors import GymbenchError
 from gymbench.measure import MeasureSettings, measure_settings
 from gymbench.pytest.api import Benchmark
 from gymbench.pytest.jobs import BenchContext
-from gymbench.pytest.options import add_options
+from gymbench.pytest.options import add_options, check_options
 from gymbench.record import BenchmarkResult, ResultsRecord
 from gymbench.units import BYTE_SCALES, duration_scale, number
 
@@ -204,6 +204,7 @@ def _save_name(config: pytest.Config) -> str | None:
 
 def _measure_settings(config: pytest.Config) -> MeasureSettings:
     """Measurement options, checked now: a bad one is a usage error (exit 4), not a failure later."""
+    check_options(config)
     for option in ("--gymbench-min-effect", "--gymbench-max-time", "--gymbench-instructions-timeout"):
         value = config.getoption(option)
         if value is not None and not (math.isfinite(value) and value > 0):

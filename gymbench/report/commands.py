@@ -46,7 +46,7 @@ def _settings(schema_path: str) -> Callable[[argparse.ArgumentParser], None]:
 
 
 def _configure_calibrate(parser: argparse.ArgumentParser) -> None:
-    from gymbench.gate.settings import CalibrateCommand
+    from gymbench.gate.command_settings import CalibrateCommand
     from gymbench.settings import add_settings_arguments
 
     add_settings_arguments(parser, CalibrateCommand, switches=True, skip=("repeats",))  # --runs: the pairs
@@ -77,9 +77,9 @@ def _run_timings(args: argparse.Namespace, plugins: Plugins) -> int:
 def gymbench_register_commands() -> list[Command]:
     return [
         Command("compare", "compare two runs; exit 0 pass, 1 regression, 3 inconclusive, 2 error",
-                _settings("gymbench.gate.settings:CompareCommand"), _lazy_run("_run_compare")),
+                _settings("gymbench.gate.command_settings:CompareCommand"), _lazy_run("_run_compare")),
         Command("gate", "count instructions of --base REF (its own worktree and code) and of this checkout, then gate",
-                _settings("gymbench.gate.settings:GateCommand"), _lazy_run("_run_gate")),
+                _settings("gymbench.gate.command_settings:GateCommand"), _lazy_run("_run_gate")),
         Command("calibrate", "rerun a suite unchanged (A/A) to learn each benchmark's noise on this machine",
                 _configure_calibrate, _lazy_run("_run_calibrate")),
         Command("report", "write a self-contained HTML report with plots from stored results",

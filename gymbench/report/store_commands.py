@@ -13,20 +13,14 @@ from gymbench.callgrind import INSTRUCTIONS_UNIT
 from gymbench.errors import GymbenchError, ResultsFileError
 from gymbench.fingerprint import machine_info
 from gymbench.gate.calibrate import learn_noise, rerun_suite
+from gymbench.gate.command_settings import CalibrateCommand, CompareCommand, GateCommand, Published
 from gymbench.gate.compare import detectable_change
 from gymbench.gate.gate import GateResult, noise_for, run_gate
 from gymbench.gate.guarded import gate_or_explain
 from gymbench.gate.noise import NoiseTable
 from gymbench.gate.paired import paired_detectable_change
 from gymbench.gate.pytest_benchmark import left_out, load_any, load_pytest_benchmark, to_pytest_benchmark
-from gymbench.gate.settings import (
-    CalibrateCommand,
-    CompareCommand,
-    CompareSettings,
-    GateCommand,
-    Published,
-    settings_from_pyproject,
-)
+from gymbench.gate.settings import CompareSettings, settings_from_pyproject
 from gymbench.gate.store import AB_CALIBRATION_DIR, BaselineStore, StoredRun, save_calibration
 from gymbench.jsonio import AtomicFile, check_writable_file, refuse_inputs
 from gymbench.record import ResultsRecord, utc_now, validate_record_dict

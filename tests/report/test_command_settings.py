@@ -63,7 +63,7 @@ def test_a_bad_setting_is_one_line_naming_it(two_runs: Path, capsys: pytest.Capt
 
 
 def test_the_old_spellings_still_work(two_runs: Path) -> None:
-    from gymbench.gate.settings import CompareCommand
+    from gymbench.gate.command_settings import CompareCommand
     from gymbench.settings import settings_from_args
 
     argv = ["compare", "-v", "a", "b", "--no-shift-correction", "--metric", "time", "--metric", "rate", *NOISE]
@@ -75,9 +75,9 @@ def test_the_old_spellings_still_work(two_runs: Path) -> None:
 
 
 COMMANDS = {
-    "compare": "gymbench.gate.settings:CompareCommand",
-    "gate": "gymbench.gate.settings:GateCommand",
-    "calibrate": "gymbench.gate.settings:CalibrateCommand",
+    "compare": "gymbench.gate.command_settings:CompareCommand",
+    "gate": "gymbench.gate.command_settings:GateCommand",
+    "calibrate": "gymbench.gate.command_settings:CalibrateCommand",
     "report": "gymbench.report.settings:ReportCommand",
     "baselines": "gymbench.report.settings:BaselinesCommand",
     "import": "gymbench.report.settings:ImportCommand",
