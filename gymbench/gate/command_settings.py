@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gymbench.gate.ab.settings import ABSettings
-from gymbench.gate.settings import MAX_BRACKETS, CompareSettings, Verdict
+from gymbench.gate.settings import MAX_BRACKETS, CompareSettings, TwoRuns, Verdict
 from gymbench.settings import Checked, ResultsStore, SaveRecord, at_least, doc, require, with_defaults
 
 
@@ -35,19 +35,6 @@ class BenchSelection(Checked):
 @dataclass
 class VerdictSettings(CompareSettings, ResultsStore, Verdict, Published):
     """A comparison of stored runs and its verdict (``compare``, ``report``, ``gate``)."""
-
-
-@dataclass
-class TwoRuns(Checked):
-    """The runs a comparison reads (``compare``, ``report``)."""
-
-    baseline: str | None = field(
-        default=None,
-        metadata=doc("results file, pytest-benchmark JSON, run name, name glob, git ref, or latest", positional=True),
-    )
-    candidate: str | None = field(
-        default=None, metadata=doc("the same kinds (default: latest; with --ab: the working tree)", positional=True)
-    )
 
 
 @dataclass

@@ -19,7 +19,8 @@ from gymbench.settings import (
 
 FAIL_ON = ("none", "regression", "inconclusive")
 MAX_BRACKETS = 20
-"""The most counted brackets per benchmark (each costs a round of calls under callgrind)."""
+"""The most counted brackets per benchmark (``gate --brackets``, ``--gymbench-instructions-brackets``):
+each costs a round of calls under callgrind."""
 TIME_UNITS = frozenset({"s", "ms", "us", "µs", "ns"})
 
 
@@ -159,3 +160,20 @@ class Verdict(Checked):
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of("fail_on", self.fail_on, FAIL_ON)
+
+
+@dataclass
+class TwoRuns(Checked):
+    """The runs a comparison reads (``compare``, ``report``)."""
+
+    baseline: str | None = field(
+        default=None,
+        metadata=doc(
+            "results file, pytest-benchmark JSON, run name, name glob, git ref, or latest",
+            positional=True,
+            metavar="BASELINE",
+        ),
+    )
+    candidate: str | None = field(
+        default=None, metadata=doc("the same kinds (default: latest; with --ab: the working tree)", positional=True)
+    )

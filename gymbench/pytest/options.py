@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from gymbench.gate.ab.settings import ABSettings
-from gymbench.gate.settings import CompareSettings, Verdict
+from gymbench.gate.settings import CompareSettings, TwoRuns, Verdict
 from gymbench.measure import MeasureSettings
 from gymbench.settings import ResultsStore, SaveRecord, doc, scalar_kind
 
@@ -34,13 +34,6 @@ comparison's pyproject table, quick mode, the rootdir's results folder)."""
 class SessionOptions:
     """What only a pytest session of benchmarks has; each field is an option ``--gymbench-<name>``."""
 
-    compare: str | None = field(
-        default=None,
-        metadata=doc(
-            "compare this run with a baseline: a results file, saved name, name glob, git ref or 'latest'",
-            metavar="BASELINE",
-        ),
-    )
     instructions: bool = field(
         default=False,
         metadata=doc(
@@ -81,6 +74,7 @@ SHARED: tuple[tuple[type[Any], str, str, Any], ...] = (
     (SaveRecord, "save", "save", None),
     (ResultsStore, "results_dir", "results-dir", UNSET),
     (MeasureSettings, "quick", "quick", False),
+    (TwoRuns, "baseline", "compare", None),
     (Verdict, "fail_on", "fail-on", "none"),
     (CompareSettings, "min_effect", "min-effect", UNSET),
     (Verdict, "calibration", "calibration", None),
@@ -97,6 +91,7 @@ HELP: Mapping[str, str] = {
     "default none: report only",
     "min_effect": "smallest change that matters (0.05 = 5%; default: [tool.gymbench.compare], else 0.05)",
     "calibration": "calibration file (default: latest)",
+    "baseline": "compare this run with a baseline: a results file, saved name, name glob, git ref or 'latest'",
     "repeats": "A/B worker pairs (default 3)",
 }
 """What a shared setting means in a session, where that differs from its schema's own help."""

@@ -17,15 +17,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from gymbench.errors import GymbenchError
+from gymbench.gate.settings import MAX_BRACKETS
 from gymbench.measure import MeasureSettings, measure_settings
 from gymbench.pytest.api import Benchmark
 from gymbench.pytest.jobs import BenchContext
 from gymbench.pytest.options import add_options, check_options
 from gymbench.record import BenchmarkResult, ResultsRecord
 from gymbench.units import BYTE_SCALES, duration_scale, number
-
-MAX_BRACKETS = 20
-"""The most counted brackets per benchmark (``--gymbench-instructions-brackets``)."""
 
 if TYPE_CHECKING:
     from gymbench.callgrind import InstructionCounter

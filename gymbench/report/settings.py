@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gymbench.gate.command_settings import TwoRuns, VerdictSettings
+from gymbench.gate.command_settings import VerdictSettings
+from gymbench.gate.settings import TwoRuns
 from gymbench.settings import InputFile, OutputFile, ResultsStore, SaveRecord, doc, one_of, require, with_defaults
 
 TIMINGS_FORMATS = ("csv", "json")
