@@ -272,6 +272,22 @@ def add_settings_arguments(
     add_settings_flags(parser.add_argument_group(title), schema, skip, switches=switches)
 
 
+def settings_parser(
+    schema_path: str, *, switches: bool = True, skip: Sequence[str] = ()
+) -> typing.Callable[[argparse.ArgumentParser], None]:
+    """A command's ``configure``: its parser generated from its settings schema (``"module:Class"``),
+    imported only when that command is the one run (a command's schemas cost milliseconds to make,
+    and ``gymbench --help`` makes none)."""
+
+    def configure(parser: argparse.ArgumentParser) -> None:
+        from importlib import import_module
+
+        module, name = schema_path.split(":")
+        add_settings_arguments(parser, getattr(import_module(module), name), switches=switches, skip=skip)
+
+    return configure
+
+
 def positional_settings(schema: type[Any]) -> list[dataclasses.Field[Any]]:
     """The settings a command takes as plain words (``doc(..., positional=True)``), in order."""
     return [field for field in dataclasses.fields(schema) if field.metadata.get("positional")]

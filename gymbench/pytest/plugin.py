@@ -392,7 +392,7 @@ def _gate_exit_status(session: pytest.Session, bench: BenchSession) -> None:
     if bench.gate_error is not None:
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
     elif bench.gate is not None and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
-        from gymbench.report.markdown import comparison_markdown, write_step_summary
+        from gymbench.gate.markdown import comparison_markdown, write_step_summary
 
         write_step_summary(comparison_markdown(bench.gate))
         session.exitstatus = bench.gate.enforced.pytest_code
@@ -427,7 +427,7 @@ def _comparison_summary(terminalreporter: pytest.TerminalReporter, bench: BenchS
         return
     if bench.gate is None:
         return
-    from gymbench.report.terminal import comparison_lines
+    from gymbench.gate.terminal import comparison_lines
 
     terminalreporter.section("gymbench comparison")
     for line in comparison_lines(bench.gate, verbose=terminalreporter.config.option.verbose > 0):
