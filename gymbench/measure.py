@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from gymbench.errors import GymbenchError
@@ -62,11 +62,14 @@ class MeasureSettingsError(GymbenchError, ValueError):
 @dataclass(frozen=True)
 class MeasureSettings:
     warmup_rounds: int = 1
-    min_rounds: int = 5
+    min_rounds: int = field(default=5, metadata={"help": "minimum measured rounds per case"})
     max_rounds: int = 10_000
     min_time_s: float = 0.5
-    max_time_s: float = 5.0
-    quick: bool = False
+    max_time_s: float = field(default=5.0, metadata={"help": "seconds per case, at most"})
+    quick: bool = field(
+        default=False,
+        metadata={"help": "run every benchmark briefly: proves they run, figures are not comparable"},
+    )
 
     def __post_init__(self) -> None:
         if self.min_rounds < 1 or self.max_rounds < self.min_rounds:

@@ -42,6 +42,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "gymbench.calibrate.plugin",
     "gymbench.engine.plugin",
     "gymbench.train.plugin",
+    "gymbench.gate.commands",
     "gymbench.report.commands",
 )
 """Built-in plugins, imported by module name exactly as entry points are. Each is registration

@@ -37,9 +37,23 @@ TRUE_WORDS = ("true", "yes", "on", "1")
 # --------------------------------------------------------------------------- declaring
 
 
-def doc(text: str, *, path: bool = False, run_neutral: bool = False) -> dict[str, Any]:
+def doc(
+    text: str,
+    *,
+    path: bool = False,
+    run_neutral: bool = False,
+    flags: Sequence[str] = (),
+    metavar: str | None = None,
+    positional: bool = False,
+) -> dict[str, Any]:
     """A setting's field metadata: its help (``--help`` shows it) and, with ``path``, that its value is a
     file or folder path (made absolute where the working directory changes: shard workers, pyproject).
+
+    ``flags`` spells the setting's command-line flags where ``--key`` is not the spelling a command has
+    always had (``("-o", "--output")``, ``("--from",)``, ``("--metric",)`` for a list given once per
+    item); ``+key=value`` and ``--config`` still use the setting's name. ``positional`` takes the
+    setting from the words of the command line that are not ``key=value`` (``compare BASE CAND``),
+    in declaration order; a list setting takes the rest.
 
     ``run_neutral`` says the setting does not change what a collection's rows contain (progress, where
     the record goes, how many rollouts run at once): a resume may change it. Every other setting of a
@@ -52,6 +66,12 @@ def doc(text: str, *, path: bool = False, run_neutral: bool = False) -> dict[str
         metadata["path"] = True
     if run_neutral:
         metadata["run_neutral"] = True
+    if flags:
+        metadata["flags"] = tuple(flags)
+    if metavar:
+        metadata["metavar"] = metavar
+    if positional:
+        metadata["positional"] = True
     return metadata
 
 
@@ -83,19 +103,128 @@ class Checked:
         return None
 
 
-def with_defaults(schema: type[T], **defaults: Any) -> type[T]:
+# --------------------------------------------------------------------------- groups several jobs share
+#
+# A setting that means the same in two jobs is declared once, in a group both schemas inherit. The
+# groups are plain (not frozen) dataclasses: a frozen and a non-frozen dataclass cannot inherit one
+# base, and the schemas that share them (collection's, training's, the store commands') are plain.
+
+
+@dataclasses.dataclass
+class ResultsStore(Checked):
+    """Where results records go and are read from: every command that saves or compares runs."""
+
+    results_dir: str = dataclasses.field(
+        default="results",
+        metadata=doc(
+            "where results records go, the store (default: results/)", path=True, run_neutral=True, metavar="DIR"
+        ),
+    )
+
+
+@dataclasses.dataclass
+class SaveRecord(Checked):
+    """Save a results record under a name (``gymbench train``, ``pytest --gymbench-save``)."""
+
+    save: str | None = dataclasses.field(
+        default=None,
+        metadata=doc("save a results record as results/<machine>/<time>_NAME.json", run_neutral=True, metavar="NAME"),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.save is not None:
+            safe_name("save", self.save)
+
+
+@dataclasses.dataclass
+class Progress(Checked):
+    progress: bool = dataclasses.field(default=True, metadata=doc("show a progress bar", run_neutral=True))
+
+
+@dataclasses.dataclass
+class RayCluster(Checked):
+    """The Ray cluster a job spreads over (collection's shards, training's ranks)."""
+
+    ray_address: str | None = dataclasses.field(
+        default=None,
+        metadata=doc(
+            "with launcher ray: auto or HOST:PORT of a Ray cluster (NeMo Gym's ray_head_node_address); unset: "
+            "start one",
+            run_neutral=True,
+        ),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerAddress(Checked):
+    """Where a server gymbench starts listens (the simulator, llama.cpp's ``llama-server``); the port's
+    default differs by server (:func:`with_defaults`): the simulator keeps 8000, where the README's
+    commands expect it, llama.cpp's takes any free port."""
+
+    host: str = dataclasses.field(default="127.0.0.1", metadata=doc("address to bind"))
+    port: int = dataclasses.field(default=0, metadata=doc("port (0: any free port)"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_listen(self.host, self.port)
+
+
+@dataclasses.dataclass(frozen=True)
+class JsonOutput(Checked):
+    json: bool = dataclasses.field(default=False, metadata=doc("print machine-readable JSON"))
+
+
+@dataclasses.dataclass
+class InputFile(Checked):
+    """The file a command reads, named first on its command line (``show``, ``export``, ``timings``)."""
+
+    path: str | None = dataclasses.field(default=None, metadata=doc("the file to read", path=True, positional=True))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.path is not None, "path", None, "the file to read, as the first word after the command")
+
+
+@dataclasses.dataclass
+class OutputFile(Checked):
+    """The file a command writes (``-o``)."""
+
+    output: str | None = dataclasses.field(
+        default=None, metadata=doc("the file to write", path=True, flags=("-o", "--output"), metavar="FILE")
+    )
+
+
+def with_defaults(
+    schema: type[T],
+    helps: Mapping[str, str] | None = None,
+    *,
+    flags: Mapping[str, Sequence[str]] | None = None,
+    **defaults: Any,
+) -> type[T]:
     """``schema`` with other defaults for some of its settings: where a command's default differs from
     another's, the setting is still declared once (type, help, checks) and only the default is given
-    again. The result is a subclass with the same name, so it reads (and pickles) as ``schema`` would.
+    again (and, in ``helps``, what the setting means to this command, where a shared group's help is
+    too general: ``-o`` of ``report`` is "the HTML file to write"; in ``flags``, the command-line flag
+    a command has always spelt it with: ``--name`` for the ``save`` of ``calibrate``). The result is a
+    subclass with the same name, so it reads (and pickles) as ``schema`` would.
     """
-    unknown = set(defaults) - known_fields(schema)
+    helps, flags = helps or {}, flags or {}
+    unknown = (set(defaults) | set(helps) | set(flags)) - known_fields(schema)
     if unknown:
         raise TypeError(f"{schema.__name__} has no settings {sorted(unknown)}")
     hints = typing.get_type_hints(schema)
+    changes: dict[str, dict[str, Any]] = {name: {"help": text} for name, text in helps.items()}
+    for name, spelt in flags.items():
+        changes.setdefault(name, {})["flags"] = tuple(spelt)
     fields = [
-        (field.name, hints[field.name], _redeclared(field, defaults[field.name]))
+        (
+            field.name,
+            hints[field.name],
+            _redeclared(field, defaults.get(field.name, field.default), changes.get(field.name, {})),
+        )
         for field in dataclasses.fields(schema)  # type: ignore[arg-type]
-        if field.name in defaults
+        if field.name in defaults or field.name in changes
     ]
     namespace = {"__module__": schema.__module__, "__qualname__": schema.__qualname__, "__doc__": schema.__doc__}
     params = schema.__dataclass_params__  # type: ignore[attr-defined]
@@ -105,28 +234,69 @@ def with_defaults(schema: type[T], **defaults: Any) -> type[T]:
     return derived
 
 
-def _redeclared(field: dataclasses.Field[Any], default: Any) -> Any:
-    return dataclasses.field(default=default, metadata=field.metadata, kw_only=field.kw_only)
+def _redeclared(field: dataclasses.Field[Any], default: Any, metadata_changes: Mapping[str, Any]) -> Any:
+    metadata = {**field.metadata, **metadata_changes}
+    if default is dataclasses.MISSING:  # a new help only: the default as it was
+        return dataclasses.field(default_factory=field.default_factory, metadata=metadata, kw_only=field.kw_only)
+    return dataclasses.field(default=default, metadata=metadata, kw_only=field.kw_only)
 
 
 # --------------------------------------------------------------------------- command line
 
 
 def add_settings_arguments(
-    parser: argparse.ArgumentParser, schema: type[Any], *, title: str = "settings (also accepted as +key=value)"
+    parser: argparse.ArgumentParser,
+    schema: type[Any],
+    *,
+    title: str = "settings (also accepted as +key=value)",
+    switches: bool = False,
+    skip: Sequence[str] = (),
 ) -> None:
     """``+key=value`` positionals, ``--config FILE``, and a ``--key`` flag per scalar field.
 
-    A boolean field also gets ``--no-key``; ``--key`` alone means true.
+    A boolean field also gets ``--no-key``; ``--key`` alone means true (with ``switches``, ``--key``
+    takes no value, so ``--verbose BASE`` leaves ``BASE`` a positional). The schema's positional
+    settings (``doc(..., positional=True)``) are read from the same words as ``+key=value``.
     """
+    named = positional_settings(schema)
+    words = " ".join(f"[{field.name.upper()} ...]" if _is_list(field) else field.name.upper() for field in named)
+    helps = "; ".join(f"{field.name.upper()}: {field.metadata.get('help', '')}" for field in named)
     parser.add_argument(
         "overrides",
         nargs="*",
-        metavar="+key=value",
-        help=f"settings as NeMo Gym spells them, e.g. {example_setting(schema)} (the + is optional)",
+        metavar=f"{words} +key=value" if words else "+key=value",
+        help=(f"{helps}; then " if helps else "")
+        + f"settings as NeMo Gym spells them, e.g. {example_setting(schema)} (the + is optional)".replace("%", "%%"),
     )
     parser.add_argument("--config", dest="settings_file", metavar="FILE", help="a YAML or JSON file of settings")
-    add_settings_flags(parser.add_argument_group(title), schema)
+    add_settings_flags(parser.add_argument_group(title), schema, skip, switches=switches)
+
+
+def settings_parser(
+    schema_path: str, *, switches: bool = True, skip: Sequence[str] = ()
+) -> typing.Callable[[argparse.ArgumentParser], None]:
+    """A command's ``configure``: its parser generated from its settings schema (``"module:Class"``),
+    imported only when that command is the one run (a command's schemas cost milliseconds to make,
+    and ``gymbench --help`` makes none)."""
+
+    def configure(parser: argparse.ArgumentParser) -> None:
+        from importlib import import_module
+
+        module, name = schema_path.split(":")
+        add_settings_arguments(parser, getattr(import_module(module), name), switches=switches, skip=skip)
+
+    return configure
+
+
+def positional_settings(schema: type[Any]) -> list[dataclasses.Field[Any]]:
+    """The settings a command takes as plain words (``doc(..., positional=True)``), in order."""
+    return [field for field in dataclasses.fields(schema) if field.metadata.get("positional")]
+
+
+def _is_list(field: dataclasses.Field[Any]) -> bool:
+    return typing.get_origin(field.type if not isinstance(field.type, str) else None) in (list, tuple) or str(
+        field.type
+    ).startswith(("list[", "tuple["))
 
 
 def example_setting(schema: type[Any]) -> str:
@@ -140,36 +310,65 @@ def example_setting(schema: type[Any]) -> str:
     return f"+{fields[0].name}=VALUE" if fields else "+key=value"
 
 
-def add_settings_flags(group: Any, schema: type[Any], skip: Sequence[str] = ()) -> None:
-    """Only the ``--key`` flags, for a command whose positionals are something else (``compare``)."""
+def add_settings_flags(
+    group: Any,
+    schema: type[Any],
+    skip: Sequence[str] = (),
+    *,
+    switches: bool = False,
+    prefix: str = "--",
+    dest_prefix: str = "setting_",
+    add: str = "add_argument",
+) -> None:
+    """Only the ``--key`` flags, for a command whose positionals are something else.
+
+    Every value is kept as text (``None``: not given) for :func:`settings_from_args` to type and check,
+    so a flag, ``+key=value`` and a settings file are read by one set of rules. A list of words gets a
+    flag given once per item. ``prefix``, ``dest_prefix`` and ``add`` serve pytest's options
+    (``--gymbench-key``, ``group.addoption``), generated from a schema the same way.
+    """
     hints = typing.get_type_hints(schema)  # once: evaluating them per field costs a quadratic ~15 ms at start-up
+    add_flag = getattr(group, add)
     for field in dataclasses.fields(schema):
-        if field.name in skip:
+        if field.name in skip or field.metadata.get("positional"):
             continue
         kind = scalar_kind(hints[field.name])
-        if kind is None:
+        words = kind is None and _word_list(hints[field.name])
+        if kind is None and not words:
             continue
-        flag = "--" + field.name.replace("_", "-")
-        help_text = str(field.metadata.get("help", "")).replace("%", "%%")  # argparse formats help with %
+        flags = field.metadata.get("flags") or (prefix + field.name.replace("_", "-"),)
+        dest = dest_prefix + field.name
+        help_text = _help(field)
+        metavar = field.metadata.get("metavar")
         if kind is bool:
-            group.add_argument(
-                flag,
-                dest=f"setting_{field.name}",
-                nargs="?",
-                const="true",
-                default=None,
-                metavar="BOOL",
-                help=help_text,
-            )
-            group.add_argument(
-                "--no-" + field.name.replace("_", "-"),
-                dest=f"setting_{field.name}",
-                action="store_const",
-                const="false",
-                help=argparse.SUPPRESS,
-            )
+            add_bool_flag(add_flag, flags, dest, help_text, switches=switches)
+        elif words:
+            add_flag(*flags, dest=dest, action="append", default=None, metavar=metavar or "VALUE", help=help_text)
         else:
-            group.add_argument(flag, dest=f"setting_{field.name}", default=None, metavar="VALUE", help=help_text)
+            add_flag(*flags, dest=dest, default=None, metavar=metavar or "VALUE", help=help_text)
+
+
+def add_bool_flag(add_flag: Any, flags: Sequence[str], dest: str, help_text: str, *, switches: bool) -> None:
+    """``--key`` (true) and the hidden ``--no-key`` (false) of a boolean setting."""
+    if switches:
+        add_flag(*flags, dest=dest, action="store_const", const="true", default=None, help=help_text)
+    else:
+        add_flag(*flags, dest=dest, nargs="?", const="true", default=None, metavar="BOOL", help=help_text)
+    negatives = ["--no-" + flag.removeprefix("--") for flag in flags if flag.startswith("--")]
+    add_flag(*negatives, dest=dest, action="store_const", const="false", help=argparse.SUPPRESS)
+
+
+def _help(field: dataclasses.Field[Any]) -> str:
+    """A field's help as argparse prints it (``%`` doubled: argparse formats help)."""
+    return str(field.metadata.get("help", "")).replace("%", "%%")
+
+
+def _word_list(hint: Any) -> bool:
+    """A list or tuple of words (``tuple[str, ...]``, ``list[str]``): a flag given once per item."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        hint = args[0] if len(args) == 1 else None
+    return typing.get_origin(hint) in (list, tuple) and set(typing.get_args(hint)) - {Ellipsis} == {str}
 
 
 def scalar_kind(hint: Any) -> type | None:
@@ -180,25 +379,79 @@ def scalar_kind(hint: Any) -> type | None:
     return hint if hint in (bool, int, float, str) else None
 
 
-def settings_from_args(schema: type[T], args: argparse.Namespace, *, base: Mapping[str, Any] | None = None) -> T:
-    """Merge defaults ← ``base`` ← ``--config`` file ← ``+key=value`` ← ``--key value`` into ``schema``."""
-    dotlist = []
-    for token in [*getattr(args, "overrides", []), *getattr(args, "extra_overrides", [])]:
-        if "=" not in token:
+def settings_from_args(
+    schema: type[T], args: Any, *, base: Mapping[str, Any] | None = None, dest_prefix: str = "setting_"
+) -> T:
+    """Merge defaults ← ``base`` ← ``--config`` file ← ``+key=value`` ← ``--key value`` into ``schema``.
+
+    Words that are not ``key=value`` go to the schema's positional settings, in order.
+    """
+    dotlist, words = [], []
+    takes_words = bool(positional_settings(schema))
+    for token in [*(getattr(args, "overrides", None) or []), *(getattr(args, "extra_overrides", None) or [])]:
+        if OVERRIDE.match(token) or ("=" in token and not takes_words):
+            dotlist.append(token.lstrip("+"))
+        elif takes_words:
+            words.append(token)
+        else:
             raise GymbenchError(f"cannot read setting {token!r}: expected +key=value")
-        dotlist.append(token.lstrip("+"))
-    for field in dataclasses.fields(schema):  # type: ignore[arg-type]
-        value = getattr(args, f"setting_{field.name}", None)
-        if value == "" and field.metadata.get("path"):  # as a value, "" would read as "not set"
-            flag = "--" + field.name.replace("_", "-")
-            raise GymbenchError(f"{flag} '': an empty path; pass {flag} PATH, or leave {flag} out")
-        if value is not None:
-            dotlist.append(f"{field.name}={value}")
     layers: list[Mapping[str, Any]] = [base or {}]
     settings_file = getattr(args, "settings_file", None)
     if settings_file:
         layers.append(load_settings_file(Path(settings_file)))
+    layers.append(_positional_values(schema, words))
+    for field in dataclasses.fields(schema):  # type: ignore[arg-type]
+        value = getattr(args, dest_prefix + field.name, None)
+        flag = (field.metadata.get("flags") or ("--" + field.name.replace("_", "-"),))[-1]
+        if value == "" and field.metadata.get("path"):  # as a value, "" would read as "not set"
+            raise GymbenchError(f"{flag} '': an empty path; pass {flag} PATH, or leave {flag} out")
+        if isinstance(value, list):  # a flag given once per item: the items as quoted text
+            dotlist.append(f"{field.name}=[{', '.join(_quoted(item) for item in value)}]")
+        elif value is not None:
+            dotlist.append(f"{field.name}={value}")
     return build_settings(schema, dotlist, *layers)
+
+
+def settings_from_flags(schema: type[T], args: Any, *, dest_prefix: str = "setting_") -> T:
+    """``schema`` from its ``--key`` flags alone, without OmegaConf (a tenth of a second to import):
+    for a command line that gymbench writes for a child process (the simulator's), where start-up
+    time counts. Scalar settings only; the schema's own checks run as always."""
+    hints = typing.get_type_hints(schema)
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(schema):  # type: ignore[arg-type]
+        text = getattr(args, dest_prefix + field.name, None)
+        kind = scalar_kind(hints[field.name])
+        if text is None or kind is None:
+            continue
+        try:
+            values[field.name] = text.lower() in TRUE_WORDS if kind is bool else kind(text)
+        except ValueError:
+            raise GymbenchError(f"setting {field.name!r}: got {text!r}, expected a {kind.__name__}") from None
+    return schema(**values)
+
+
+def _quoted(text: str) -> str:
+    import json
+
+    return json.dumps(text)
+
+
+def _positional_values(schema: type[Any], words: Sequence[str]) -> dict[str, Any]:
+    """The plain words of a command line as the schema's positional settings (a list takes the rest)."""
+    named = positional_settings(schema)
+    values: dict[str, Any] = {}
+    rest = list(words)
+    for field in named:
+        if not rest:
+            break
+        if _is_list(field):
+            values[field.name], rest = rest, []
+        else:
+            values[field.name] = rest.pop(0)
+    if rest:
+        expected = " ".join(field.name.upper() for field in named)
+        raise GymbenchError(f"unexpected {' '.join(rest)!r}: expected {expected}, then +key=value settings")
+    return values
 
 
 def split_overrides(extras: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -427,19 +680,8 @@ _SHOWN = reprlib.Repr()
 _SHOWN.maxstring, _SHOWN.maxlong, _SHOWN.maxother = 80, 40, 80
 
 
-def host_field() -> Any:
-    """The ``host`` setting of a server gymbench starts (the simulator, llama.cpp's): declared here once."""
-    return dataclasses.field(default="127.0.0.1", metadata=doc("address to bind"))
-
-
-def port_field(default: int) -> Any:
-    """The ``port`` setting of a server gymbench starts; ``default`` differs by server (the simulator
-    keeps 8000, where the README's commands expect it; llama.cpp's takes any free port)."""
-    return dataclasses.field(default=default, metadata=doc("port (0: any free port)"))
-
-
 def check_listen(host: str, port: int) -> None:
-    """The checks of :func:`host_field` and :func:`port_field`, one line each when wrong."""
+    """The checks of :class:`ServerAddress`, one line each when wrong."""
     require(bool(host.strip()), "host", host, "an address to bind, e.g. 127.0.0.1")
     at_least("port", port, 0, 65535)
 

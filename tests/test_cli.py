@@ -105,4 +105,4 @@ def test_plugins_and_report_help_say_what_they_cover(capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit):
         main(["report", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "-o OUTPUT, --output OUTPUT the HTML file to write" in text
+    assert "-o FILE, --output FILE the HTML file to write" in text

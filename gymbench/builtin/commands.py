@@ -14,13 +14,19 @@ from gymbench.types import Command
 
 if TYPE_CHECKING:
     from gymbench.plugins import Plugins
+    from gymbench.settings import InputFile
 
 
 def _configure_plugins(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    from gymbench.settings import JsonOutput, add_settings_arguments
+
+    add_settings_arguments(parser, JsonOutput, switches=True)
 
 
 def _run_plugins(args: argparse.Namespace, plugins: Plugins) -> int:
+    from gymbench.settings import JsonOutput, settings_from_args
+
+    settings = settings_from_args(JsonOutput, args)
     listing = {
         kind: [
             {"name": reg.name, "plugin": reg.plugin, "description": reg.item.description}
@@ -36,7 +42,7 @@ def _run_plugins(args: argparse.Namespace, plugins: Plugins) -> int:
         {"name": reg.name, "plugin": reg.plugin, "description": reg.item.description}
         for reg in sorted(plugins.engines.values(), key=lambda r: r.name)
     ]
-    if args.json:
+    if settings.json:
         json.dump(listing, sys.stdout, indent=2)
         print()
         return 0
@@ -50,14 +56,23 @@ def _run_plugins(args: argparse.Namespace, plugins: Plugins) -> int:
     return 0
 
 
+def _show_settings() -> type[InputFile]:
+    from gymbench.settings import InputFile, with_defaults
+
+    return with_defaults(InputFile, {"path": "a results file under results/"})
+
+
 def _configure_show(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help="a results file under results/")
+    from gymbench.settings import add_settings_arguments
+
+    add_settings_arguments(parser, _show_settings(), switches=True)
 
 
 def _run_show(args: argparse.Namespace, plugins: Plugins) -> int:
+    from gymbench.settings import settings_from_args
     from gymbench.units import quantity
 
-    record = load_record(args.path)
+    record = load_record(str(settings_from_args(_show_settings(), args).path))
     machine = record.fingerprint["machine"]
     print(f"{record.name} ({record.kind}) at {record.created_at}")
     print(f"machine {machine['key']}: {machine['cpu_model']}, {machine['gpu_note']}")

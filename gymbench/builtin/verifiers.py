@@ -58,8 +58,7 @@ class RegexSettings:
 
 
 @dataclass
-class MathSettings:
-    field: str = dataclasses.field(default="expected_answer", metadata=doc("the row field holding the expected answer"))
+class MathSettings(ExactMatchSettings):
     timeout_s: int = dataclasses.field(default=5, metadata=doc("seconds math-verify may spend on one response"))
     float_rounding: int = dataclasses.field(default=6, metadata=doc("decimal places floats are rounded to"))
     numeric_precision: int = dataclasses.field(default=15, metadata=doc("significant digits compared"))

@@ -20,7 +20,7 @@ from gymbench.errors import GymbenchError
 from gymbench.rollout.latency import Slo
 from gymbench.rollout.run_settings import RunPolicy, TaskRange
 from gymbench.rollout.verification import VerifySettings
-from gymbench.settings import at_least, doc, one_of, require, safe_name
+from gymbench.settings import Progress, RayCluster, ResultsStore, at_least, doc, one_of, require, safe_name
 
 LAUNCHERS = ("local", "ray")
 SHARD_TRANSFERS = ("auto", "files", "object_store")
@@ -29,7 +29,7 @@ SERVER_GROUPS = (ConnectionSettings, OpenAIServer, NemoGymAgent)
 
 
 @dataclass
-class ServerConfig(ConnectionSettings, OpenAIServer, NemoGymAgent):
+class ServerConfig(ConnectionSettings, OpenAIServer, NemoGymAgent, ResultsStore, Progress):
     input_jsonl_fpath: str | None = field(
         default=None, metadata=doc("JSONL file of tasks (required)", path=True, run_neutral=True)
     )
@@ -86,9 +86,7 @@ class ServerConfig(ConnectionSettings, OpenAIServer, NemoGymAgent):
         metadata=doc("merged into every row's request, e.g. +responses_create_params.temperature=0.7"),
     )
     save_results: bool = field(default=True, metadata=doc("save a results record under results_dir", run_neutral=True))
-    results_dir: str = field(default="results", metadata=doc("where results records go", path=True, run_neutral=True))
     run_name: str = field(default="collect", metadata=doc("name of the results record", run_neutral=True))
-    progress: bool = field(default=True, metadata=doc("show progress", run_neutral=True))
 
     def __post_init__(self) -> None:
         super().__post_init__()  # the groups' checks: connection, agent
@@ -116,7 +114,7 @@ class ServerConfig(ConnectionSettings, OpenAIServer, NemoGymAgent):
 
 
 @dataclass
-class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy):
+class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy, RayCluster):
     output_jsonl_fpath: str | None = field(
         default=None, metadata=doc("where rollouts go (required)", path=True, run_neutral=True)
     )
@@ -143,12 +141,6 @@ class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy):
     )
     shard_attempts: int = field(
         default=3, metadata=doc("attempts per shard (a crashed or killed worker's shard)", run_neutral=True)
-    )
-    ray_address: str | None = field(
-        default=None,
-        metadata=doc(
-            "Ray cluster: auto or HOST:PORT (NeMo Gym's ray_head_node_address); unset: start one", run_neutral=True
-        ),
     )
     sim_per_worker: bool = field(
         default=False, metadata=doc("one simulated server per worker instead of one shared by all", run_neutral=True)

@@ -19,18 +19,17 @@ from typing import TYPE_CHECKING
 
 from gymbench.errors import GymbenchError
 from gymbench.rollout.run_settings import TaskRange
-from gymbench.settings import doc
+from gymbench.settings import OutputFile, doc, with_defaults
 
 if TYPE_CHECKING:
     from gymbench.plugins import Plugins
 
 
 @dataclass
-class MergeSettings(TaskRange):
+class MergeSettings(TaskRange, OutputFile):
     """The task range (``--input`` given) is the whole selection the splits were collected from."""
 
-    files: list[str] = field(default_factory=list, metadata=doc("the rollouts files, in order (positional)"))
-    output: str | None = field(default=None, metadata=doc("the merged file (required; also -o)", path=True))
+    files: list[str] = field(default_factory=list, metadata=doc("the rollouts files, in order", positional=True))
     input: str | None = field(
         default=None, metadata=doc("the tasks file the splits came from: check that no pair is missing", path=True)
     )
@@ -41,22 +40,21 @@ class MergeSettings(TaskRange):
     )
 
 
+MergeSettings = with_defaults(MergeSettings, {"output": "the merged file (required)"})  # type: ignore[misc]
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     from gymbench.settings import add_settings_arguments
 
     parser.usage = "gymbench merge-rollouts FILE [FILE ...] -o MERGED [--input TASKS --num-repeats N] [+key=value ...]"
     parser.epilog = "example: gymbench merge-rollouts part0.jsonl part1.jsonl -o all.jsonl --input tasks.jsonl"
     add_settings_arguments(parser, MergeSettings)
-    parser.add_argument("-o", dest="setting_output", metavar="FILE", help="the merged file (as --output)")
 
 
 def run(args: argparse.Namespace, plugins: Plugins) -> int:
     from gymbench.settings import settings_from_args
 
-    files = [token for token in args.overrides if "=" not in token]
-    args.overrides = [token for token in args.overrides if "=" in token]
-    settings = settings_from_args(MergeSettings, args, base={"files": files} if files else None)
-    return merge_command(settings)
+    return merge_command(settings_from_args(MergeSettings, args))
 
 
 def merge_command(settings: MergeSettings) -> int:

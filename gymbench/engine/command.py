@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 from gymbench.engine.build import SERVER_ENV
 from gymbench.engine.model import MODEL_SIZES
 from gymbench.engine.server import HTTP_THREADS
-from gymbench.settings import doc, host_field, port_field
+from gymbench.settings import ServerAddress, doc
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,7 +28,8 @@ ENGINES = ("llama-cpp",)
 
 
 @dataclass(frozen=True)
-class EngineSettings:
+class EngineSettings(ServerAddress):
+    engine: str | None = field(default=None, metadata=doc("the engine to run: " + ", ".join(ENGINES), positional=True))
     model_size: str = field(
         default="tiny",
         metadata=doc("the random-weights model: " + "; ".join(f"{k}: {v.layers} layers, hidden {v.hidden}"
@@ -36,8 +37,6 @@ class EngineSettings:
     )  # fmt: skip
     slots: int = field(default=4, metadata=doc("requests served at once (llama-server -np)"))
     threads: int = field(default=1, metadata=doc("CPU threads for the model (llama-server -t)"))
-    host: str = host_field()
-    port: int = port_field(0)
     context: int = field(default=4096, metadata=doc("tokens of context per slot"))
     max_tokens: int = field(
         default=128, metadata=doc("longest reply when a request sets no max_tokens (llama-server -n)")
@@ -55,21 +54,22 @@ class EngineSettings:
     )
 
     def __post_init__(self) -> None:
-        from gymbench.settings import at_least, check_listen, require
+        from gymbench.settings import at_least, one_of, require
 
+        super().__post_init__()  # host, port
+        if self.engine is not None:
+            one_of("engine", self.engine, ENGINES)
         require(self.model_size in MODEL_SIZES, "model_size", self.model_size, " or ".join(MODEL_SIZES))
         at_least("slots", self.slots, 1)
         at_least("threads", self.threads, 1)
         at_least("context", self.context, 64)
         at_least("max_tokens", self.max_tokens, 1)
         at_least("http_threads", self.http_threads, 1)
-        check_listen(self.host, self.port)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from gymbench.settings import add_settings_arguments
 
-    parser.add_argument("engine", choices=ENGINES, help="the engine to run")
     parser.epilog = "example: gymbench engine llama-cpp --slots 8 --threads 2"
     add_settings_arguments(parser, EngineSettings)
 
@@ -80,6 +80,10 @@ def run(args: argparse.Namespace, plugins: Plugins) -> int:
     from gymbench.settings import settings_from_args
 
     settings = settings_from_args(EngineSettings, args)
+    if settings.engine is None:
+        from gymbench.errors import GymbenchError
+
+        raise GymbenchError(f"name the engine to run: gymbench engine {' | '.join(ENGINES)}")
     binary = find_server(progress=bar_progress(), binary=settings.server_binary)
     if settings.build_only:
         print(binary)

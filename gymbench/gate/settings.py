@@ -11,8 +11,16 @@ from typing import Any
 
 from gymbench.errors import GymbenchError
 from gymbench.measure import INSTRUCTIONS_UNIT
+from gymbench.settings import (
+    Checked,
+    doc,
+    one_of,
+)
 
 FAIL_ON = ("none", "regression", "inconclusive")
+MAX_BRACKETS = 20
+"""The most counted brackets per benchmark (``gate --brackets``, ``--gymbench-instructions-brackets``):
+each costs a round of calls under callgrind."""
 TIME_UNITS = frozenset({"s", "ms", "us", "µs", "ns"})
 
 
@@ -21,25 +29,47 @@ def is_speed_unit(unit: str) -> bool:
     return unit in TIME_UNITS or unit.endswith("/s")
 
 
-@dataclass(frozen=True)
-class CompareSettings:
-    min_effect: float = 0.05
-    """The smallest relative change that matters (0.05 = 5 %), unless a benchmark overrides it."""
-    instructions_min_effect: float = 0.01
-    """The same for instruction counts, whose run-to-run noise is ~0.1 % at most, not ~10 %."""
-    per_benchmark: dict[str, float] = field(default_factory=dict)
-    """Glob pattern over benchmark ids → minimum effect; beats the marker and the default."""
-    alpha: float = 0.01
-    """False-discovery rate across the suite (Benjamini–Hochberg); intervals are at 1 - alpha."""
-    power: float = 0.8
-    """Power at which a benchmark's minimum detectable effect is stated."""
-    correct_shift: bool = True
-    metrics: tuple[str, ...] = ()
-    """Metric names to compare; empty means every metric both sides have."""
-    resamples: int = 2000
-    seed: int = 0
+@dataclass
+class CompareSettings(Checked):
+    """How a comparison decides: every command that compares (``compare``, ``gate``, ``report``,
+    ``calibrate``) offers these, and ``[tool.gymbench.compare]`` may set those of :data:`PYPROJECT_KEYS`."""
+
+    min_effect: float = field(
+        default=0.05,
+        metadata=doc(
+            "smallest relative change that matters, 0.05 = 5% (default 0.05), unless a benchmark sets its own"
+        ),
+    )
+    instructions_min_effect: float = field(
+        default=0.01,
+        metadata=doc("the same for instruction counts, whose run-to-run noise is ~0.1% at most (default 0.01)"),
+    )
+    per_benchmark: dict[str, float] = field(
+        default_factory=dict,
+        metadata=doc("benchmark-id glob -> minimum effect; beats the marker and the default"),
+    )
+    alpha: float = field(
+        default=0.01,
+        metadata=doc(
+            "false-discovery rate across the suite (Benjamini-Hochberg; default 0.01); intervals at 1 - alpha"
+        ),
+    )
+    power: float = field(default=0.8, metadata=doc("power at which a benchmark's minimum detectable effect is stated"))
+    correct_shift: bool = field(
+        default=True,
+        metadata=doc("correct a suite-wide shift of speed metrics (--no-shift-correction: report it only)",
+                     flags=("--shift-correction",)),
+    )  # fmt: skip
+    metrics: tuple[str, ...] = field(
+        default=(),
+        metadata=doc("compare only this metric (repeatable); default: every metric both sides have",
+                     flags=("--metric",), metavar="NAME"),
+    )  # fmt: skip
+    resamples: int = field(default=2000, metadata=doc("bootstrap resamples of an effect's interval"))
+    seed: int = field(default=0, metadata=doc("seed of the bootstrap resampling"))
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 0 < self.alpha < 1:
             raise GymbenchError(f"alpha must be between 0 and 1, got {self.alpha}")
         for name in ("min_effect", "instructions_min_effect"):
@@ -113,3 +143,37 @@ def compare_settings(pyproject: Path, **given: Any) -> CompareSettings:
     except GymbenchError as exc:  # a value of the file's own: name the file
         raise GymbenchError(str(exc) if str(pyproject) in str(exc) else f"{pyproject}: {exc}") from None
     return build_settings(CompareSettings, (), table, {k: v for k, v in given.items() if v is not None})
+
+
+@dataclass
+class Verdict(Checked):
+    """What turns a comparison into an exit status: the noise it is judged against and what fails."""
+
+    calibration: str | None = field(
+        default=None, metadata=doc("a calibration file (default: this machine's latest)", path=True, metavar="FILE")
+    )
+    fail_on: str = field(
+        default="inconclusive",
+        metadata=doc("what fails the exit code: none, regression or inconclusive (default inconclusive)"),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of("fail_on", self.fail_on, FAIL_ON)
+
+
+@dataclass
+class TwoRuns(Checked):
+    """The runs a comparison reads (``compare``, ``report``)."""
+
+    baseline: str | None = field(
+        default=None,
+        metadata=doc(
+            "results file, pytest-benchmark JSON, run name, name glob, git ref, or latest",
+            positional=True,
+            metavar="BASELINE",
+        ),
+    )
+    candidate: str | None = field(
+        default=None, metadata=doc("the same kinds (default: latest; with --ab: the working tree)", positional=True)
+    )

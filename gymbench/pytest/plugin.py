@@ -17,15 +17,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from gymbench.errors import GymbenchError
+from gymbench.gate.settings import MAX_BRACKETS
 from gymbench.measure import MeasureSettings, measure_settings
 from gymbench.pytest.api import Benchmark
 from gymbench.pytest.jobs import BenchContext
-from gymbench.pytest.options import add_options
+from gymbench.pytest.options import add_options, check_options
 from gymbench.record import BenchmarkResult, ResultsRecord
 from gymbench.units import BYTE_SCALES, duration_scale, number
-
-MAX_BRACKETS = 20
-"""The most counted brackets per benchmark (``--gymbench-instructions-brackets``)."""
 
 if TYPE_CHECKING:
     from gymbench.gate.ab.worker import WorkerLink
@@ -204,6 +202,7 @@ def _save_name(config: pytest.Config) -> str | None:
 
 def _measure_settings(config: pytest.Config) -> MeasureSettings:
     """Measurement options, checked now: a bad one is a usage error (exit 4), not a failure later."""
+    check_options(config)
     for option in ("--gymbench-min-effect", "--gymbench-max-time", "--gymbench-instructions-timeout"):
         value = config.getoption(option)
         if value is not None and not (math.isfinite(value) and value > 0):
@@ -393,7 +392,7 @@ def _gate_exit_status(session: pytest.Session, bench: BenchSession) -> None:
     if bench.gate_error is not None:
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
     elif bench.gate is not None and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
-        from gymbench.report.markdown import comparison_markdown, write_step_summary
+        from gymbench.gate.markdown import comparison_markdown, write_step_summary
 
         write_step_summary(comparison_markdown(bench.gate))
         session.exitstatus = bench.gate.enforced.pytest_code
@@ -428,7 +427,7 @@ def _comparison_summary(terminalreporter: pytest.TerminalReporter, bench: BenchS
         return
     if bench.gate is None:
         return
-    from gymbench.report.terminal import comparison_lines
+    from gymbench.gate.terminal import comparison_lines
 
     terminalreporter.section("gymbench comparison")
     for line in comparison_lines(bench.gate, verbose=terminalreporter.config.option.verbose > 0):

@@ -7,11 +7,11 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from gymbench.gate.format import HEADERS, ordered, row, shift_line, summary_line
 from gymbench.gate.gate import GateResult
 from gymbench.gate.store import StoredRun
 from gymbench.jsonio import AtomicFile
 from gymbench.record import ResultsRecord
-from gymbench.report.format import HEADERS, ordered, row, shift_line, summary_line
 from gymbench.report.plots import distribution_plot, history_plot, ratio_plot
 
 STYLE = """

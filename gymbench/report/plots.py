@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from gymbench.gate.compare import MetricComparison
-from gymbench.report.format import VERDICT_MARK
+from gymbench.gate.format import VERDICT_MARK
 from gymbench.units import time_axis
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gymbench.settings import doc, host_field, port_field
+from gymbench.settings import JsonOutput, ServerAddress, doc, with_defaults
 from gymbench.sim.config import PRESET_HELP, SimConfig
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class SimServeSettings(SimConfig):
+class SimServeSettings(SimConfig, ServerAddress, JsonOutput):
     preset: str | None = field(
         default=None, metadata=doc("start from a preset: " + "; ".join(f"{k}: {v}" for k, v in PRESET_HELP.items()))
     )
@@ -31,12 +31,9 @@ class SimServeSettings(SimConfig):
             "a calibrated simulator profile (YAML from gymbench calibrate-sim), laid over the preset", path=True
         ),
     )
-    host: str = host_field()
-    port: int = port_field(8000)
     describe: bool = field(default=False, metadata=doc("print the theoretical capacity and exit"))
     prompt_tokens: float = field(default=32, metadata=doc("assumed prompt length for --describe"))
     max_tokens: int | None = field(default=None, metadata=doc("assumed max_tokens for --describe"))
-    json: bool = field(default=False, metadata=doc("with --describe: machine-readable output"))
 
     def __post_init__(self) -> None:
         from gymbench.settings import at_least, check_listen, require
@@ -48,6 +45,11 @@ class SimServeSettings(SimConfig):
 
     def engine(self) -> SimConfig:
         return SimConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SimConfig)})
+
+
+SimServeSettings = with_defaults(  # type: ignore[misc]
+    SimServeSettings, {"json": "with --describe: machine-readable output"}, port=8000
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

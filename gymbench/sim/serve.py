@@ -17,9 +17,11 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from gymbench.settings import ServerAddress, add_settings_flags, doc, settings_from_flags
 from gymbench.sim.config import SimConfig
 from gymbench.sim.server import SimServer
 
@@ -83,20 +85,25 @@ async def run_child(config: SimConfig, host: str, port: int, parent: int | None)
         watcher.cancel()
 
 
+@dataclass(frozen=True)
+class ChildSettings(ServerAddress):
+    """The command line :func:`gymbench.sim.launcher.start_sim_server` gives its child."""
+
+    config_json: str = field(default="{}", metadata=doc("the simulator's settings (SimConfig) as JSON"))
+    parent_pid: int | None = field(default=None, metadata=doc("exit when this process (the launcher) is gone"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gymbench.sim.serve")
-    parser.add_argument("--config-json", default="{}")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--parent-pid", type=int, default=None)
-    args = parser.parse_args(argv)
-    if args.parent_pid:
+    add_settings_flags(parser, ChildSettings)
+    settings = settings_from_flags(ChildSettings, parser.parse_args(argv))
+    if settings.parent_pid:
         die_with_parent()
-        if os.getppid() != args.parent_pid:
+        if os.getppid() != settings.parent_pid:
             return 0
-    config = SimConfig(**json.loads(args.config_json))
+    config = SimConfig(**json.loads(settings.config_json))
     install_fast_loop()
-    asyncio.run(run_child(config, args.host, args.port, args.parent_pid))
+    asyncio.run(run_child(config, settings.host, settings.port, settings.parent_pid))
     return 0
 
 

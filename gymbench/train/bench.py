@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -24,18 +24,10 @@ from gymbench.train.session import ModelFactory, TrainSession
 from gymbench.train.worker import WorkerJob, run_job
 from gymbench.types import JSONObject
 
+if TYPE_CHECKING:
+    from gymbench.train.settings import TrainSettings
+
 MiB = 1 << 20
-
-
-@dataclass(frozen=True)
-class BenchOptions:
-    memory_pass: bool = True
-    count_flops: bool = True
-    attention_flops: bool = True
-    peak_tflops: float | None = None
-    leak_bound_per_step_bytes: float = 1 * MiB
-    profile_path: str | None = None
-    progress: bool = False
 
 
 @dataclass
@@ -83,28 +75,30 @@ class TrainReport:
         return self.achieved_flops / self.peak_flops
 
 
-def run_benchmark(factory: ModelFactory, config: TrainConfig, options: BenchOptions) -> TrainReport:
+def run_benchmark(factory: ModelFactory, config: TrainConfig, settings: TrainSettings) -> TrainReport:
+    """One benchmark of the step ``config`` defines, measured as ``settings`` (``gymbench train``'s own:
+    memory, flops, peak_tflops, leak_bound_mib_per_step, profile, progress) say."""
     session = TrainSession(factory, config)
-    flops = count_flops(session, attention=options.attention_flops) if options.count_flops else None
+    flops = count_flops(session, attention=True) if settings.flops else None
     with GpuMonitor.for_device(session.device) as monitor:
-        timings = run_steps(session, progress=options.progress)
-    peak, source = device_peak_flops(session, options.peak_tflops)
+        timings = run_steps(session, progress=settings.progress)
+    peak, source = device_peak_flops(session, settings.peak_tflops)
     report = TrainReport(
         config=config,
         timings=timings,
         samples_per_step=session.samples_per_step,
         checkpointing=session.checkpointing,
         scaling=session.precision.scaling,
-        leak=check_leak(timings.memory_bytes, options.leak_bound_per_step_bytes, timings.memory_source),
+        leak=check_leak(timings.memory_bytes, settings.leak_bound_mib_per_step * MiB, timings.memory_source),
         gpu=monitor.report,
         lengths=session.kind.lengths,
         flops=flops,
         peak_flops=peak,
         peak_source=source,
     )
-    if options.profile_path:
-        report.trace, report.trace_table = trace_one_step(session, options.profile_path)
-    if options.memory_pass:
+    if settings.profile:
+        report.trace, report.trace_table = trace_one_step(session, settings.profile)
+    if settings.memory:
         report.memory = _memory_pass(session, factory, config)
     report.notes += [note for note in (session.checkpointing.note, cpu_precision_note(config, session.device)) if note]
     return report

@@ -30,7 +30,7 @@ fresh process to the next (glibc's dynamic malloc thresholds, thread arenas), an
 left 0.6-2% of the budget on unseen shapes. Hold rates measured in docs/training.md."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class StepSettings:
     """What defines a training step and how it is measured: ``gymbench train``'s settings
     (:class:`~gymbench.train.settings.TrainSettings`) and the step's own configuration
@@ -107,7 +107,7 @@ class StepSettings:
     )
 
 
-@dataclass(frozen=True)
+@dataclass
 class TrainConfig(StepSettings):
     """A training step's configuration, checked once so every later piece can trust it. ``batch`` is
     the global batch (samples per optimizer step, whatever the accumulation); with variable lengths

@@ -23,7 +23,7 @@ from gymbench.types import JSONObject
 
 if TYPE_CHECKING:
     from gymbench.plugins import Plugins
-    from gymbench.train.bench import BenchOptions, TrainReport
+    from gymbench.train.bench import TrainReport
     from gymbench.train.oom import SearchResult, Trial
     from gymbench.train.session import ModelFactory
 
@@ -155,34 +155,25 @@ def _slow_precision_on_cpu(prepared: PreparedTrain) -> None:
 
 
 def _benchmark(prepared: PreparedTrain, recorder: Recorder) -> tuple[TrainReport, list[str]]:
-    from gymbench.train.bench import BenchOptions, record_metrics, run_benchmark
+    from gymbench.train.bench import record_metrics, run_benchmark
     from gymbench.train.summary import benchmark_lines
 
-    settings = prepared.settings
-    options = BenchOptions(
-        memory_pass=settings.memory,
-        count_flops=settings.flops,
-        peak_tflops=settings.peak_tflops,
-        leak_bound_per_step_bytes=settings.leak_bound_mib_per_step * MiB,
-        profile_path=settings.profile,
-        progress=settings.progress,
-    )
-    report = _unless_out_of_memory(run_benchmark, prepared.factory, prepared.config, options)
+    report = _unless_out_of_memory(run_benchmark, prepared.factory, prepared.config, prepared.settings)
     record_metrics(recorder, report)
     return report, benchmark_lines(report)
 
 
 def _unless_out_of_memory(
-    run: Callable[[ModelFactory, TrainConfig, BenchOptions], TrainReport],
+    run: Callable[[ModelFactory, TrainConfig, TrainSettings], TrainReport],
     factory: ModelFactory,
     config: TrainConfig,
-    options: BenchOptions,
+    settings: TrainSettings,
 ) -> TrainReport:
     """A benchmark whose batch does not fit is a setting to change, said in one line."""
     from gymbench.train.oom import is_out_of_memory
 
     try:
-        return run(factory, config, options)
+        return run(factory, config, settings)
     except Exception as exc:
         if not is_out_of_memory(exc):
             raise

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gymbench.settings import at_least, doc, one_of, require, safe_name
+from gymbench.settings import Progress, RayCluster, ResultsStore, SaveRecord, at_least, doc, one_of, require
 from gymbench.train.config import CUDA_TIMINGS, DEFAULT_MARGIN, GRPO_VARIANTS, STEPS, TRIAL_ALLOCATORS, StepSettings
 from gymbench.train.lengths import LENGTH_DISTRIBUTIONS
 
@@ -36,8 +36,8 @@ class ClusterSettings:
     gpus_per_node: int | None = None
 
 
-@dataclass(frozen=True)
-class TrainSettings(StepSettings):
+@dataclass
+class TrainSettings(StepSettings, SaveRecord, ResultsStore, Progress, RayCluster):
     """The step's settings (:class:`~gymbench.train.config.StepSettings`), and how the run measures it,
     searches the largest batch, spreads over ranks and saves its record."""
 
@@ -105,20 +105,9 @@ class TrainSettings(StepSettings):
             run_neutral=True,
         ),
     )
-    ray_address: str | None = field(
-        default=None,
-        metadata=doc("with --launcher ray: auto or HOST:PORT of a cluster (unset: start one)", run_neutral=True),
-    )
-    # --- output
-    save: str | None = field(
-        default=None, metadata=doc("save a results record as results/<machine>/<time>_NAME.json", run_neutral=True)
-    )
-    results_dir: str = field(default="results", metadata=doc("where save writes", path=True, run_neutral=True))
-    progress: bool = field(default=True, metadata=doc("show a progress bar", run_neutral=True))
 
     def __post_init__(self) -> None:
-        if self.save is not None:
-            safe_name("save", self.save)
+        super().__post_init__()  # the groups': save
         if self.find_batch is not None:
             one_of("find_batch", self.find_batch, FIND_BATCH)
         require(self.memory_budget_mib > 0, "memory_budget_mib", self.memory_budget_mib, "a size above 0")
@@ -160,7 +149,7 @@ class TrainSettings(StepSettings):
             ranks = self.cluster.num_nodes * self.cluster.gpus_per_node
             expected = f"{ranks} (cluster.num_nodes x cluster.gpus_per_node) or unset"
             require(self.dp in (1, ranks), "dp", self.dp, expected)
-            object.__setattr__(self, "dp", ranks)  # frozen: the ranks the cluster names
+            self.dp = ranks  # the ranks the cluster names
         if self.dp == 1:
             return
         nodes = self.cluster.num_nodes

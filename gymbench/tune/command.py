@@ -11,9 +11,9 @@ from gymbench.collect.collection import backend_settings, checked_backend, chose
 from gymbench.collect.driver import run_loop
 from gymbench.collect.progress import ProbeProgress
 from gymbench.errors import GymbenchError
+from gymbench.gate.markdown import write_step_summary
 from gymbench.jsonio import check_writable_file
 from gymbench.plugins import Plugins
-from gymbench.report.markdown import write_step_summary
 from gymbench.rollout.dataset import TaskSlice, check_input_file, read_tasks
 from gymbench.rollout.engine import CollectSettings
 from gymbench.run import Run

@@ -240,7 +240,7 @@ WRITES = re.compile(
 UNFILTERED_WRITES_ALLOWED = {
     "gymbench/jsonio.py": "AtomicFile itself: its write() redacts",
     "gymbench/rollout/output.py": "the rows writer: redact_bytes per row",
-    "gymbench/report/markdown.py": "GitHub's step summary, appended: redact_output per write",
+    "gymbench/gate/markdown.py": "GitHub's step summary, appended: redact_output per write",
     "gymbench/builtin/code_sandbox.py": "a verifier's scratch files for the program under test",
     "gymbench/builtin/sandbox_bootstrap.py": "inside the sandbox: the program's own files",
     "gymbench/testing.py": "a test kit installing a plugin's source",

@@ -52,9 +52,10 @@ def test_bad_settings_are_one_line(argv: list[str], expected: str, capsys: pytes
 
 
 def test_only_known_engines(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["engine", "vllm"])
-    assert "invalid choice: 'vllm'" in capsys.readouterr().err
+    assert main(["engine", "vllm"]) == 2
+    assert capsys.readouterr().err == "gymbench: error: setting 'engine': got 'vllm', expected one of llama-cpp\n"
+    assert main(["engine"]) == 2
+    assert "name the engine to run: gymbench engine llama-cpp" in capsys.readouterr().err
 
 
 def _interruptible() -> None:

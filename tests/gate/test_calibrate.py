@@ -68,7 +68,7 @@ def test_calibrate_ab_takes_a_path_after_it_as_the_suite_not_as_a_ref(
     """``gymbench calibrate --ab benches/`` failed with "'benches/' is not a commit"."""
     import subprocess
 
-    from gymbench.report.store_commands import ab_ref_and_suite
+    from gymbench.gate.command_runs import ab_ref_and_suite
 
     (tmp_path / "benches").mkdir()
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)

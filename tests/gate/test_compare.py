@@ -119,7 +119,7 @@ def test_an_ungated_slowdown_whose_interval_excludes_one_is_inconclusive() -> No
 
 
 def test_an_ungated_metric_without_a_slowdown_is_ungated_and_the_headline_counts_it_apart() -> None:
-    from gymbench.report.format import summary_line
+    from gymbench.gate.format import summary_line
 
     base = suite(1, sigma=0.005)
     noisy = NoiseTable("machine0000a", {b.id: {"time": MetricNoise(0.10, 0.001, 10)} for b in base.benchmarks})

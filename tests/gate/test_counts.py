@@ -98,7 +98,7 @@ def test_every_benchmark_appears_in_a_verdict_on_counts_with_how_it_was_counted(
     assert notes["benchmark bench.py::test_loop"] == NOT_COUNTED_ASYNC
     assert "OPENBLAS_NUM_THREADS=1" in notes["how counted (3 benchmarks)"]
     assert "threads forced to 1 (" not in notes["how counted (3 benchmarks)"]  # none ran on a pool
-    from gymbench.report.format import summary_line
+    from gymbench.gate.format import summary_line
 
     assert summary_line(result, "pass").endswith("1 not measured")
 

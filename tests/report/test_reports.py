@@ -13,13 +13,13 @@ import pytest
 from gymbench.cli import main
 from gymbench.gate.compare import compare_runs
 from gymbench.gate.gate import GateResult, Outcome, enforced, outcome_of
+from gymbench.gate.markdown import comparison_markdown
 from gymbench.gate.noise import noise_to_dict
 from gymbench.gate.settings import CompareSettings
 from gymbench.gate.store import BaselineStore, save_json
+from gymbench.gate.terminal import comparison_lines
 from gymbench.record import Metric, ResultsRecord
 from gymbench.report.html import history_of, render_report, sample_pairs
-from gymbench.report.markdown import comparison_markdown
-from gymbench.report.terminal import comparison_lines
 from tests.gate.synthetic import calibration, save_run, suite
 
 VOID = {"meta", "img", "br", "hr", "link", "input"}
@@ -104,7 +104,7 @@ def test_report_command_writes_the_file(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_raw_columns_agree_with_the_shift_corrected_ratio() -> None:
-    from gymbench.report.format import row
+    from gymbench.gate.format import row
 
     result = gate_result()  # the candidate's runner is 10% slower throughout
     passing = next(c for c in result.suite.comparisons if c.verdict == "pass")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from gymbench.gate.compare import MetricComparison
+from gymbench.gate.format import row
 from gymbench.gate.stats import Effect
-from gymbench.report.format import row
 
 
 def latency(base: float, cand: float, corrected_ratio: float, verdict: str) -> MetricComparison:

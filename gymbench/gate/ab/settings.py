@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gymbench.settings import at_least, positive_finite
+from gymbench.settings import Checked, at_least, positive_finite
 
 
 @dataclass
-class ABSettings:
+class ABSettings(Checked):
     repeats: int = field(default=3, metadata={"help": "fresh worker pairs; the effect is the median over them"})
     rounds: int = field(default=20, metadata={"help": "measured rounds per side and benchmark in each pair (ABBA)"})
     round_time_s: float = field(
@@ -23,6 +23,7 @@ class ABSettings:
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         at_least("repeats", self.repeats, 1, 99)
         at_least("rounds", self.rounds, 2, 10_000)
         positive_finite("round_time_s", self.round_time_s)

@@ -6,8 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+from gymbench.gate.format import HEADERS, ordered, row, shift_line, summary_line
 from gymbench.gate.gate import GateResult
-from gymbench.report.format import HEADERS, ordered, row, shift_line, summary_line
 from gymbench.secrets import redact_output
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"

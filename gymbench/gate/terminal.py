@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gymbench.gate.format import HEADERS, ordered, row, shift_line, summary_line
 from gymbench.gate.gate import GateResult
-from gymbench.report.format import HEADERS, ordered, row, shift_line, summary_line
 
 
 def table(rows: Sequence[Sequence[str]]) -> list[str]:
