@@ -298,7 +298,7 @@ class Collector:
             except Exception as exc:  # a backend bug must not kill the whole run
                 failure = GenerationFailed("backend_error", f"{type(exc).__name__}: {exc}")
             generated = self.clock()
-            where = f"the strategy {type(self.strategy).__name__}'s observe()"
+            where = _OBSERVE  # named in full only if it fails: an f-string per rollout cost CPU
             self.strategy.observe(_outcome(generated - started, generation, failure))
             where = "verification"
             judgement = await self._judge(task, generation) if generation is not None else None
@@ -318,6 +318,8 @@ class Collector:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if where is _OBSERVE:
+                where = f"the strategy {type(self.strategy).__name__}'s observe()"
             self.problems.add_error(where, exc, pair, written)
         finally:
             try:
@@ -387,6 +389,10 @@ class _Landed:
     judgement: Judgement | None
     timings: dict[str, float]
     mark: Dispatched | None
+
+
+_OBSERVE = "the strategy's observe()"
+"""Where a rollout was when its strategy's ``observe`` raised; the message names the strategy."""
 
 
 def _outcome(latency: float, generation: Generation | None, failure: GenerationFailed | None) -> RequestOutcome:

@@ -140,7 +140,8 @@ class Slo:
 
     @property
     def active(self) -> bool:
-        return any(limit is not None for limit in self.limits().values())
+        """Read for every rollout: the four fields, not :meth:`limits`' dict."""
+        return not (self.ttft_s is None and self.e2e_s is None and self.itl_s is None and self.tpot_s is None)
 
     def met(self, latencies: Mapping[str, float]) -> bool:
         """A rollout without a latency (TTFT or ITL unstreamed, ITL of a one-token answer) cannot show
