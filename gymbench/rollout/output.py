@@ -195,7 +195,8 @@ class RolloutWriter:
             raise self._failure
 
     def write(self, row: dict[str, Any]) -> None:
-        self._raise_failure()
+        if self._failure is not None:
+            raise self._failure
         data = redact_bytes(dumps(row, newline=True))
         self._end += len(data)
         self._unflushed.append((self._end, (row.get("task_index", -1), row.get("rollout_index", -1))))
