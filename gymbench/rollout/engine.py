@@ -27,6 +27,7 @@ from gymbench.rollout.dataset import (
 )
 from gymbench.rollout.guard import FailureBreaker, RunProblems, StopConditions
 from gymbench.rollout.latency import Slo, rollout_timings
+from gymbench.rollout.lean_gc import hold_gc
 from gymbench.rollout.output import (
     ResumeState,
     RolloutWriter,
@@ -156,6 +157,7 @@ class Collector:
             raise
         self.problems = RunProblems()
         pending = self._pending
+        gc_hold = hold_gc()  # the collector's share of the client's CPU (rollout/lean_gc.py)
         try:
             self.verification.start()
             async with self.backend:
@@ -179,6 +181,7 @@ class Collector:
                     # open, so no rollout meets a closed session and lands as a false failed row.
                     await self._cancel(pending)
         finally:
+            gc_hold.release()
             await self._cancel(pending)
             self._end_dispatch(complete=False)  # no-op unless the run was cut short (cancelled, an error)
             self.stats.finished = self.clock()
