@@ -57,7 +57,7 @@ async def sse_event_batches(content: aiohttp.StreamReader) -> AsyncIterator[list
         if complete:
             complete[0] = b"".join([*pending, complete[0]])
             pending = []
-            events = []
+            events: list[JSONObject] = []
             for line in complete:
                 payload = _data(line)
                 if payload == DONE:
