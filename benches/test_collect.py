@@ -71,6 +71,9 @@ def test_driver_overhead(gymbench: Recorder, tmp_path: Path, parallelism: int, s
                 walls[mode].append(rollouts / report["wall_s"])
             ratios.append(per_rollout["gymbench"][-1] / per_rollout["minimal"][-1])
             loads.append(os.getloadavg()[0])
+            mine, theirs = per_rollout["gymbench"][-1], per_rollout["minimal"][-1]
+            print(f"pair {pair}: gymbench {mine:.1f} µs, minimal {theirs:.1f} µs, ratio {mine / theirs:.3f}, "
+                  f"load {loads[-1]:.1f}")  # fmt: skip
     gymbench.record("gymbench_cpu_per_rollout", per_rollout["gymbench"], "µs", "lower")
     gymbench.record("minimal_cpu_per_rollout", per_rollout["minimal"], "µs", "lower")
     gymbench.record("cpu_ratio_gymbench_over_minimal", statistics.median(ratios), "ratio", "lower")
