@@ -1,10 +1,11 @@
 """Client drivers run as separate processes by ``test_collect.py``: gymbench and a minimal loop.
 
-``python benches/collect_drivers.py MODE BASE_URL TASKS PARALLELISM OUT`` prints one JSON line
-with the process's CPU seconds, wall seconds and rollouts done. MODE ``minimal`` is the smallest
-honest client: uvloop, one aiohttp session, an ``asyncio.Semaphore``, the same Responses-API
-requests, each response parsed. MODE ``gymbench`` is the real engine with the openai backend,
-the exact-match verifier and the JSONL writer. ``memory`` runs the engine on the test kit's
+``python benches/collect_drivers.py MODE BASE_URL TASKS PARALLELISM OUT [stream]`` prints one
+JSON line with the process's CPU seconds, wall seconds and rollouts done. MODE ``minimal`` is the
+smallest honest client: uvloop, one aiohttp session, an ``asyncio.Semaphore``, the same
+Responses-API requests, each response parsed (streamed: each ``data:`` line of the event stream
+parsed, up to ``[DONE]``). MODE ``gymbench`` is the real engine with the openai backend, the
+exact-match verifier and the JSONL writer. ``memory`` runs the engine on the test kit's
 in-process backend and reports peak RSS, to see whether memory grows with the input.
 """
 
@@ -30,25 +31,34 @@ from gymbench.testing import FakeBackend
 # Everything is imported before the clock starts: the comparison is per rollout, not start-up.
 
 
-async def minimal(base_url: str, tasks: Path, parallelism: int) -> int:
+async def minimal(base_url: str, tasks: Path, parallelism: int, stream: bool) -> int:
     rows = [json.loads(line) for line in tasks.read_text().splitlines()]
     semaphore = asyncio.Semaphore(parallelism)
     connector = aiohttp.TCPConnector(limit=0)
+    extra = {"stream": True} if stream else {}
     async with aiohttp.ClientSession(connector=connector) as session:
 
         async def one(row: dict) -> None:
             async with semaphore:
-                body = {**row["responses_create_params"], "model": "gymbench-sim"}
+                body = {**row["responses_create_params"], "model": "gymbench-sim", **extra}
                 async with session.post(f"{base_url}/responses", json=body) as answer:
-                    json.loads(await answer.read())
+                    if not stream:
+                        json.loads(await answer.read())
+                        return
+                    async for line in answer.content:
+                        if line.startswith(b"data:"):
+                            payload = line[5:].strip()
+                            if payload == b"[DONE]":
+                                break
+                            json.loads(payload)
 
         await asyncio.gather(*(one(row) for row in rows))
     return len(rows)
 
 
-async def engine(base_url: str | None, tasks: Path, parallelism: int, out: Path) -> int:
+async def engine(base_url: str | None, tasks: Path, parallelism: int, out: Path, stream: bool) -> int:
     backend = (
-        OpenAIBackend({"base_url": base_url, "model": "gymbench-sim"})
+        OpenAIBackend({"base_url": base_url, "model": "gymbench-sim", "stream": stream})
         if base_url
         else FakeBackend(respond=lambda r: "4", keep_calls=False)
     )
@@ -59,11 +69,13 @@ async def engine(base_url: str | None, tasks: Path, parallelism: int, out: Path)
 
 def main() -> None:
     mode, base_url, tasks, parallelism, out = sys.argv[1:6]
+    stream = sys.argv[6:7] == ["stream"]
     cpu0, wall0 = time.process_time(), time.perf_counter()
     if mode == "minimal":
-        done = uvloop.run(minimal(base_url, Path(tasks), int(parallelism)))
+        done = uvloop.run(minimal(base_url, Path(tasks), int(parallelism), stream))
     else:
-        done = uvloop.run(engine(None if mode == "memory" else base_url, Path(tasks), int(parallelism), Path(out)))
+        url = None if mode == "memory" else base_url
+        done = uvloop.run(engine(url, Path(tasks), int(parallelism), Path(out), stream))
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     report = {"cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0, "done": done}
     print(json.dumps({**report, "peak_rss_mib": peak_kib / 1024}))

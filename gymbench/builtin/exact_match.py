@@ -7,20 +7,28 @@ match, because chat models tend to explain before answering.
 
 from __future__ import annotations
 
-import re
 import string
 from collections.abc import Mapping
 from typing import Any
 
 from gymbench.types import Verdict
 
-_SPACES = re.compile(r"\s+")
 _EDGE_PUNCTUATION = string.punctuation.replace("-", "").replace("+", "")
+_EDGES = _EDGE_PUNCTUATION + " "
 
 
 def normalise(text: str) -> str:
-    collapsed = _SPACES.sub(" ", text).strip().casefold()
-    return collapsed.strip(_EDGE_PUNCTUATION + " ")
+    """``str.split()`` splits on exactly the characters ``\\s`` matches (``str.isspace``), so the
+    join is the regex's collapse and strip in one pass, at a fraction of the cost."""
+    return " ".join(text.split()).casefold().strip(_EDGES)
+
+
+def _last_line(text: str) -> str | None:
+    """The last line with more than white space in it, or None when there is none."""
+    for line in reversed(text.strip().splitlines()):
+        if line.strip():
+            return line
+    return None
 
 
 class ExactMatchVerifier:
@@ -38,10 +46,10 @@ class ExactMatchVerifier:
             )
         expected = normalise(str(row[self.field]))
         whole = normalise(response_text)
-        lines = [line for line in response_text.strip().splitlines() if line.strip()]
-        last_line = normalise(lines[-1]) if lines else ""
+        line = _last_line(response_text)
+        last_line = normalise(line) if line is not None else ""
         matched = expected in (whole, last_line)
         return Verdict(
             reward=1.0 if matched else 0.0,
-            details={"expected": expected, "got": last_line if lines else whole},
+            details={"expected": expected, "got": last_line if line is not None else whole},
         )

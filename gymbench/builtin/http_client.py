@@ -43,7 +43,7 @@ PROBED_READS = 2
 """Socket reads of an answer whose event-loop lag is probed (after its headers: the first token's)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class PoolClock:
     """One POST's time getting connections (all its tries) and when the last try got one."""
 
@@ -176,7 +176,7 @@ class Reached:
     body: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Posted:
     """What a successful POST gave: the reader's result, how often it retried, pool wait."""
 

@@ -17,6 +17,7 @@ The thresholds are the ones ``gymbench diagnose`` judges a busy client by.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
@@ -68,13 +69,17 @@ class ClientDelayStats:
     run_queue_s: float | None = None
     _start: tuple[float, float | None] = field(default_factory=cpu_clock)
 
-    def add(self, delay: dict[str, float]) -> None:
+    def add(self, delay: Mapping[str, float]) -> None:
         if not delay:
             return
-        self.total.add(sum(delay.get(name, 0.0) for name in COMPONENTS))
+        total = 0.0
+        parts = self.parts
         for name in COMPONENTS:
-            if name in delay:
-                self.parts[name].add(delay[name])
+            value = delay.get(name)
+            if value is not None:
+                total += value
+                parts[name].add(value)
+        self.total.add(total)
 
     def finish(self) -> None:
         """Take the CPU figures for the run so far (the run calls it once, when it ends)."""

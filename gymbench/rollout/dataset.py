@@ -151,7 +151,8 @@ def _open_input(path: str | os.PathLike[str]) -> IO[bytes]:
 
 
 def _is_blank(raw: bytes, first: bool) -> bool:
-    return not (raw.removeprefix(_BOM) if first else raw).strip()
+    line = raw.removeprefix(_BOM) if first else raw
+    return not line or line.isspace()  # what ``not line.strip()`` says, without copying the line
 
 
 class _SelectedLines:
@@ -187,26 +188,28 @@ class _SelectedLines:
 
 
 def parse_row(path: str | os.PathLike[str], line_number: int, line: str) -> dict[str, Any]:
-    """One task row, checked for NeMo Gym's shape."""
-    where = f"{path}:{line_number}"
+    """One task row, checked for NeMo Gym's shape (the ``path:line`` is formatted only for an error:
+    this runs once per task)."""
     try:
         row = loads(line)
     except JSONReadError as exc:
-        raise DatasetError(f"{where}: {exc}; fix or remove the line") from None
+        raise DatasetError(f"{path}:{line_number}: {exc}; fix or remove the line") from None
     if not isinstance(row, dict):
-        raise DatasetError(f"{where}: expected a JSON object per line, got {type(row).__name__}")
+        raise DatasetError(f"{path}:{line_number}: expected a JSON object per line, got {type(row).__name__}")
     params = row.get("responses_create_params")
     if not isinstance(params, dict):
         raise DatasetError(
-            f"{where}: row has no 'responses_create_params' object; each row needs "
+            f"{path}:{line_number}: row has no 'responses_create_params' object; each row needs "
             '{"responses_create_params": {"input": ...}} as in NeMo Gym'
         )
     data = params.get("input")
     if not isinstance(data, (str, list)) or not data:
-        raise DatasetError(f"{where}: responses_create_params.input must be a non-empty string or list of messages")
+        raise DatasetError(
+            f"{path}:{line_number}: responses_create_params.input must be a non-empty string or list of messages"
+        )
     if isinstance(data, list) and not all(isinstance(item, dict) for item in data):
         raise DatasetError(
-            f"{where}: responses_create_params.input is a list, so each item must be a message object "
+            f"{path}:{line_number}: responses_create_params.input is a list, so each item must be a message object "
             '(e.g. {"role": "user", "content": "..."}), as in NeMo Gym'
         )
     return row

@@ -27,6 +27,7 @@ from gymbench.rollout.dataset import (
 )
 from gymbench.rollout.guard import FailureBreaker, RunProblems, StopConditions
 from gymbench.rollout.latency import Slo, rollout_timings
+from gymbench.rollout.lean_gc import hold_gc
 from gymbench.rollout.output import (
     ResumeState,
     RolloutWriter,
@@ -156,6 +157,7 @@ class Collector:
             raise
         self.problems = RunProblems()
         pending = self._pending
+        gc_hold = hold_gc()  # the collector's share of the client's CPU (rollout/lean_gc.py)
         try:
             self.verification.start()
             async with self.backend:
@@ -179,6 +181,7 @@ class Collector:
                     # open, so no rollout meets a closed session and lands as a false failed row.
                     await self._cancel(pending)
         finally:
+            gc_hold.release()
             await self._cancel(pending)
             self._end_dispatch(complete=False)  # no-op unless the run was cut short (cancelled, an error)
             self.stats.finished = self.clock()
@@ -298,7 +301,7 @@ class Collector:
             except Exception as exc:  # a backend bug must not kill the whole run
                 failure = GenerationFailed("backend_error", f"{type(exc).__name__}: {exc}")
             generated = self.clock()
-            where = f"the strategy {type(self.strategy).__name__}'s observe()"
+            where = _OBSERVE  # named in full only if it fails: an f-string per rollout cost CPU
             self.strategy.observe(_outcome(generated - started, generation, failure))
             where = "verification"
             judgement = await self._judge(task, generation) if generation is not None else None
@@ -318,6 +321,8 @@ class Collector:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if where is _OBSERVE:
+                where = f"the strategy {type(self.strategy).__name__}'s observe()"
             self.problems.add_error(where, exc, pair, written)
         finally:
             try:
@@ -387,6 +392,10 @@ class _Landed:
     judgement: Judgement | None
     timings: dict[str, float]
     mark: Dispatched | None
+
+
+_OBSERVE = "the strategy's observe()"
+"""Where a rollout was when its strategy's ``observe`` raised; the message names the strategy."""
 
 
 def _outcome(latency: float, generation: Generation | None, failure: GenerationFailed | None) -> RequestOutcome:

@@ -104,9 +104,9 @@ def count_row(
         stats.add_latencies(latencies, tokens)
         if generation.server_timings:
             stats.server.add(generation.server_timings, latencies)
-        stats.client.add(dict(generation.client_delay))
+        stats.client.add(generation.client_delay)
     elif failure is not None:
         stats.failed += 1
         stats.failure_kinds[failure.kind] += 1
     if measured:
-        stats.add_timings(dict(timings))
+        stats.add_timings(timings)

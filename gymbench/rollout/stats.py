@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypedDict
 
@@ -119,10 +119,12 @@ class CollectStats:
         return self.latencies["e2e"]
 
     def add_latencies(self, latencies: dict[str, float], output_tokens: int = 0) -> None:
+        reservoirs = self.latencies
         for name, value in latencies.items():
-            self.latencies[name].add(value)
+            reservoirs[name].add(value)
         self.timeline.add(self.clock() - self.started, output_tokens, latencies["e2e"])
-        if self.slo.active and self.slo.met(latencies):
+        slo = self.slo
+        if slo.active and slo.met(latencies):
             self.slo_met += 1
 
     def __post_init__(self) -> None:
@@ -147,11 +149,12 @@ class CollectStats:
             self.excluded[phase] = self.excluded.get(phase, 0) + count
         self.stopped = self.stopped or other.stopped
 
-    def add_timings(self, timings: dict[str, float]) -> None:
+    def add_timings(self, timings: Mapping[str, float]) -> None:
+        sums, counts = self.stage_sums, self.stage_counts
         for stage, value in timings.items():
-            if stage in self.stage_sums:
-                self.stage_sums[stage] += value
-                self.stage_counts[stage] += 1
+            if stage in sums:
+                sums[stage] += value
+                counts[stage] += 1
 
     @property
     def elapsed_s(self) -> float:

@@ -38,3 +38,24 @@ def test_other_field_by_config() -> None:
 
 def test_normalise_keeps_signs() -> None:
     assert normalise("  +5. ") == "+5"
+
+
+def test_normalise_is_the_regex_collapse_it_replaced() -> None:
+    """normalise splits on str.isspace instead of re's \\s: the same characters, so the same text
+    (every Unicode white space, runs of them, at the edges and inside, beside punctuation)."""
+    import re
+    import string
+    import sys
+
+    spaces = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()]
+    assert spaces == [c for c in map(chr, range(sys.maxunicode + 1)) if re.fullmatch(r"\s", c)]
+    edges = string.punctuation.replace("-", "").replace("+", "") + " "
+
+    def by_regex(text: str) -> str:
+        return re.sub(r"\s+", " ", text).strip().casefold().strip(edges)
+
+    samples = ["", " ", "  42.\n", "New\u00a0\u2003York", "\x1c4\x1f2\x85", "a\u2028b\u2029 c!", "ß  ẞ\tİ"]
+    samples += ["-3 ", "+ 4 +"]
+    samples += [f"{space}x{space}{space}y{space}." for space in spaces]
+    for text in samples:
+        assert normalise(text) == by_regex(text), repr(text)

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from gymbench import GymbenchError, jsonio
+from gymbench.rollout import output as output_module
 from gymbench.rollout.output import (
+    FLUSH_AFTER_S,
     RolloutWriter,
     check_output_path,
     load_resume_state,
@@ -62,6 +64,26 @@ def test_writer_flushes_each_row(tmp_path: Path) -> None:
     writer = RolloutWriter(tmp_path / "sub" / "out.jsonl", append=False)
     writer.write({"a": 1})
     assert (tmp_path / "sub" / "out.jsonl").read_text() == '{"a":1}\n'
+    writer.close()
+
+
+async def test_rows_of_many_loop_turns_share_one_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush per event-loop turn cost a system call per row or two; the rows of a whole
+    interval go in one, and close() writes whatever is still buffered."""
+    path = tmp_path / "out.jsonl"
+    monkeypatch.setattr(output_module, "FLUSH_AFTER_S", 3600.0)
+    writer = RolloutWriter(path, append=False)
+    for turn in range(3):
+        writer.write({"turn": turn})
+        await asyncio.sleep(0)
+    assert path.read_bytes() == b""  # still in the buffer: the flush is an hour away
+    writer.close()
+    assert path.read_text() == '{"turn":0}\n{"turn":1}\n{"turn":2}\n'
+    monkeypatch.setattr(output_module, "FLUSH_AFTER_S", 0.0)
+    writer = RolloutWriter(path, append=True)
+    writer.write({"turn": 3})
+    await asyncio.sleep(0.01)  # the timer is due: the loop has flushed
+    assert path.read_text().endswith('{"turn":3}\n')
     writer.close()
 
 
@@ -160,11 +182,11 @@ def test_a_write_error_names_the_file(tmp_path: Path) -> None:
         writer.close()
 
 
-async def test_a_failed_end_of_turn_flush_surfaces_on_the_next_write_or_close() -> None:
+async def test_a_failed_timed_flush_surfaces_on_the_next_write_or_close() -> None:
     writer = RolloutWriter(Path("/dev/full"), append=True)
     writer.write({"a": 1})
-    writer.write({"a": 2})  # buffered: the flush comes at the end of this loop turn
-    await asyncio.sleep(0)
+    writer.write({"a": 2})  # buffered: the flush comes FLUSH_AFTER_S after the first write
+    await asyncio.sleep(2 * FLUSH_AFTER_S)  # the loop runs the earlier timer first
     with pytest.raises(GymbenchError, match=r"/dev/full: cannot write rollouts \(No space left on device\)"):
         writer.write({"a": 3})
     with pytest.raises(GymbenchError, match="/dev/full"):

@@ -95,3 +95,18 @@ def test_on_the_known_timing_server_no_request_is_shorter_than_the_server_made_i
         timings = row["timings"]
         assert sum(timings.get(stage, 0.0) for stage in ROLLOUT_STAGES) == pytest.approx(timings["total"], abs=1e-9)
         assert timings["backend_other"] >= 0
+
+
+def test_the_stages_added_by_name_are_the_request_stages() -> None:
+    """rollout_timings and rollout_latencies add the request stages by name (no loop over the
+    tuple on the hot path): each stage of REQUEST_STAGES, and only those, counts in e2e."""
+    from gymbench.rollout.latency import rollout_timings
+    from gymbench.types import Generation
+
+    for stage in (*REQUEST_STAGES, "inter_token", "second_token"):
+        generation = Generation("4", timings={stage: 0.25})
+        timings = rollout_timings(0.5, generation, 1.0, 0.125)
+        counted = stage in REQUEST_STAGES
+        assert timings["backend_other"] == (0.75 if counted else 1.0)
+        assert rollout_latencies(timings, 8)["e2e"] == (0.25 if counted else 0.0)
+        assert timings["total"] == 1.625
