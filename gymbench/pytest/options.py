@@ -109,10 +109,10 @@ def add_options(parser: pytest.Parser) -> None:
         _add(group, SessionOptions, setting, PREFIX + setting.name.replace("_", "-"), setting.default, hide=hidden)
 
 
-_HINTS: dict[type[Any], dict[str, Any]] = {}
+_HINTS: dict[type[object], dict[str, object]] = {}
 
 
-def _hints(schema: type[Any]) -> dict[str, Any]:
+def _hints(schema: type[object]) -> dict[str, object]:
     """A schema's field types, evaluated once (each evaluation costs about a millisecond)."""
     if schema not in _HINTS:
         _HINTS[schema] = typing.get_type_hints(schema)
@@ -134,7 +134,7 @@ def check_options(config: pytest.Config) -> None:
             raise pytest.UsageError(f"{PREFIX}{option} {value}: {exc}") from None
 
 
-def _field(schema: type[Any], name: str) -> dataclasses.Field[Any]:
+def _field(schema: type[Any], name: str) -> dataclasses.Field[object]:
     return next(setting for setting in dataclasses.fields(schema) if setting.name == name)
 
 
