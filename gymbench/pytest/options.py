@@ -56,12 +56,13 @@ class SessionOptions:
             metavar="N",
         ),
     )
-    ab: str | None = field(
+    ab_base: str | None = field(
         default=None,
         metadata=doc(
             "instead of running the benchmarks here, compare this working tree with git ref BASE_REF: "
             "interleaved rounds in two worker processes pinned to one CPU (gymbench compare --ab)",
             metavar="BASE_REF",
+            flags=("--gymbench-ab",),
         ),
     )
     # the parent session's messages to the worker sessions it starts: not for people
@@ -106,7 +107,8 @@ def add_options(parser: pytest.Parser) -> None:
         _add(group, schema, setting, PREFIX + option, None if default is UNSET else given, HELP.get(name))
     for setting in dataclasses.fields(SessionOptions):
         hidden = "help" not in setting.metadata
-        _add(group, SessionOptions, setting, PREFIX + setting.name.replace("_", "-"), setting.default, hide=hidden)
+        option = setting.metadata.get("flags", (PREFIX + setting.name.replace("_", "-"),))[0]
+        _add(group, SessionOptions, setting, option, setting.default, hide=hidden)
 
 
 _HINTS: dict[type[object], dict[str, object]] = {}
