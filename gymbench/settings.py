@@ -288,7 +288,7 @@ def settings_parser(
     return configure
 
 
-def positional_settings(schema: type[Any]) -> list[dataclasses.Field[Any]]:
+def positional_settings(schema: type[Any]) -> list[dataclasses.Field[object]]:
     """The settings a command takes as plain words (``doc(..., positional=True)``), in order."""
     return [field for field in dataclasses.fields(schema) if field.metadata.get("positional")]
 
@@ -436,10 +436,10 @@ def _quoted(text: str) -> str:
     return json.dumps(text)
 
 
-def _positional_values(schema: type[Any], words: Sequence[str]) -> dict[str, Any]:
+def _positional_values(schema: type[Any], words: Sequence[str]) -> dict[str, object]:
     """The plain words of a command line as the schema's positional settings (a list takes the rest)."""
     named = positional_settings(schema)
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     rest = list(words)
     for field in named:
         if not rest:

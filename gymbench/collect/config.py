@@ -28,8 +28,10 @@ SERVER_GROUPS = (ConnectionSettings, OpenAIServer, NemoGymAgent)
 """The backends' settings groups every server command offers flat (``+base_url``, ``+max_retries``)."""
 
 
+# Shared groups listed first among the bases (Progress, ResultsStore, RayCluster): --help shows them after
+# the connection's settings, near the end where they always were.
 @dataclass
-class ServerConfig(ConnectionSettings, OpenAIServer, NemoGymAgent, ResultsStore, Progress):
+class ServerConfig(Progress, ResultsStore, ConnectionSettings, OpenAIServer, NemoGymAgent):
     input_jsonl_fpath: str | None = field(
         default=None, metadata=doc("JSONL file of tasks (required)", path=True, run_neutral=True)
     )
@@ -114,7 +116,7 @@ class ServerConfig(ConnectionSettings, OpenAIServer, NemoGymAgent, ResultsStore,
 
 
 @dataclass
-class CollectConfig(ServerConfig, TaskRange, Parallelism, RunPolicy, RayCluster):
+class CollectConfig(RayCluster, ServerConfig, TaskRange, Parallelism, RunPolicy):
     output_jsonl_fpath: str | None = field(
         default=None, metadata=doc("where rollouts go (required)", path=True, run_neutral=True)
     )

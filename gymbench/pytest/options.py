@@ -56,12 +56,13 @@ class SessionOptions:
             metavar="N",
         ),
     )
-    ab: str | None = field(
+    ab_base: str | None = field(
         default=None,
         metadata=doc(
             "instead of running the benchmarks here, compare this working tree with git ref BASE_REF: "
             "interleaved rounds in two worker processes pinned to one CPU (gymbench compare --ab)",
             metavar="BASE_REF",
+            flags=("--gymbench-ab",),
         ),
     )
     # the parent session's messages to the worker sessions it starts: not for people
@@ -106,13 +107,14 @@ def add_options(parser: pytest.Parser) -> None:
         _add(group, schema, setting, PREFIX + option, None if default is UNSET else given, HELP.get(name))
     for setting in dataclasses.fields(SessionOptions):
         hidden = "help" not in setting.metadata
-        _add(group, SessionOptions, setting, PREFIX + setting.name.replace("_", "-"), setting.default, hide=hidden)
+        option = setting.metadata.get("flags", (PREFIX + setting.name.replace("_", "-"),))[0]
+        _add(group, SessionOptions, setting, option, setting.default, hide=hidden)
 
 
-_HINTS: dict[type[Any], dict[str, Any]] = {}
+_HINTS: dict[type[object], dict[str, object]] = {}
 
 
-def _hints(schema: type[Any]) -> dict[str, Any]:
+def _hints(schema: type[object]) -> dict[str, object]:
     """A schema's field types, evaluated once (each evaluation costs about a millisecond)."""
     if schema not in _HINTS:
         _HINTS[schema] = typing.get_type_hints(schema)
@@ -134,7 +136,7 @@ def check_options(config: pytest.Config) -> None:
             raise pytest.UsageError(f"{PREFIX}{option} {value}: {exc}") from None
 
 
-def _field(schema: type[Any], name: str) -> dataclasses.Field[Any]:
+def _field(schema: type[Any], name: str) -> dataclasses.Field[object]:
     return next(setting for setting in dataclasses.fields(schema) if setting.name == name)
 
 

@@ -36,8 +36,9 @@ class ClusterSettings:
     gpus_per_node: int | None = None
 
 
+# The groups come first among the bases so that --help lists them after the step's own settings.
 @dataclass
-class TrainSettings(StepSettings, SaveRecord, ResultsStore, Progress, RayCluster):
+class TrainSettings(RayCluster, Progress, ResultsStore, SaveRecord, StepSettings):
     """The step's settings (:class:`~gymbench.train.config.StepSettings`), and how the run measures it,
     searches the largest batch, spreads over ranks and saves its record."""
 
