@@ -21,6 +21,7 @@ from pathlib import Path
 import aiohttp
 import uvloop
 
+from gymbench.builtin.backend_settings import OpenAISettings
 from gymbench.builtin.exact_match import ExactMatchVerifier
 from gymbench.builtin.openai_backend import OpenAIBackend
 from gymbench.builtin.semaphore import SemaphoreStrategy
@@ -58,7 +59,7 @@ async def minimal(base_url: str, tasks: Path, parallelism: int, stream: bool) ->
 
 async def engine(base_url: str | None, tasks: Path, parallelism: int, out: Path, stream: bool) -> int:
     backend = (
-        OpenAIBackend({"base_url": base_url, "model": "gymbench-sim", "stream": stream})
+        OpenAIBackend(OpenAISettings(base_url=base_url, model="gymbench-sim", stream=stream))
         if base_url
         else FakeBackend(respond=lambda r: "4", keep_calls=False)
     )

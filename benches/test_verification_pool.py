@@ -18,6 +18,7 @@ import pytest
 from test_verifiers import code_rows, text_rows
 
 from gymbench import Recorder
+from gymbench.builtin.backend_settings import OpenAISettings
 from gymbench.builtin.openai_backend import OpenAIBackend
 from gymbench.builtin.semaphore import SemaphoreStrategy
 from gymbench.rollout.dataset import TaskSlice
@@ -63,7 +64,7 @@ def test_cache_rows_per_s(gymbench: Recorder, name: str, config: dict[str, Any])
 
 async def collect_code(tmp: Path, rollouts: int, verify: VerifySettings, tag: str) -> float:
     with running_sim_server(**FAST_SIM) as server:
-        backend = OpenAIBackend({"base_url": server.base_url, "model": "m"})
+        backend = OpenAIBackend(OpenAISettings(base_url=server.base_url, model="m"))
         settings = CollectSettings(
             CODE_TASKS, tmp / f"{tag}.jsonl", selection=TaskSlice(limit=rollouts), overwrite=True, verify=verify
         )

@@ -11,16 +11,17 @@ the simulated time it took, which is what it would take against a server that fa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tuning_truth import dense_grid, sample_rows, true_curve, true_knee
 
-from gymbench.rollout.engine import CollectSettings
+from gymbench.collect.driver import Collection
+from gymbench.engine_metrics import Counters
 from gymbench.rollout.verification import VerifySettings
 from gymbench.sim import InProcessBackend, SimConfig, describe, run_in_simulated_time
 from gymbench.sim.endpoints import RESPONSES
@@ -30,7 +31,6 @@ from gymbench.tune.curves import KNEE_FRACTION, knee_of, throughput_at
 from gymbench.tune.knee_search import SearchSettings
 from gymbench.tune.probe import Prober
 from gymbench.tune.rates import Precision
-from gymbench.tune.server_metrics import Counters
 from gymbench.tune.sweep import Strategies, TuneResult, adaptive_search, doubling_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,11 +169,11 @@ def tune_simulated(profile: Profile, method: str, seed: int, precision: Precisio
 
     async def main() -> TuneResult:
         loop = asyncio.get_running_loop()
-        with tempfile.TemporaryDirectory() as scratch:
-            collect = CollectSettings(TASKS, Path(scratch) / "unused.jsonl", verify=VerifySettings("exact-match"))
-            counters = Counters(backend.metrics_text) if profile.metrics else None
-            prober = Prober(TASKS, backend, lambda: plugins.verifier("exact-match", {}), collect, SAMPLE,
-                            precision, counters, clock=loop.time)  # fmt: skip
+        collection = Collection.around(backend, TASKS, lambda: plugins.verifier("exact-match", {}),
+                                       verify=VerifySettings("exact-match"))  # fmt: skip
+        with contextlib.closing(collection):
+            counters = Counters(backend.metrics_text, engines=plugins.engine_metrics()) if profile.metrics else None
+            prober = Prober(collection, SAMPLE, precision, counters, clock=loop.time)
             search_method = adaptive_search if method == "adaptive" else doubling_sweep
             return await search_method(prober, settings, Strategies.from_plugins(plugins))
 

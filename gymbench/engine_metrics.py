@@ -1,4 +1,10 @@
-"""What a model server's Prometheus ``/metrics`` means, engine by engine.
+"""A model server's Prometheus ``/metrics``: what it means engine by engine, how it is read, and watched.
+
+The one module for server metrics: the engines' names (:class:`EngineMetrics`) and their
+recognition, the bounded read (:func:`fetch_metrics_text`), the probe's counters (:class:`Counters`,
+:func:`find_server_counters`), the watch around a collection (:class:`ServerWatch`) and the wait
+for an idle server (:func:`settle`). ``collect``, ``tune``, ``diagnose``, the simulator's handle and
+calibration all read ``/metrics`` through it.
 
 vLLM, SGLang, llama.cpp and TGI each name the same few quantities differently (requests waiting,
 requests running, KV-cache use, tokens generated, prompt tokens). An :class:`EngineMetrics` says
@@ -12,9 +18,14 @@ looks up its names only.
 from __future__ import annotations
 
 import math
+import sys
+import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     import http.client
@@ -328,3 +339,336 @@ async def settle(
         await asyncio.sleep(poll_s)
         held = await in_flight()
     return Settled(clock() - began, first, held)
+
+
+# --------------------------------------------------------------------------- where, and the probe's counters
+
+
+def metrics_url(base_url: str) -> str:
+    """``http://host:port/v1`` → ``http://host:port/metrics`` (``/metrics`` sits at the server's root)."""
+    parts = urlsplit(base_url)
+    return f"{parts.scheme}://{parts.netloc}/metrics"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Requests waiting in the server's queue (how much of the latency is queueing) and its cumulative
+    generated tokens, whose increase over a window is the server's own measure of its throughput
+    (:mod:`gymbench.tune.rates` prefers it to the client's estimate when both agree)."""
+
+    waiting: float | None
+    generation_tokens: float | None
+
+
+def parse(text: str, engine: EngineMetrics) -> Reading | None:
+    """The waiting requests and generated tokens by ``engine``'s names; None when neither can be read.
+
+    An engine whose token counter advances only when a request finishes (llama.cpp, SGLang, TGI)
+    gives no throughput here: over a poll window it counts whole requests, which the client already
+    counts exactly, so its rate is read from the client and the record says so."""
+    sums = sample_sums(text, engine.wanted())
+    waiting = engine.value(sums, "waiting")
+    generated = None if engine.tokens_counted_at_finish else engine.value(sums, "generated_tokens")
+    if waiting is None and generated is None:
+        return None
+    return Reading(waiting, generated)
+
+
+class Counters:
+    """A server's counters, read by ``fetch`` (its ``/metrics`` text, or None when unreadable)
+    through ``engine``'s names (when not given, recognised among ``engines`` once, from the first
+    text it reads: the poll itself only looks names up)."""
+
+    def __init__(
+        self,
+        fetch: Callable[[], str | None],
+        where: str = "",
+        engine: EngineMetrics | None = None,
+        engines: Sequence[EngineMetrics] = (),
+    ) -> None:
+        self.fetch = fetch
+        self.where = where
+        self.engine = engine
+        self.engines = engines
+        self._recognised = engine is not None
+
+    def in_flight(self) -> float | None:
+        """Requests the server holds now (running or queued), by the engine's gauges; None when unreadable."""
+        text, engine = self._scrape()
+        return None if text is None or engine is None else engine.in_flight(sample_sums(text, engine.wanted()))
+
+    def read(self) -> Reading | None:
+        text, engine = self._scrape()
+        return None if text is None or engine is None else parse(text, engine)
+
+    def _scrape(self) -> tuple[str | None, EngineMetrics | None]:
+        """The ``/metrics`` text and the engine it is read by (recognised from the first text read)."""
+        text = self.fetch()
+        if text is not None and not self._recognised:
+            self.engine = recognise(self.engines, sample_sums(text)).engine
+            self._recognised = True
+        return text, self.engine
+
+
+def http_fetch(url: str) -> Callable[[], str | None]:
+    """Reads ``url`` within a deadline (:func:`fetch_metrics_text`); a server too slow or too wordy
+    is said once, on stderr, and the probe goes on without it."""
+    warned = False
+
+    def fetch() -> str | None:
+        nonlocal warned
+        try:
+            return fetch_metrics_text(url)
+        except ScrapeFailed as exc:
+            if exc.slow and not warned:
+                warned = True
+                print(f"gymbench: warning: {exc}; the probe goes on with the client's figures", file=sys.stderr)
+            return None
+
+    return fetch
+
+
+@dataclass(frozen=True)
+class ServerCounters:
+    """What the probe found at the server's ``/metrics``: the counters it reads (or None) and why."""
+
+    counters: Counters | None
+    record: dict[str, object]
+    """For the results record: ``url``, ``engine`` (a name or null), and what is read or why not."""
+
+
+def find_server_counters(base_url: str | None, engines: Sequence[EngineMetrics]) -> ServerCounters:
+    """Fetch ``base_url``'s ``/metrics`` once and recognise its engine among ``engines``."""
+    if not base_url:
+        return ServerCounters(None, {"url": None, "engine": None, "engine_note": "this backend names no server"})
+    url = metrics_url(base_url)
+    fetch = http_fetch(url)
+    text = fetch()
+    if text is None:
+        return ServerCounters(None, {"url": url, "engine": None, "engine_note": f"{url} could not be read"})
+    recognition = recognise(engines, sample_sums(text))
+    record: dict[str, object] = {"url": url, **recognition.record()}
+    if recognition.engine is None:
+        return ServerCounters(None, record)
+    engine = recognition.engine
+    record["reads"] = _what_is_read(engine)
+    counters = Counters(fetch, url, engine)
+    return ServerCounters(counters if counters.read() is not None else None, record)
+
+
+def _what_is_read(engine: EngineMetrics) -> dict[str, str]:
+    """One line per figure the probe wants: the name it reads, or why it reads none."""
+    reads = {}
+    waiting = engine.names("waiting")
+    reads["waiting"] = waiting[0] if waiting else f"{engine.name} exposes no queue gauge"
+    generated = engine.names("generated_tokens")
+    if not generated:
+        reads["generated_tokens"] = f"{engine.name} exposes no token counter: throughput is read from the client"
+    elif engine.tokens_counted_at_finish:
+        reads["generated_tokens"] = (
+            f"{generated[0]} advances only when a request finishes, so throughput is read from the client"
+        )
+    else:
+        reads["generated_tokens"] = generated[0]
+    return reads
+
+
+# --------------------------------------------------------------------------- the watch around a collection
+
+HIGHLIGHTS = {
+    "running": ("requests running", "gauge"),
+    "waiting": ("requests waiting", "gauge"),
+    "kv_cache": ("KV-cache use", "gauge"),
+    "generated_tokens": ("tokens generated", "counter"),
+    "prompt_tokens": ("prompt tokens", "counter"),
+}
+"""What a summary shows first (each key a quantity of :class:`EngineMetrics`)."""
+OVER_TIME = ("running", "waiting", "kv_cache")
+
+
+def scrape(
+    url: str, deadline_s: float | None = None, on_slow: Callable[[str], None] | None = None
+) -> tuple[dict[str, float] | None, str | None]:
+    """Every sample of ``url`` keyed ``name{labels}`` (histogram buckets left out), or ``None`` and
+    why not; never longer than ``deadline_s`` (:func:`fetch_metrics_text`). ``on_slow`` hears why
+    when the server was too slow or said too much (not when it is merely absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = fetch_metrics_text(url, deadline_s)
+    except ScrapeFailed as exc:
+        if exc.slow and on_slow is not None:
+            on_slow(str(exc))
+        return None, str(exc)
+    values: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name.endswith(("_bucket", "_created")):
+                    continue
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()) if k != "model_name")
+                key = f"{sample.name}{{{labels}}}" if labels else sample.name
+                values[key] = values.get(key, 0.0) + float(sample.value)
+    except (ValueError, TypeError) as exc:
+        return None, f"{url} is not Prometheus text ({str(exc)[:80]})"
+    return (values, None) if values else (None, f"{url} exposes no metrics")
+
+
+def recognise_scraped(values: Mapping[str, float], engines: Sequence[EngineMetrics]) -> Recognition:
+    """The engine whose names the scraped samples (keyed ``name{labels}``) use."""
+    return recognise(engines, {key.split("{", 1)[0] for key in values})
+
+
+def highlight(values: Mapping[str, float], key: str, engines: Sequence[EngineMetrics]) -> float | None:
+    """A highlight's value by the names of the engine recognised among ``engines``, summed over label
+    sets (a share such as KV-cache use: averaged)."""
+    engine = recognise_scraped(values, engines).engine
+    return averaged(engine, key, values) if engine is not None else None
+
+
+def _warn(message: str) -> None:
+    print(f"gymbench: warning: {message}", file=sys.stderr)
+
+
+class ServerWatch:
+    """``with ServerWatch(base_url, engines=...) as watch: collect()``, then ``watch.record()``.
+
+    vLLM, SGLang, llama.cpp, TGI and the simulator expose queue length, running requests, KV-cache
+    use and token counters, each under its own names; the engine is recognised among ``engines``
+    (those the plugins register) from the first scrape, and the record says which, or why none.
+    Scraping is cheap: one small GET before, one after, and one per ``interval_s`` on a background
+    thread for the over-time plot. ``warn`` says (once) that a scrape was too slow."""
+
+    def __init__(
+        self,
+        base_url: str | None,
+        enabled: bool = True,
+        interval_s: float = 1.0,
+        *,
+        engines: Sequence[EngineMetrics],
+        warn: Callable[[str], None] = _warn,
+    ) -> None:
+        self.url = metrics_url(base_url) if base_url else None
+        self.engines = engines
+        self.recognition: Recognition | None = None
+        self.enabled = enabled
+        self.interval_s = interval_s
+        self.before: dict[str, float] | None = None
+        self.after: dict[str, float] | None = None
+        self.note: str | None = None
+        self.samples: list[dict[str, float | None]] = []
+        self._say = warn
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = 0.0
+        self._warned = False
+
+    def _warn_once(self, why: str) -> None:
+        """One line for the whole run, however many scrapes are too slow: the run goes on without them."""
+        if not self._warned:
+            self._warned = True
+            self._say(f"{why}; the run goes on without the server's metrics from that scrape")
+
+    def __enter__(self) -> ServerWatch:
+        if not self.enabled:
+            self.note = "not scraped (+scrape_metrics=false)"
+        elif self.url is None:
+            self.note = "not scraped: this backend names no model server (no base_url)"
+        else:
+            self.before, self.note = scrape(self.url, on_slow=self._warn_once)
+        if self.before is not None:
+            self.recognition = recognise_scraped(self.before, self.engines)
+            self._started = time.monotonic()
+            self._add_point(self.before)
+            self._thread = threading.Thread(target=self._sample, name="gymbench-metrics", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        assert self.url is not None
+        self.after, note = scrape(self.url, on_slow=self._warn_once)
+        if self.after is None:
+            self.note = f"scraped before the run only: {note}"
+        else:
+            self._add_point(self.after)
+
+    def _sample(self) -> None:
+        assert self.url is not None
+        while not self._stop.wait(self.interval_s):
+            values, _ = scrape(self.url, on_slow=self._warn_once)
+            if values is not None:
+                self._add_point(values)
+
+    @property
+    def engine(self) -> EngineMetrics | None:
+        return self.recognition.engine if self.recognition is not None else None
+
+    def _value(self, values: Mapping[str, float], key: str) -> float | None:
+        return averaged(self.engine, key, values) if self.engine is not None else None
+
+    def _add_point(self, values: Mapping[str, float]) -> None:
+        point = {key: self._value(values, key) for key in OVER_TIME}
+        self.samples.append({"t_s": time.monotonic() - self._started, **point})
+
+    def record(self) -> dict[str, object]:
+        """What goes into the summary and the results record (``summary.server_metrics``)."""
+        if self.before is None:
+            return {"url": self.url, "note": self.note, "engine": None}
+        after = self.after or {}
+        assert self.recognition is not None
+        return {
+            "url": self.url,
+            "note": self.note,
+            **self.recognition.record(),
+            "before": self.before,
+            "after": after,
+            "highlights": self._highlights(after),
+            "over_time": self.samples,
+        }
+
+    def _highlights(self, after: Mapping[str, float]) -> list[dict[str, object]]:
+        shown = []
+        for key, (label, kind) in HIGHLIGHTS.items():
+            end = self._value(after, key)
+            if end is None:
+                continue
+            start = self._value(self.before or {}, key) or 0.0
+            value = end - start if kind == "counter" else end
+            peak = max((s[key] for s in self.samples if s.get(key) is not None), default=None)  # type: ignore[type-var]
+            shown.append({"key": key, "label": label, "value": value, "peak": peak, "text": _text(key, value, peak)})
+        ttft = self._ttft_mean(after)
+        if ttft is not None:
+            shown.append({"key": "ttft_mean", "label": "server TTFT", "value": ttft, "peak": None,
+                          "text": f"{ttft * 1000:,.0f} ms mean during the run"})  # fmt: skip
+        return shown
+
+    def _ttft_mean(self, after: Mapping[str, float]) -> float | None:
+        """Mean time to first token by the engine's own histogram, over the requests of the run."""
+        if self.engine is None:
+            return None
+        end = self.engine.ttft_totals(_by_name(after))
+        start = self.engine.ttft_totals(_by_name(self.before or {})) or (0.0, 0.0)
+        if end is None or end[1] <= start[1]:
+            return None
+        return (end[0] - start[0]) / (end[1] - start[1])
+
+
+def _by_name(values: Mapping[str, float]) -> dict[str, float]:
+    """Samples keyed ``name{labels}`` → each name's sum over its label sets."""
+    sums: dict[str, float] = {}
+    for key, value in values.items():
+        name = key.split("{", 1)[0]
+        sums[name] = sums.get(name, 0.0) + value
+    return sums
+
+
+def _text(key: str, value: float, peak: float | None) -> str:
+    if key in ("generated_tokens", "prompt_tokens"):
+        return f"{value:,.0f} during the run"
+    if key == "kv_cache":
+        return f"{value:.0%} at the end" + (f" (peak {peak:.0%})" if peak is not None else "")
+    return f"{value:g} at the end" + (f" (peak {peak:g})" if peak is not None else "")

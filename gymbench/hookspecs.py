@@ -35,8 +35,13 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def gymbench_register_backends() -> list[Component]:
     """Register model backends (OpenAI-compatible servers, agent servers, simulators).
 
-    :return: a list of :class:`gymbench.types.Component` whose factory takes the backend's
-        configuration mapping and returns a :class:`gymbench.types.Backend`. Names must be unique
+    :return: a list of :class:`gymbench.types.Component` whose factory takes the backend's settings
+        and returns a :class:`gymbench.types.Backend`. A component that declares a settings schema
+        (``Component(..., settings=MySettings)``, a dataclass, which may inherit
+        :class:`gymbench.builtin.backend_settings.HttpSettings` and ``OpenAIServer``) gets an
+        instance of it, checked, with the server settings it declares filled from the command
+        (``+base_url``, ``+max_retries``, ...) and its ``+backend_options``; one without a schema
+        gets a plain ``dict`` of the same, as before schemas existed. Names must be unique
         across all plugins; a clash stops start-up with an error naming both plugins.
     """
 

@@ -285,8 +285,7 @@ class Plugins:
 
     def check(self, kind: str, name: str, config: Mapping[str, Any] | object | None = None) -> object:
         """The component's options, checked against its settings schema (the raw mapping without one).
-        An instance of the schema (or :class:`~gymbench.settings.CheckedOptions` holding one) is taken
-        as it is: it was checked when it was built.
+        An instance of the schema is taken as it is: it was checked when it was built.
 
         Commands call this before a run starts, so a misspelt option fails at once rather than
         after a server was started.
@@ -294,8 +293,6 @@ class Plugins:
         schema = self.schema(kind, name)
         if schema is not None and isinstance(config, schema):  # built and checked already
             return config
-        if schema is not None and isinstance(getattr(config, "settings", None), schema):  # CheckedOptions
-            return config.settings  # type: ignore[union-attr]
         options: Any = dict(cast(Mapping[str, Any], config or {}))
         if schema is not None:
             from gymbench.settings import build_settings

@@ -573,16 +573,6 @@ def settings_dict(settings: Any) -> dict[str, Any]:
     return dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)  # type: ignore[arg-type]
 
 
-class CheckedOptions(dict[str, Any]):
-    """A component's options already checked: read as data (``options["base_url"]``), while
-    :meth:`gymbench.plugins.Plugins.create` takes :attr:`settings`, the checked object, as it is
-    instead of building it again."""
-
-    def __init__(self, settings: Any) -> None:
-        super().__init__(settings_dict(settings))
-        self.settings = settings
-
-
 def known_fields(schema: type[Any]) -> set[str]:
     return {field.name for field in dataclasses.fields(schema)}
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from gymbench.builtin.backend_settings import OpenAISettings
 from gymbench.builtin.exact_match import ExactMatchVerifier
 from gymbench.builtin.openai_backend import OpenAIBackend
 from gymbench.builtin.semaphore import SemaphoreStrategy
@@ -70,7 +71,7 @@ def write_tasks(path: Path, count: int) -> Path:
 
 
 async def collect(base: str, tasks: Path, out: Path, strategy: ConcurrencyStrategy) -> dict[str, Any]:
-    backend = OpenAIBackend({"base_url": base + "/v1", "model": "known", "api": "chat", "stream": True})
+    backend = OpenAIBackend(OpenAISettings(base_url=base + "/v1", model="known", api="chat", stream=True))
     settings = CollectSettings(tasks, out, overwrite=True)
     stats = await Collector(settings, backend, ExactMatchVerifier(), strategy).run()
     return dict(stats.summary())

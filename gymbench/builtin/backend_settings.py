@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gymbench.errors import GymbenchError
 from gymbench.secrets import secret_from_env
 from gymbench.settings import Checked, at_least, doc, one_of, positive_finite, require
 
@@ -77,6 +78,15 @@ class OpenAIServer(Checked):
     api: str = field(default="responses", metadata=doc("responses or chat"))
     stream: bool = field(default=False, metadata=doc("stream responses (measures time to first token)"))
     extra_body: dict[str, Any] = field(default_factory=dict, metadata=doc("fields added to every request body"))
+
+    def endpoint(self) -> str:
+        """``base_url`` without its trailing slash; the one check that a server is named, with the one
+        message that says how (when no server is named, the simulator's address is laid in first)."""
+        url = (self.base_url or "").strip()
+        if not url.startswith(("http://", "https://")):
+            shown = f", got {self.base_url!r}" if self.base_url else ""
+            raise GymbenchError(f"the openai backend needs +base_url=http://HOST:PORT/v1 (the server's address){shown}")
+        return url.rstrip("/")
 
 
 @dataclass

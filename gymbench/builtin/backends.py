@@ -2,12 +2,12 @@
 
 Registration is all this module does, so it imports nothing heavy: the backends themselves (and
 aiohttp with them) are imported when a run creates one, and their settings
-(:mod:`gymbench.builtin.backend_settings`) when options are checked.
+(:mod:`gymbench.builtin.backend_settings`) when options are checked. Each factory gets its
+backend's checked settings object and hands it on as it is.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 from gymbench.hookspecs import hookimpl
@@ -22,13 +22,13 @@ SETTINGS = "gymbench.builtin.backend_settings"
 def make_openai(settings: OpenAISettings) -> Backend:
     from gymbench.builtin.openai_backend import OpenAIBackend
 
-    return OpenAIBackend(dataclasses.asdict(settings))
+    return OpenAIBackend(settings)
 
 
 def make_nemo_gym(settings: NemoGymSettings) -> Backend:
     from gymbench.builtin.nemo_gym_backend import NemoGymBackend
 
-    return NemoGymBackend(dataclasses.asdict(settings))
+    return NemoGymBackend(settings)
 
 
 @hookimpl

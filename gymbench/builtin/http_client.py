@@ -17,10 +17,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -35,8 +34,6 @@ from gymbench.secrets import redact, secret_from_env
 from gymbench.types import GenerationFailed
 
 T = TypeVar("T")
-HTTP_DEFAULTS: dict[str, Any] = dataclasses.asdict(HttpSettings())
-"""The defaults of :class:`~gymbench.builtin.backend_settings.HttpSettings`, for backends built directly."""
 PREFLIGHT_TRIES = 3
 CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 PROBED_READS = 2
@@ -187,34 +184,6 @@ class Posted:
     """The last try's client delay (:meth:`RequestClock.client_delay`)."""
 
 
-def http_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The HTTP settings with defaults filled in, checked: aiohttp reads a 0 timeout as no timeout
-    at all, so a bad value would not fail, it would quietly change what a run measures."""
-    cfg = {**HTTP_DEFAULTS, **{k: v for k, v in settings.items() if k in HTTP_DEFAULTS and v is not None}}
-    for name in ("request_timeout_s", "connect_timeout_s"):
-        cfg[name] = _seconds(name, cfg[name], "a finite number of seconds > 0 (aiohttp reads 0 as no timeout)")
-    for name in ("backoff_base_s", "backoff_cap_s"):
-        cfg[name] = _seconds(name, cfg[name], "a finite number of seconds >= 0", allow_zero=True)
-    cfg["max_retries"] = _whole_number("max_retries", cfg["max_retries"], "a whole number >= 0 (0: never retry)")
-    for name in ("global_aiohttp_connector_limit", "global_aiohttp_connector_limit_per_host"):
-        cfg[name] = _whole_number(name, cfg[name], "a whole number >= 0 (0: no limit)")
-    return cfg
-
-
-def _seconds(name: str, value: Any, allowed: str, allow_zero: bool = False) -> float:
-    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
-    if not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
-        raise GymbenchError(f"the HTTP setting {name} must be {allowed}, got {value!r}")
-    return number
-
-
-def _whole_number(name: str, value: Any, allowed: str) -> int:
-    whole = isinstance(value, int) or isinstance(value, float) and value.is_integer()
-    if isinstance(value, bool) or not whole or value < 0:
-        raise GymbenchError(f"the HTTP setting {name} must be {allowed}, got {value!r}")
-    return int(value)
-
-
 def auth_headers(api_key_env: Any) -> dict[str, str]:
     """``Authorization`` from the named variable; an unnamed one falls back to OPENAI_API_KEY if set.
 
@@ -251,14 +220,16 @@ class Refusal:
 
 
 class RetryingClient:
-    def __init__(self, settings: Mapping[str, Any], what: str) -> None:
-        cfg = http_settings(settings)
+    def __init__(self, settings: HttpSettings, what: str) -> None:
+        """``settings`` were checked when built (:class:`~gymbench.builtin.backend_settings.HttpSettings`:
+        finite timeouts above 0, since aiohttp reads 0 as no timeout at all and a bad value would not
+        fail, it would quietly change what a run measures)."""
         self.what = what
-        self.headers = auth_headers(cfg["api_key_env"])
-        self.timeout = aiohttp.ClientTimeout(total=cfg["request_timeout_s"], sock_connect=cfg["connect_timeout_s"])
-        self.retry = RetryPolicy(cfg["max_retries"], cfg["backoff_base_s"], cfg["backoff_cap_s"])
-        self.limits = (cfg["global_aiohttp_connector_limit"], cfg["global_aiohttp_connector_limit_per_host"])
-        self.preflight = bool(cfg["preflight"])
+        self.headers = auth_headers(settings.api_key_env)
+        self.timeout = aiohttp.ClientTimeout(total=settings.request_timeout_s, sock_connect=settings.connect_timeout_s)
+        self.retry = RetryPolicy(settings.max_retries, settings.backoff_base_s, settings.backoff_cap_s)
+        self.limits = (settings.global_aiohttp_connector_limit, settings.global_aiohttp_connector_limit_per_host)
+        self.preflight = settings.preflight
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
         """How the client waits between tries; tests swap it to record the delays it asks for."""
         self._rng = random.Random()

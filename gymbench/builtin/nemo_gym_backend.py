@@ -16,6 +16,7 @@ Every agent is checked to answer before its first row is sent: a dead agent cost
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gymbench.builtin.backend_settings import HttpSettings, NemoGymSettings
 from gymbench.builtin.http_client import RequestClock, RetryingClient
 from gymbench.builtin.nemo_gym_head import AgentDirectory, head_server_url, read_directory
 from gymbench.builtin.openai_shapes import read_responses
@@ -41,11 +43,11 @@ def agent_name_of(row: Mapping[str, Any]) -> str | None:
 
 
 class NemoGymBackend:
-    def __init__(self, settings: Mapping[str, Any]) -> None:
-        agent_url = settings.get("agent_url") or settings.get("base_url")
-        self.agent_url = str(agent_url).rstrip("/") if agent_url else None
-        self.agent_name: str | None = settings.get("agent_name") or None
-        self.head_url = head_server_url(settings.get("head_server") or {})
+    def __init__(self, settings: NemoGymSettings) -> None:
+        agent_url = settings.agent_url or settings.base_url
+        self.agent_url = agent_url.rstrip("/") if agent_url else None
+        self.agent_name = settings.agent_name or None
+        self.head_url = head_server_url(settings.head_server)
         self.client = RetryingClient(settings, "agent server")
         self.directory: AgentDirectory | None = None
         self.agent_routes: dict[str, str] = {}
@@ -147,13 +149,13 @@ async def _read_run(answer: aiohttp.ClientResponse, clock: RequestClock) -> Gene
 
 
 async def agents_aggregate_metrics(
-    settings: Mapping[str, Any], routes: Mapping[str, str], entries: Mapping[str, Any]
+    settings: HttpSettings, routes: Mapping[str, str], entries: Mapping[str, Any]
 ) -> dict[str, JSONObject | str]:
     """Each agent's own ``/aggregate_metrics`` over its rows, as ``ng_collect_rollouts`` asks after
     a run (benchmark metrics such as pass@k live there); a reason where an agent cannot.
 
     ``entries`` maps an agent to its rows' JSON texts (anything with ``json_array()``)."""
-    client = RetryingClient({**settings, "preflight": False}, "agent server")
+    client = RetryingClient(dataclasses.replace(settings, preflight=False), "agent server")
     await client.open(None)
     found: dict[str, dict[str, Any] | str] = {}
     try:

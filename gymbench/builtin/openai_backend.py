@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
+from gymbench.builtin.backend_settings import OpenAISettings
 from gymbench.builtin.http_client import RequestClock, RetryingClient
 from gymbench.builtin.openai_shapes import chat_body, read_chat, read_responses, read_server_timings
 from gymbench.builtin.stream_assembly import ChatStream, ResponsesStream, StreamAssembler, sse_event_batches
@@ -32,21 +33,18 @@ not exist", Ollama's "model "x" not found") is not about a missing endpoint."""
 
 
 class OpenAIBackend:
-    def __init__(self, settings: Mapping[str, Any]) -> None:
-        base_url, model = settings.get("base_url"), settings.get("model")
-        api = settings.get("api") or "responses"
-        if not base_url:
-            raise GymbenchError("the openai backend needs +base_url=http://HOST:PORT/v1")
-        if not model:
+    def __init__(self, settings: OpenAISettings) -> None:
+        """``settings`` checked (built through the plugin manager or the schema); the server and the
+        model are required here, when the simulator standing in has laid in its address."""
+        base_url = settings.endpoint()
+        if not settings.model:
             raise GymbenchError("the openai backend needs +model=NAME (the served model's name)")
-        if api not in APIS:
-            raise GymbenchError(f"api must be one of {', '.join(APIS)}, got {api!r}")
-        self.url = str(base_url).rstrip("/") + APIS[api]
-        self.models_url = str(base_url).rstrip("/") + "/models"
-        self.api = api
-        self.model = model
-        self.stream = bool(settings.get("stream", False))
-        self.extra_body = dict(settings.get("extra_body") or {})
+        self.url = base_url + APIS[settings.api]
+        self.models_url = base_url + "/models"
+        self.api = settings.api
+        self.model = settings.model
+        self.stream = settings.stream
+        self.extra_body = dict(settings.extra_body)
         self.client = RetryingClient(settings, "model server")
 
     async def __aenter__(self) -> OpenAIBackend:

@@ -25,12 +25,12 @@ from gymbench.rollout.agent_metrics import (
 from gymbench.types import Backend
 
 
-def write_aggregate_metrics(output: Path, backend: Backend, backend_config: Mapping[str, Any]) -> Path | None:
+def write_aggregate_metrics(output: Path, backend: Backend, backend_settings: object) -> Path | None:
     """The file's path, or ``None`` when no completed row names an agent."""
     entries = agent_entries(read_rows(output, warn)) if output.is_file() else {}
     if not entries:
         return None
-    from_agents = _ask_agents(backend, backend_config, entries)
+    from_agents = _ask_agents(backend, backend_settings, entries)
     listing = []
     for name, rows in entries.items():
         metrics = from_agents.get(name)
@@ -42,14 +42,14 @@ def write_aggregate_metrics(output: Path, backend: Backend, backend_config: Mapp
     return write_json_atomic(aggregate_metrics_path(output), listing)
 
 
-def _ask_agents(
-    backend: Backend, backend_config: Mapping[str, Any], entries: Mapping[str, EncodedEntries]
-) -> dict[str, Any]:
+def _ask_agents(backend: Backend, backend_settings: object, entries: Mapping[str, EncodedEntries]) -> dict[str, Any]:
     """Agent backends name the servers they routed rows to in ``agent_routes``; others have none."""
     routes = getattr(backend, "agent_routes", None)
-    if not routes:
+    from gymbench.builtin.backend_settings import HttpSettings
+
+    if not routes or not isinstance(backend_settings, HttpSettings):
         return {}
     from gymbench.builtin.nemo_gym_backend import agents_aggregate_metrics
     from gymbench.collect.driver import run_loop
 
-    return dict(run_loop(agents_aggregate_metrics(backend_config, routes, entries)))
+    return dict(run_loop(agents_aggregate_metrics(backend_settings, routes, entries)))

@@ -1,4 +1,4 @@
-"""What a collection is made of: its backend and settings, its run's identity, its standard metrics.
+"""What a collection is made of: its settings and strategy, its run's identity, its standard metrics.
 
 :class:`gymbench.collect.driver.Collection` drives one from these, the same way for
 ``gymbench collect``, a shard of a sharded collect and the pytest API.
@@ -6,16 +6,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import random
-import weakref
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from gymbench.collect.config import CollectConfig, ServerConfig
+from gymbench.collect.config import CollectConfig
 from gymbench.collect.progress import warn
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import check_writable_file
@@ -26,11 +23,8 @@ from gymbench.rollout.engine import CollectSettings
 from gymbench.rollout.identity import check_run_fingerprint, write_run_fingerprint
 from gymbench.rollout.run_settings import RunPolicy
 from gymbench.rollout.stats import CollectStats, CollectSummary
-from gymbench.settings import CheckedOptions, known_fields, run_defining_settings
+from gymbench.settings import known_fields, run_defining_settings
 from gymbench.types import ConcurrencyStrategy
-
-if TYPE_CHECKING:
-    from gymbench.sim.config import SimConfig
 
 T = TypeVar("T")
 STORED_LATENCY_SAMPLES = 2000
@@ -40,137 +34,16 @@ UNBOUNDED_WARNING = (
 )
 
 
-AGENT_SETTINGS = ("agent_url", "agent_name", "head_server")
-"""Settings that name a NeMo Gym agent: with no backend given, they choose ``nemo-gym``."""
-
-
-@dataclass(frozen=True)
-class BackendChoice:
-    """The backend a run uses, built once per settings object (:func:`backend_choice`)."""
-
-    name: str
-    options: Any
-    """The backend's settings, checked: an instance of its schema (the raw mapping when it declares none)."""
-    simulator: SimConfig | None
-    """The simulator that stands in for the server, when no server is named."""
-
-
-_BUILT: dict[int, dict[str, Any]] = {}
-"""What was built from a settings object, by ``id``, while it lives (so one run builds each thing once)."""
-
-
-def _built_once(config: ServerConfig, key: str, build: Callable[[], T]) -> T:
-    built = _BUILT.get(id(config))
-    if built is None:
-        built = _BUILT[id(config)] = {}
-        weakref.finalize(config, _BUILT.pop, id(config), None)
-    if key not in built:
-        built[key] = build()
-    value: T = built[key]
-    return value
-
-
-def chosen_backend(config: ServerConfig) -> tuple[str, bool]:
-    """The backend a run uses, and whether the simulator stands in for its server.
-
-    The simulator stands in only when nothing names a server: a backend, an agent or a base URL
-    given means that server or a clear error, never rows from the simulator instead."""
-    if config.backend:
-        return config.backend, False
-    if any(getattr(config, key) for key in AGENT_SETTINGS):
-        return "nemo-gym", False
-    return "openai", not config.base_url
-
-
-def backend_choice(config: ServerConfig, plugins: Plugins) -> BackendChoice:
-    """The backend's name, its checked settings and the simulator's: built once for ``config``.
-
-    A backend gets the server settings its schema declares, plus ``backend_options`` (checked
-    against the schema: a misspelt option is an error)."""
-
-    def build() -> BackendChoice:
-        name = chosen_backend(config)[0]
-        declared = plugins.options("backend", name)
-        values = {key: value for key, value in config.backend_values().items() if declared is None or key in declared}
-        values.update(config.backend_options)
-        return BackendChoice(name, plugins.check("backend", name, values), simulator_config(config))
-
-    built = _built_once(config, f"backend {id(plugins)}", lambda: (plugins, build()))
-    return built[1]  # the plugins are held with it, so their id is not reused while it is kept
-
-
-@contextlib.contextmanager
-def backend_settings(
-    config: ServerConfig, plugins: Plugins, running_sim: Any = None
-) -> Iterator[tuple[str, CheckedOptions]]:
-    """The backend's name and settings; starts (and stops) the simulator when no server is named.
-
-    No server named at all: the simulator behind the ``openai`` backend; ``running_sim`` (a started
-    :class:`~gymbench.sim.SimServerHandle`, as the pytest fixture keeps one per session) is used
-    instead of starting one. The settings are read as data and hold the checked settings object,
-    which ``plugins.backend`` takes as it is (:class:`~gymbench.settings.CheckedOptions`); with the
-    simulator standing in, its address.
-    """
-    choice = backend_choice(config, plugins)
-    if choice.simulator is None:
-        yield choice.name, CheckedOptions(choice.options)
-        return
-    with contextlib.ExitStack() as stack:
-        server = running_sim
-        if server is None:
-            from gymbench.sim import running_sim_server
-
-            server = stack.enter_context(running_sim_server(choice.simulator))
-            warn(
-                f"no server set: using the simulated server ({_sim_named(config)}) at {server.url}; "
-                "for a real one set +base_url=... +model=... (an OpenAI-compatible server), or "
-                "+agent_name=NAME (a NeMo Gym agent, found through its head server) or +agent_url=..."
-            )
-        address = {"base_url": server.base_url, "model": config.model or server.config.model}
-        yield choice.name, CheckedOptions(_with_values(choice.options, address))
-
-
-def _sim_named(config: ServerConfig) -> str:
-    profile = f", profile {config.sim_profile}" if config.sim_profile else ""
-    return f"preset {config.sim_preset}{profile}"
-
-
-def _with_values(options: Any, values: dict[str, Any]) -> Any:
-    """``options`` with ``values`` in place: a settings object stays one, a mapping a mapping."""
-    if dataclasses.is_dataclass(options) and not isinstance(options, type):
-        return dataclasses.replace(options, **values)
-    return {**options, **values}
-
-
-def checked_backend(config: ServerConfig, plugins: Plugins) -> tuple[str, dict[str, Any]]:
-    """The backend's name and the settings it is given (as data), checked against its schema now;
-    the simulator's configuration is checked too, before anything starts."""
-    choice = backend_choice(config, plugins)
-    return choice.name, CheckedOptions(choice.options)
-
-
-def simulator_config(config: ServerConfig) -> SimConfig | None:
-    """The simulator's configuration (``sim_preset``, ``sim_profile``, ``+sim.*``, serving ``model`` when one is named)
-    when no server is set, else None. Typed and checked like every setting; built once for ``config``."""
-
-    def build() -> SimConfig | None:
-        if not chosen_backend(config)[1]:
-            return None
-        from gymbench.sim.config import config_from_preset
-
-        overrides = {"model": config.model, **config.sim} if config.model else config.sim
-        return config_from_preset(config.sim_preset, overrides, config.sim_profile)
-
-    return _built_once(config, "simulator", build)
-
-
 def make_strategy(plugins: Plugins, name: str, options: dict[str, Any], parallelism: int | None) -> ConcurrencyStrategy:
     """A strategy from the registry; ``num_samples_in_parallel`` goes to those that take it (unless
     their own options set it). The strategy gets its checked settings object, not plain data."""
-    settings = plugins.check("strategy", name, options)
+    settings: Any = plugins.check("strategy", name, options)
     takes_parallelism = isinstance(settings, Mapping) or "num_samples_in_parallel" in known_fields(type(settings))
     if takes_parallelism and "num_samples_in_parallel" not in options:
-        settings = _with_values(settings, {"num_samples_in_parallel": parallelism})
+        if isinstance(settings, Mapping):
+            settings = {**settings, "num_samples_in_parallel": parallelism}
+        else:
+            settings = dataclasses.replace(settings, num_samples_in_parallel=parallelism)
     elif not takes_parallelism and parallelism is not None:
         warn(f"num_samples_in_parallel does not apply to strategy {name!r}, which sets its own limit")
     return plugins.strategy(name, settings)

@@ -78,14 +78,14 @@ def _report(config: CollectConfig, collection: Collection, run: Run, interrupted
     """The summary, NeMo Gym's aggregate metrics, the record and the metrics file; then the exit status.
     The summary comes first, so a file that cannot be written at the end costs only that file."""
     collector, output, backend = collection.collector, collection.settings.output_path, collection.backend
-    assert collector is not None and backend is not None
+    assert collector is not None and backend is not None and collection.target is not None
     summary = collection.summary()
     print(format_summary(summary, output), file=sys.stderr)
     files = EndOfRunFiles()
     if not (interrupted or config.disable_aggregation or collector.problems.errors):
-        config_of = collection.backend_config
+        settings = collection.target.backend_settings
         aggregated = files.write(
-            "NeMo Gym's aggregate metrics", lambda: write_aggregate_metrics(output, backend, config_of)
+            "NeMo Gym's aggregate metrics", lambda: write_aggregate_metrics(output, backend, settings)
         )
         if aggregated is not None:
             print(f"aggregate metrics (NeMo Gym's): {aggregated}", file=sys.stderr)

@@ -3,9 +3,10 @@
 :class:`ServerConfig` holds what the three commands share (where requests go, how they are
 verified, where the record goes); each command's class adds its own, so ``--help`` lists only
 settings that apply. Settings that other schemas take too are declared once, in groups these
-classes inherit (the backends' :mod:`~gymbench.builtin.backend_settings`, the task range and run
-policy of :mod:`~gymbench.rollout.run_settings`), so the command line stays flat. Range checks
-run when the settings are built (``__post_init__``), before any server is started or file touched.
+classes inherit (the target's :class:`~gymbench.collect.target.TargetSettings` with the backends'
+groups, the task range and run policy of :mod:`~gymbench.rollout.run_settings`), so the command
+line stays flat. Range checks run when the settings are built (``__post_init__``), before any
+server is started or file touched.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gymbench.builtin.backend_settings import ConnectionSettings, NemoGymAgent, OpenAIServer
 from gymbench.builtin.strategy_settings import OPEN_LOOP_STRATEGIES, Parallelism
+from gymbench.collect.target import TargetSettings
 from gymbench.errors import GymbenchError
 from gymbench.rollout.latency import Slo
 from gymbench.rollout.run_settings import RunPolicy, TaskRange
@@ -24,33 +25,15 @@ from gymbench.settings import Progress, RayCluster, ResultsStore, at_least, doc,
 
 LAUNCHERS = ("local", "ray")
 SHARD_TRANSFERS = ("auto", "files", "object_store")
-SERVER_GROUPS = (ConnectionSettings, OpenAIServer, NemoGymAgent)
-"""The backends' settings groups every server command offers flat (``+base_url``, ``+max_retries``)."""
 
 
 # Shared groups listed first among the bases (Progress, ResultsStore, RayCluster): --help shows them after
 # the connection's settings, near the end where they always were.
 @dataclass
-class ServerConfig(Progress, ResultsStore, ConnectionSettings, OpenAIServer, NemoGymAgent):
+class ServerConfig(Progress, ResultsStore, TargetSettings):
     input_jsonl_fpath: str | None = field(
         default=None, metadata=doc("JSONL file of tasks (required)", path=True, run_neutral=True)
     )
-    backend: str | None = field(
-        default=None,
-        metadata=doc(
-            "backend plugin (unset: nemo-gym when an agent is named, openai when base_url is; "
-            "with no server named at all, the simulated server)"
-        ),
-    )
-    backend_options: dict[str, Any] = field(default_factory=dict, metadata=doc("extra backend settings"))
-    sim_preset: str = field(default="vllm-like", metadata=doc("simulator preset when no backend is set"))
-    sim_profile: str | None = field(
-        default=None,
-        metadata=doc(
-            "calibrated simulator profile (YAML from gymbench calibrate-sim), laid over sim_preset", path=True
-        ),
-    )
-    sim: dict[str, Any] = field(default_factory=dict, metadata=doc("simulator settings, e.g. +sim.max_num_seqs=8"))
     strategy: str = field(
         default="semaphore",
         metadata=doc(
@@ -108,11 +91,6 @@ class ServerConfig(Progress, ResultsStore, ConnectionSettings, OpenAIServer, Nem
             first_n=self.verify_first_n,
             only_cheap=self.verify_only_cheap,
         )
-
-    def backend_values(self) -> dict[str, Any]:
-        """Every server setting by name (the groups a backend's schema is made of); the harness passes a
-        backend those its schema declares."""
-        return {name: getattr(self, name) for group in SERVER_GROUPS for name in group.__dataclass_fields__}
 
 
 @dataclass

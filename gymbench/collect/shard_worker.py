@@ -15,15 +15,21 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gymbench.errors import GymbenchError, ServerUnreachable
 from gymbench.rollout.guard import OUTAGE_KINDS
 from gymbench.rollout.stats import CollectStats
 
+if TYPE_CHECKING:
+    from gymbench.plugins import Plugins
+
 REPORT_EVERY_S = 0.25
 _OWN_SIMULATOR: list[Any] = []
 """This worker's own simulated server (``+sim_per_worker=true``), started once and kept for its shards."""
+_PLUGINS: list[Plugins] = []
+"""This worker's plugin manager: a worker is a process of its own, whose entry point this module is;
+built on its first shard and handed to every collection it runs."""
 
 
 @dataclass
@@ -109,12 +115,11 @@ class _ShardProgress:
 def _collect(job: ShardJob, report: Callable[[int], None], outcome: ShardOutcome) -> None:
     from gymbench.collect.config import CollectConfig
     from gymbench.collect.driver import Collection, run_loop
-    from gymbench.plugins import Plugins
     from gymbench.settings import build_settings
 
     settings = {**job.settings, **(_own_simulator(job) if job.own_simulator else {})}
     config = build_settings(CollectConfig, [], settings, where=f"shard {job.index}")
-    collection = Collection.prepare(config, Plugins(), progress=_ShardProgress(report))
+    collection = Collection.prepare(config, _worker_plugins(), progress=_ShardProgress(report))
 
     async def collect() -> CollectStats:
         async with collection:
@@ -139,12 +144,19 @@ def _collect(job: ShardJob, report: Callable[[int], None], outcome: ShardOutcome
 def _own_simulator(job: ShardJob) -> dict[str, Any]:
     """Start this worker's simulator on its first shard; later shards reuse it."""
     if not _OWN_SIMULATOR:
-        from gymbench.collect.collection import simulator_config
         from gymbench.collect.config import CollectConfig
         from gymbench.settings import build_settings
         from gymbench.sim import start_sim_server
 
-        config = build_settings(CollectConfig, [], job.settings)
-        _OWN_SIMULATOR.append(start_sim_server(simulator_config(config)))
+        _OWN_SIMULATOR.append(start_sim_server(build_settings(CollectConfig, [], job.settings).simulator_config()))
     server = _OWN_SIMULATOR[0]
     return {"base_url": server.base_url, "model": job.settings.get("model") or server.config.model}
+
+
+def _worker_plugins() -> Plugins:
+    """The plugin manager of this worker process, built once (see :data:`_PLUGINS`)."""
+    if not _PLUGINS:
+        from gymbench.plugins import Plugins
+
+        _PLUGINS.append(Plugins())
+    return _PLUGINS[0]

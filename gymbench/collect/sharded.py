@@ -20,20 +20,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gymbench.collect.collection import (
-    EndOfRunFiles,
-    check_metrics_path,
-    checked_backend,
-    collect_settings,
-    metrics_path,
-    run_identity,
-    simulator_config,
-)
+from gymbench.collect.collection import EndOfRunFiles, check_metrics_path, collect_settings, metrics_path, run_identity
 from gymbench.collect.config import CollectConfig
 from gymbench.collect.merge import Expected, merge_rollouts
 from gymbench.collect.output_lock import remove_earlier_run
 from gymbench.collect.progress import warn
-from gymbench.collect.server_watch import ServerWatch
 from gymbench.collect.shard_events import Launcher, ShardEvent
 from gymbench.collect.shard_worker import ShardJob, ShardOutcome
 from gymbench.collect.sharded_record import sharded_result
@@ -46,6 +37,7 @@ from gymbench.collect.shards import (
     shards_dir,
 )
 from gymbench.collect.summary import format_summary
+from gymbench.collect.target import Target
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import write_json_atomic
 from gymbench.plugins import Plugins
@@ -66,26 +58,26 @@ def run_sharded_collect(config: CollectConfig, plugins: Plugins) -> int:
     run = Run(plugins, "collect", config.run_name, settings_dict(config), results_dir=config.results_dir,
               save=config.save_results)  # fmt: skip
     output = _checked_output(config)
-    checked_backend(config, plugins)
+    target = Target(config, plugins)
     shards = plan_shards(config)
     with run:
-        return _collect_in_shards(config, plugins, run, output, shards)
+        return _collect_in_shards(config, target, run, output, shards)
 
 
-def _collect_in_shards(config: CollectConfig, plugins: Plugins, run: Run, output: Path, shards: list[Shard]) -> int:
-    with _shared_server(config) as server:
+def _collect_in_shards(config: CollectConfig, target: Target, run: Run, output: Path, shards: list[Shard]) -> int:
+    with _shared_server(config, target) as server:
         cooldowns = shard_cooldowns(config, shards)
         jobs = [
             ShardJob(s.index, 0, shard_settings(config, s, server, cooldown_rollouts=cooldowns[s.index]),
-                     _own_simulator(config))
+                     _own_simulator(config, target))
             for s in shards
         ]  # fmt: skip
         launcher = make_launcher(config)
-        watch = ServerWatch(server.get("base_url") or config.base_url, config.scrape_metrics,
-                            engines=plugins.engine_metrics())  # fmt: skip
+        watch = target.watch(config.scrape_metrics)
         with watch:
             driver = _drive(launcher, jobs, config)
-    result = sharded_result(config, shards, driver.outcomes, driver.tries, driver.collecting_s, _simulator_mode(config))
+    mode = _simulator_mode(config, target)
+    result = sharded_result(config, shards, driver.outcomes, driver.tries, driver.collecting_s, mode)
     result.metrics["worker_startup_s"] = Metric(driver.startup_s, "s", "lower")  # type: ignore[index]
     result.extra["distribution"]["rows_travel_by"] = launcher.rows_travel_by
     result.extra["summary"]["server_metrics"] = watch.record()
@@ -102,7 +94,7 @@ def _collect_in_shards(config: CollectConfig, plugins: Plugins, run: Run, output
     write_run_fingerprint(output, run_identity(config, collect_settings(config), regular_input=True))
     print(f"merged {len(shards)} shards: {report.rows} rows, every expected pair exactly once", file=sys.stderr)
     files = EndOfRunFiles()
-    files.write("NeMo Gym's aggregate metrics", lambda: _aggregate(config, plugins, output))
+    files.write("NeMo Gym's aggregate metrics", lambda: _aggregate(config, target, output))
     files.write("the results record", lambda: run.finish([result]))
     metrics = {"summary": summary, "settings": settings_dict(config), **_shard_extra(result)}
     files.write(str(metrics_path(output)), lambda: write_json_atomic(metrics_path(output), metrics))
@@ -130,29 +122,29 @@ def _expected(config: CollectConfig, shards: list[Shard]) -> Expected:
     return Expected(shards[0].start_idx if shards else config.start_idx, tasks, config.num_repeats)
 
 
-def _own_simulator(config: CollectConfig) -> bool:
-    return config.sim_per_worker and simulator_config(config) is not None
+def _own_simulator(config: CollectConfig, target: Target) -> bool:
+    return config.sim_per_worker and target.simulator is not None
 
 
-def _simulator_mode(config: CollectConfig) -> str:
-    if simulator_config(config) is None:
+def _simulator_mode(config: CollectConfig, target: Target) -> str:
+    if target.simulator is None:
         return "none (a named server)"
     return "one per worker" if config.sim_per_worker else "one shared by all workers"
 
 
 @contextlib.contextmanager
-def _shared_server(config: CollectConfig) -> Iterator[dict[str, Any]]:
-    """The shared simulator's address for the shards' settings; nothing when a server is named or
-    each worker runs its own."""
-    simulator = simulator_config(config)
-    if simulator is None or config.sim_per_worker:
+def _shared_server(config: CollectConfig, target: Target) -> Iterator[dict[str, Any]]:
+    """The shared simulator's address for the shards' settings (the target watches it); nothing when a
+    server is named or each worker runs its own."""
+    if target.simulator is None or config.sim_per_worker:
         yield {}
         return
     from gymbench.sim import running_sim_server
 
-    with running_sim_server(simulator) as server:
+    with running_sim_server(target.simulator) as server:
         warn(f"no server set: one simulated server (preset {config.sim_preset}) at {server.url}, shared by all workers")
-        yield {"base_url": server.base_url, "model": config.model or server.config.model}
+        target.serve_from(server)
+        yield {"base_url": target.base_url, "model": config.model or server.config.model}
 
 
 def make_launcher(config: CollectConfig) -> Launcher:
@@ -324,13 +316,13 @@ def _stopped(
     return 1
 
 
-def _aggregate(config: CollectConfig, plugins: Plugins, output: Path) -> None:
+def _aggregate(config: CollectConfig, target: Target, output: Path) -> None:
     """NeMo Gym's aggregate metrics, from the merged file, when rows name agents (never the simulator's)."""
-    if config.disable_aggregation or simulator_config(config) is not None:
+    if config.disable_aggregation or target.simulator is not None:
         return
     from gymbench.collect.aggregate import write_aggregate_metrics
 
-    name, settings = checked_backend(config, plugins)
-    written = write_aggregate_metrics(output, plugins.backend(name, settings), settings)
+    with target.started() as backend:
+        written = write_aggregate_metrics(output, backend, target.backend_settings)
     if written is not None:
         print(f"aggregate metrics (NeMo Gym's): {written}", file=sys.stderr)

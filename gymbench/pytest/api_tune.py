@@ -46,13 +46,11 @@ def run_tune(bench: Benchmark, config: ConfigSource, prefix: str, settings: Mapp
 
 
 def _tune(bench: Benchmark, config: ConfigSource, settings: Mapping[str, Any]) -> TuneResult:
-    from gymbench.collect.collection import chosen_backend
     from gymbench.tune.command import tune_run
     from gymbench.tune.config import TuneConfig
 
     tune_config = job_settings(bench.context, TuneConfig, "tune", config, settings, {"progress": False, "plot": ""})
-    sim = bench.context.sim() if chosen_backend(tune_config)[1] else None
-    return tune_run(tune_config, bench.context.plugins(), running_sim=sim)
+    return tune_run(tune_config, bench.context.plugins(), running_sim=bench.context.sim)
 
 
 def _recorded(bench: Benchmark, result: TuneResult, prefix: str) -> TuneOutcome:

@@ -92,6 +92,7 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_aliases", tuple(self.model_aliases))  # JSON and YAML give lists
+        object.__setattr__(self, "step_curve_s", _whole_number_keys(self.step_curve_s))
         problems = list(_problems(self))
         if problems:
             raise GymbenchError("invalid simulator configuration: " + "; ".join(problems))
@@ -133,6 +134,14 @@ class SimConfig:
 
     def to_dict(self) -> JSONObject:
         return dataclasses.asdict(self)
+
+
+def _whole_number_keys(curve: Mapping[Any, float]) -> dict[Any, float]:
+    """``step_curve_s`` keyed by whole numbers, however it came: a profile's YAML and the settings give
+    ints, but JSON (how every configuration reaches the simulator process, ``--config-json``) has text
+    keys only, so ``{1: 0.01}`` arrives as ``{"1": 0.01}``. Keys that are not whole numbers are left
+    for the check to name."""
+    return {int(key) if isinstance(key, str) and key.strip().isdigit() else key: value for key, value in curve.items()}
 
 
 def _problems(config: SimConfig) -> list[str]:

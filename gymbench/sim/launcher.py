@@ -105,7 +105,7 @@ def start_sim_server(
         "-m",
         "gymbench.sim.serve",
         "--config-json",
-        json.dumps(cfg.to_dict()),
+        config_json(cfg),
         "--host",
         host,
         "--port",
@@ -126,6 +126,17 @@ def start_sim_server(
             raise GymbenchError(f"{exc}\n--- simulator stderr ---\n{tail}") from None
         raise
     return handle
+
+
+def config_json(config: SimConfig) -> str:
+    """The configuration as the simulator process reads it (``SimConfig(**json.loads(...))``), checked
+    here to come back the same: every setting takes this one road there, and one that JSON would
+    change (``step_curve_s``'s integer keys become text) is an error in this process, not a
+    traceback from that one."""
+    text = json.dumps(config.to_dict())
+    if SimConfig(**json.loads(text)) != config:
+        raise GymbenchError("the simulator's configuration does not survive the way to its process (JSON)")
+    return text
 
 
 def _read_port(process: subprocess.Popen[bytes], timeout: float) -> int:

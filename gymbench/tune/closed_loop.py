@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gymbench.engine_metrics import Counters
 from gymbench.rollout.dataset import Task, TaskSlice, read_tasks
-from gymbench.tune.server_metrics import Counters
 from gymbench.types import ConcurrencyStrategy, RequestOutcome, StopDispatch
 
 LAG_TICK_S = 0.02

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import tempfile
+import contextlib
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from gymbench.collect.collection import backend_settings, checked_backend, chosen_backend, make_strategy
-from gymbench.collect.driver import run_loop
+from gymbench.collect.collection import make_strategy
+from gymbench.collect.driver import Collection, run_loop
 from gymbench.collect.progress import ProbeProgress
+from gymbench.collect.target import chosen_backend
 from gymbench.errors import GymbenchError
 from gymbench.gate.markdown import write_step_summary
 from gymbench.jsonio import check_writable_file
 from gymbench.plugins import Plugins
-from gymbench.rollout.dataset import TaskSlice, check_input_file, read_tasks
-from gymbench.rollout.engine import CollectSettings
 from gymbench.run import Run
 from gymbench.settings import settings_dict
 from gymbench.tune.advice import backend_kind
@@ -31,9 +30,11 @@ from gymbench.tune.report import (
     summary_text,
     tune_result,
 )
-from gymbench.tune.server_metrics import find_server_counters
 from gymbench.tune.sweep import Strategies, TuneResult, adaptive_search, doubling_sweep, validate_stability
 from gymbench.types import is_open_loop
+
+if TYPE_CHECKING:
+    from gymbench.sim.launcher import SimServerHandle
 
 T = TypeVar("T")
 
@@ -70,51 +71,36 @@ def _open_loop_refused(name: str) -> GymbenchError:
 
 
 def with_prober(
-    config: ProbeConfig, plugins: Plugins, work: Callable[[Prober], Coroutine[Any, Any, T]], running_sim: Any = None
+    config: ProbeConfig,
+    plugins: Plugins,
+    work: Callable[[Prober], Coroutine[Any, Any, T]],
+    running_sim: Callable[[], SimServerHandle] | None = None,
 ) -> T:
-    """Start the backend (or the simulator, unless one is running), build a prober on the task
-    sample, run ``work``."""
-    plugins.verifier(config.verifier, config.verifier_options)
-    checked_backend(config, plugins)
-    if not config.input_jsonl_fpath:
-        raise GymbenchError("needs +input_jsonl_fpath=TASKS.jsonl (the sample every probe uses)")
-    source = Path(config.input_jsonl_fpath)
-    if not check_input_file(source):
-        raise GymbenchError(f"{source}: is a pipe; probes read the task sample many times, so give a file")
-    next(read_tasks(source, TaskSlice(limit=1)), None)
-    settings = CollectSettings(
-        source,
-        Path(tempfile.gettempdir()) / "unused.jsonl",
-        overrides=dict(config.responses_create_params),
-        verify=config.verify_settings(),
+    """Probe through a collection in closed-loop mode: its target (the simulator, unless one is
+    running), the server's counters, a prober on the task sample; then ``work``."""
+    collection = Collection.prepare_probes(
+        config, plugins, shared_sim=running_sim, server_counters=config.server_counters
     )
-    with backend_settings(config, plugins, running_sim=running_sim) as (name, backend_config):
-        backend = plugins.backend(name, backend_config)
-        if config.server_counters:
-            found = find_server_counters(backend_config.get("base_url"), plugins.engine_metrics())
-            counters, server = found.counters, found.record
-        else:
-            counters, server = None, {"engine": None, "engine_note": "not read (+server_counters=false)"}
-        prober = Prober(
-            source,
-            backend,
-            lambda: plugins.verifier(config.verifier, config.verifier_options),
-            settings,
-            config.sample_size,
-            config.precision_rule(),
-            counters,
-        )
-        prober.server = server
-        progress = ProbeProgress(config.progress)
-        prober.progress = progress
+    progress = ProbeProgress(config.progress)
+
+    async def main() -> T:
+        async with collection:
+            found = collection.server_counters
+            prober = Prober(collection, config.sample_size, config.precision_rule(), found.counters)
+            prober.server = found.record
+            prober.progress = progress
+            return await work(prober)
+
+    with contextlib.closing(collection):
         try:
-            return run_loop(work(prober))
+            return run_loop(main())
         finally:
             progress.close()
-            prober.close()
 
 
-def tune_run(config: TuneConfig, plugins: Plugins, running_sim: Any = None) -> TuneResult:
+def tune_run(
+    config: TuneConfig, plugins: Plugins, running_sim: Callable[[], SimServerHandle] | None = None
+) -> TuneResult:
     search = config.search_settings()
     strategies = strategies_for(config, plugins)
 

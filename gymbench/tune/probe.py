@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -23,15 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from gymbench.engine_metrics import Settled, settle
-from gymbench.rollout.dataset import TaskSlice
-from gymbench.rollout.engine import Collector, CollectSettings
+from gymbench.collect.driver import Collection
+from gymbench.engine_metrics import Counters, Settled, settle
+from gymbench.rollout.engine import Collector
 from gymbench.rollout.stats import CollectStats
 from gymbench.tune.closed_loop import CountedSlots, FairSample, SampleCycle, Watch, watch
 from gymbench.tune.knee_search import Level
 from gymbench.tune.rates import Completion, Meter, Precision, Rate
-from gymbench.tune.server_metrics import Counters
-from gymbench.types import Backend, ConcurrencyStrategy, GenerationFailed, JSONObject, Verifier
+from gymbench.types import ConcurrencyStrategy, GenerationFailed, JSONObject
 
 THROTTLED_SHARE = 0.1
 """A level where this share of rollouts met 429s (or retries) is read as rate-limited."""
@@ -117,24 +114,21 @@ class LoopRun:
 
 
 class Prober:
-    """Runs probes against one backend on one task sample."""
+    """Runs probes on one task sample through a collection in closed-loop mode
+    (:meth:`~gymbench.collect.driver.Collection.prepare_probes`, or
+    :meth:`~gymbench.collect.driver.Collection.around` a backend the caller built)."""
 
     def __init__(
         self,
-        input_path: Path,
-        backend: Backend,
-        verifier_factory: Callable[[], Verifier],
-        settings: CollectSettings,
+        collection: Collection,
         sample_size: int,
         precision: Precision | None = None,
         counters: Counters | None = None,
         clock: Callable[[], float] = time.perf_counter,
         poll_s: float = 0.25,
     ) -> None:
-        self.input_path = input_path
-        self.backend = backend
-        self.verifier_factory = verifier_factory
-        self.base = settings
+        self.collection = collection
+        self.input_path = collection.settings.input_path
         self.sample_size = sample_size
         self.precision = precision or Precision()
         self.counters = counters
@@ -143,7 +137,6 @@ class Prober:
         self.clock = clock
         """Seconds, monotonic, for everything timed; a simulated-time test passes its loop's ``time``."""
         self.poll_s = poll_s
-        self.workdir = Path(tempfile.mkdtemp(prefix="gymbench-tune-"))
         self.progress: Any = None
         """Optional: ``progress.start(parallelism, None)`` returns the collector's progress callback;
         ``progress.show(text)`` shows the rate so far."""
@@ -151,18 +144,13 @@ class Prober:
         self.pooled_work = 0.0
         self.pooled_squares = 0.0
         self.pooled_successes = 0
-        self._runs = 0
         self._shared_server = False
 
-    def close(self) -> None:
-        """Remove the probes' rollout files: they are scratch (the rates are what a tune keeps)."""
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> Prober:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    @property
+    def workdir(self) -> Path | None:
+        """Where the probes' rollout files go: the collection's scratch, removed when it closes (the
+        rates are what a tune keeps)."""
+        return self.collection.scratch
 
     @property
     def per_rollout(self) -> float:
@@ -209,11 +197,8 @@ class Prober:
         use_clock = getattr(strategy, "use_clock", None)
         if use_clock is not None:
             use_clock(self.clock, seen.tokens)
-        self._runs += 1
-        settings = replace(self.base, output_path=self.workdir / f"run{self._runs}-p{label}.jsonl",
-                           selection=TaskSlice(), overwrite=True, resume=False)  # fmt: skip
         tasks = SampleCycle(self.input_path, self.sample_size, budget)
-        collector = Collector(settings, self.backend, self.verifier_factory(), counted, clock=self.clock, tasks=tasks)  # type: ignore[arg-type]
+        collector = self.collection.closed_loop(counted, tasks, f"p{label}", self.clock)
         if self.progress is not None:
             collector.on_progress = self.progress.start(label, None)
         finished = asyncio.Event()

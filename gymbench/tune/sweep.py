@@ -68,12 +68,6 @@ def adaptive_options(search: SearchSettings, precision: Precision) -> JSONObject
     }
 
 
-def builtin_strategies() -> Strategies:
-    from gymbench.plugins import Plugins, get_plugin_manager
-
-    return Strategies.from_plugins(Plugins(get_plugin_manager(load_entry_points=False)))
-
-
 @dataclass
 class StabilityResult:
     parallelism: int
@@ -135,9 +129,8 @@ class TuneResult:
         return {p: rate.scaled(1 / self.per_rollout) for p, rate in self.search.curve.items()}
 
 
-async def doubling_sweep(prober: Prober, settings: SearchSettings, strategies: Strategies | None = None) -> TuneResult:
+async def doubling_sweep(prober: Prober, settings: SearchSettings, strategies: Strategies) -> TuneResult:
     """The seeds' sweep: a probe per level, each until precise, levels chosen by the shared rules."""
-    strategies = strategies or builtin_strategies()
     started = prober.clock()
     search = KneeSearch(settings)
     probes: list[ProbeResult] = []
@@ -180,11 +173,11 @@ async def _second_pass(
 
 
 async def adaptive_search(
-    prober: Prober, settings: SearchSettings, strategies: Strategies | None = None, budget: int = ADAPTIVE_BUDGET
+    prober: Prober, settings: SearchSettings, strategies: Strategies, budget: int = ADAPTIVE_BUDGET
 ) -> TuneResult:
     """One collection under the ``adaptive`` strategy; it stops once the knee is found."""
     started = prober.clock()
-    strategy = (strategies or builtin_strategies()).adaptive(settings, prober.precision)
+    strategy = strategies.adaptive(settings, prober.precision)
 
     def show(_: object) -> None:
         show_text = getattr(prober.progress, "show", None)
@@ -238,10 +231,11 @@ async def validate_stability(
     rollouts: int,
     expected: float,
     error_bound: float = 0.01,
-    strategies: Strategies | None = None,
+    *,
+    strategies: Strategies,
 ) -> StabilityResult:
     """A longer run at the recommendation: does throughput hold, and do errors stay rare?"""
-    strategy = (strategies or builtin_strategies()).fixed(parallelism)
+    strategy = strategies.fixed(parallelism)
     result = await prober.probe(parallelism, strategy, rollouts=rollouts)
     rates = result.batch_rates or [result.rollouts_per_s]
     third = max(1, len(rates) // 3)

@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 
 from gymbench import GenerationFailed, GenerationRequest, GymbenchError
+from gymbench.builtin.backend_settings import OpenAISettings
 from gymbench.builtin.openai_backend import OpenAIBackend
 from gymbench.builtin.openai_shapes import chat_body
 from gymbench.sim import SimServerHandle, start_sim_server
@@ -36,7 +37,7 @@ def servers() -> Iterator[dict[str, SimServerHandle]]:
 
 
 def backend(server: SimServerHandle, **settings: Any) -> OpenAIBackend:
-    return OpenAIBackend({"base_url": server.base_url, "model": "m", "backoff_base_s": 0.01, **settings})
+    return OpenAIBackend(OpenAISettings(base_url=server.base_url, model="m", backoff_base_s=0.01, **settings))
 
 
 def request(params: dict[str, Any] = QUESTION) -> GenerationRequest:
@@ -94,7 +95,7 @@ async def test_streamed_and_plain_calls_give_responses_of_the_same_shape(
 
 
 async def test_a_missing_responses_endpoint_says_to_use_chat(serve: Serve) -> None:
-    client = OpenAIBackend({"base_url": await serve(app_with_models()), "model": "m", "max_retries": 3})
+    client = OpenAIBackend(OpenAISettings(base_url=await serve(app_with_models()), model="m", max_retries=3))
     async with client:
         with pytest.raises(GenerationFailed) as info:
             await client.generate(request())
@@ -113,7 +114,7 @@ async def test_an_unknown_model_404_points_at_the_model_not_the_endpoint(serve: 
 
     app = app_with_models()
     app.router.add_post(f"/v1/{'responses' if api == 'responses' else 'chat/completions'}", unknown_model)
-    async with OpenAIBackend({"base_url": await serve(app), "model": "m", "api": api}) as client:
+    async with OpenAIBackend(OpenAISettings(base_url=await serve(app), model="m", api=api)) as client:
         with pytest.raises(GenerationFailed) as info:
             await client.generate(request())
     assert info.value.status == 404 and "check +model" in info.value.reason and "+api" not in info.value.reason
@@ -173,7 +174,7 @@ async def test_unreachable_server_is_a_clear_error_after_a_bounded_number_of_tri
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # closed again: nothing listens there
-    client = OpenAIBackend({"base_url": f"http://127.0.0.1:{port}/v1", "model": "m", "backoff_base_s": 0.01})
+    client = OpenAIBackend(OpenAISettings(base_url=f"http://127.0.0.1:{port}/v1", model="m", backoff_base_s=0.01))
     delays = recording_sleeps(client)
     pattern = r"cannot reach the model server at http://127.0.0.1:\d+/v1/models after 3 tries"
     with pytest.raises(GymbenchError, match=pattern):
@@ -204,23 +205,25 @@ async def test_api_key_comes_from_the_named_variable(monkeypatch: pytest.MonkeyP
     port = runner.addresses[0][1]
     try:
         monkeypatch.setenv("MY_KEY", "sk-test-123")
-        async with OpenAIBackend({"base_url": f"http://127.0.0.1:{port}/v1", "model": "m", "api_key_env": "MY_KEY"}):
+        async with OpenAIBackend(
+            OpenAISettings(base_url=f"http://127.0.0.1:{port}/v1", model="m", api_key_env="MY_KEY")
+        ):
             pass
         assert seen == ["Bearer sk-test-123"]
         monkeypatch.delenv("MY_KEY")
         with pytest.raises(GymbenchError, match="MY_KEY"):
-            OpenAIBackend({"base_url": f"http://127.0.0.1:{port}/v1", "model": "m", "api_key_env": "MY_KEY"})
+            OpenAIBackend(OpenAISettings(base_url=f"http://127.0.0.1:{port}/v1", model="m", api_key_env="MY_KEY"))
     finally:
         await runner.cleanup()
 
 
 def test_missing_settings_are_clear() -> None:
     with pytest.raises(GymbenchError, match=r"\+base_url"):
-        OpenAIBackend({"model": "m"})
+        OpenAIBackend(OpenAISettings(model="m"))
     with pytest.raises(GymbenchError, match=r"\+model"):
-        OpenAIBackend({"base_url": "http://x/v1"})
-    with pytest.raises(GymbenchError, match="api must be one of"):
-        OpenAIBackend({"base_url": "http://x/v1", "model": "m", "api": "grpc"})
+        OpenAIBackend(OpenAISettings(base_url="http://x/v1"))
+    with pytest.raises(GymbenchError, match="'api': got 'grpc', expected one of responses, chat"):
+        OpenAIBackend(OpenAISettings(base_url="http://x/v1", model="m", api="grpc"))
 
 
 def test_chat_translation_of_responses_params() -> None:

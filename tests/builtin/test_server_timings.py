@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gymbench import Generation, GenerationRequest
+from gymbench.builtin.backend_settings import OpenAISettings
 from gymbench.builtin.openai_backend import OpenAIBackend
 from gymbench.builtin.openai_shapes import read_server_timings
 from tests.builtin.conftest import Serve
@@ -16,7 +17,7 @@ KEPT = {"cache_n": 0, "prompt_n": 9, "prompt_ms": 12.5, "predicted_n": 4, "predi
 
 async def generate(serve: Serve, fake: FakeLlama, api: str, stream: bool) -> Generation:
     settings = {"base_url": await serve(fake.app()), "model": "m", "api": api, "stream": stream}
-    async with OpenAIBackend(settings) as client:
+    async with OpenAIBackend(OpenAISettings(**settings)) as client:
         return await client.generate(GenerationRequest(0, 0, {"input": "6 * 7?"}))
 
 

@@ -9,6 +9,7 @@ import pytest
 from aiohttp import web
 
 from gymbench import GenerationFailed, GenerationRequest
+from gymbench.builtin.backend_settings import OpenAISettings
 from gymbench.builtin.openai_backend import OpenAIBackend
 from gymbench.builtin.stream_assembly import ChatStream, ResponsesStream
 from gymbench.sim.endpoints import CHAT, RESPONSES
@@ -180,7 +181,7 @@ async def test_streamed_tool_calls_are_assembled_by_index(serve: Serve, style: s
     app = app_with_models()
     app.router.add_post("/v1/chat/completions", chat)
     base_url = await serve(app)
-    async with OpenAIBackend({"base_url": base_url, "model": "m", "api": "chat", "stream": True}) as backend:
+    async with OpenAIBackend(OpenAISettings(base_url=base_url, model="m", api="chat", stream=True)) as backend:
         result = await backend.generate(QUESTION)
     message = result.response["choices"][0]["message"]
     ids = ("call_a", "call_b") if style == "openai" else ("chatcmpl-tool-a", "chatcmpl-tool-b")
@@ -206,7 +207,7 @@ async def test_an_event_longer_than_aiohttps_line_limit_is_read(serve: Serve) ->
     app = app_with_models()
     app.router.add_post("/v1/responses", responses)
     base_url = await serve(app)
-    async with OpenAIBackend({"base_url": base_url, "model": "m", "stream": True}) as backend:
+    async with OpenAIBackend(OpenAISettings(base_url=base_url, model="m", stream=True)) as backend:
         result = await backend.generate(QUESTION)
     assert result.text == "x" * 600_000 and result.response == RESPONSES.full(long_reply)
 
@@ -218,7 +219,7 @@ async def test_a_bad_stream_event_is_an_invalid_response(serve: Serve) -> None:
     app = app_with_models()
     app.router.add_post("/v1/chat/completions", chat)
     base_url = await serve(app)
-    async with OpenAIBackend({"base_url": base_url, "model": "m", "api": "chat", "stream": True}) as backend:
+    async with OpenAIBackend(OpenAISettings(base_url=base_url, model="m", api="chat", stream=True)) as backend:
         with pytest.raises(GenerationFailed) as info:
             await backend.generate(QUESTION)
     assert info.value.kind == "invalid_response" and "bad stream event" in info.value.reason

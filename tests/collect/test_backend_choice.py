@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from gymbench.cli import main
-from gymbench.collect.collection import chosen_backend
 from gymbench.collect.config import CollectConfig
+from gymbench.collect.target import chosen_backend
 from gymbench.settings import build_settings
 
 from .test_collect_cli import EXAMPLES

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from gymbench.collect.server_watch import ServerWatch
+from gymbench.engine_metrics import ServerWatch, find_server_counters
 from gymbench.plugins import Plugins, get_plugin_manager
-from gymbench.tune.server_metrics import find_server_counters
 
 pytestmark = pytest.mark.real_engine
 BUILTINS = Plugins(get_plugin_manager(load_entry_points=False)).engine_metrics()

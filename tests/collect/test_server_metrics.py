@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gymbench.collect.server_watch import ServerWatch, highlight, scrape
+from gymbench.builtin.engines import gymbench_register_engine_metrics
+from gymbench.engine_metrics import ServerWatch, highlight, scrape
 from gymbench.record import load_record
 from gymbench.sim import SimConfig, running_sim_server
 
 from .test_collect_cli import EXAMPLES, FAST_SIM, gymbench, rows
+
+ENGINES = gymbench_register_engine_metrics()
 
 
 def test_a_collection_records_the_servers_view(tmp_path: Path) -> None:
@@ -33,9 +36,9 @@ def test_a_collection_records_the_servers_view(tmp_path: Path) -> None:
 
 def test_without_metrics_nothing_is_scraped_and_one_line_says_why(tmp_path: Path) -> None:
     with running_sim_server(SimConfig()) as server:
-        with ServerWatch(server.base_url, enabled=False) as off:
+        with ServerWatch(server.base_url, enabled=False, engines=ENGINES) as off:
             pass
-        with ServerWatch(server.base_url + "/deeper/path") as on:
+        with ServerWatch(server.base_url + "/deeper/path", engines=ENGINES) as on:
             pass
         values, note = scrape(server.base_url + "/models")
         missing, why_missing = scrape(server.base_url.rsplit("/v1", 1)[0] + "/no-metrics")
@@ -43,7 +46,7 @@ def test_without_metrics_nothing_is_scraped_and_one_line_says_why(tmp_path: Path
     assert on.record()["before"]  # /metrics sits at the server's root whatever the base URL's path
     assert values is None and "/v1/models is not Prometheus text" in (note or "")
     assert missing is None and why_missing is not None and why_missing.endswith("/no-metrics answered HTTP 404")
-    with ServerWatch(None) as none:
+    with ServerWatch(None, engines=ENGINES) as none:
         pass
     assert none.record()["note"] == "not scraped: this backend names no model server (no base_url)"
     unreachable, why = scrape("http://127.0.0.1:9/metrics", deadline_s=1)
@@ -52,5 +55,5 @@ def test_without_metrics_nothing_is_scraped_and_one_line_says_why(tmp_path: Path
 
 def test_highlights_read_sglang_names_too() -> None:
     values = {"sglang:num_queue_reqs": 3.0, "sglang:generation_tokens_total": 10.0}
-    assert highlight(values, "waiting") == 3.0 and highlight(values, "generated_tokens") == 10.0
-    assert highlight(values, "kv_cache") is None
+    assert highlight(values, "waiting", ENGINES) == 3.0 and highlight(values, "generated_tokens", ENGINES) == 10.0
+    assert highlight(values, "kv_cache", ENGINES) is None

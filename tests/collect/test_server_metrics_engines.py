@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gymbench.collect.server_watch import ServerWatch
 from gymbench.collect.summary import server_lines
+from gymbench.engine_metrics import ServerWatch
 from gymbench.plugins import Plugins, get_plugin_manager
 from tests.core.test_engine_metrics import AcmePlugin
 from tests.engine_metrics_server import recorded, serving_metrics

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from gymbench import GenerationFailed, GenerationRequest, GymbenchError
+from gymbench.builtin.backend_settings import NemoGymSettings
 from gymbench.builtin.nemo_gym_backend import NemoGymBackend
 from gymbench.builtin.nemo_gym_head import agents_from_global_config, agents_from_instances
 from gymbench.sim import SimServerHandle
@@ -22,7 +23,7 @@ def request(task: int = 0, **row: Any) -> GenerationRequest:
 
 
 def backend(head_port: int, **settings: Any) -> NemoGymBackend:
-    return NemoGymBackend({"head_server": {"port": head_port}, "backoff_base_s": 0.001, **settings})
+    return NemoGymBackend(NemoGymSettings(head_server={"port": head_port}, backoff_base_s=0.001, **settings))
 
 
 async def test_an_agent_name_is_found_through_the_head_servers_listing(stack: AgentStack) -> None:

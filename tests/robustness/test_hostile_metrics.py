@@ -18,9 +18,7 @@ from typing import Any, cast
 
 import pytest
 
-from gymbench.collect.server_watch import scrape
-from gymbench.engine_metrics import ScrapeFailed, fetch_metrics_text
-from gymbench.tune.server_metrics import http_fetch
+from gymbench.engine_metrics import ScrapeFailed, fetch_metrics_text, http_fetch, scrape
 
 from .slow_metrics_server import SlowMetricsServer, slow_metrics_server
 

@@ -13,6 +13,7 @@ import json
 import time
 from pathlib import Path
 
+from gymbench.builtin.backend_settings import OpenAISettings
 from gymbench.builtin.exact_match import ExactMatchVerifier
 from gymbench.builtin.openai_backend import OpenAIBackend
 from gymbench.builtin.semaphore import SemaphoreStrategy
@@ -44,7 +45,7 @@ async def collect_with(tmp_path: Path, block: bool) -> tuple[CollectStats, list[
     loop.call_soon(hold_up)
     with running_sim_server(ENGINE) as server:
         settings = {"base_url": server.base_url, "model": ENGINE.model, "api": "chat", "stream": True}
-        collector = Collector(CollectSettings(tasks, out, overwrite=True), OpenAIBackend(settings),
+        collector = Collector(CollectSettings(tasks, out, overwrite=True), OpenAIBackend(OpenAISettings(**settings)),
                               ExactMatchVerifier(), SemaphoreStrategy(4))  # fmt: skip
         try:
             stats = await collector.run()

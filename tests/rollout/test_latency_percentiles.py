@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gymbench.builtin.backend_settings import OpenAISettings
 from gymbench.builtin.exact_match import ExactMatchVerifier
 from gymbench.builtin.openai_backend import OpenAIBackend
 from gymbench.builtin.semaphore import SemaphoreStrategy
@@ -87,7 +88,7 @@ def test_goodput_counts_exactly_the_rollouts_within_the_slo(tmp_path: Path) -> N
 
 def test_a_streamed_collection_reports_inter_token_latency(tmp_path: Path) -> None:
     with running_sim_server(ENGINE) as server:
-        backend = OpenAIBackend({"base_url": server.base_url, "model": ENGINE.model, "api": "chat", "stream": True})
+        backend = OpenAIBackend(OpenAISettings(base_url=server.base_url, model=ENGINE.model, api="chat", stream=True))
         stats = asyncio.run(collect(backend, tmp_path, Slo()))
     itl = stats.summary()["latency_percentiles_s"]["itl"]
     assert itl["count"] == 40 and itl["p50"]["value"] > 0
@@ -107,7 +108,7 @@ def test_the_timeline_adds_up_and_stays_bounded() -> None:
 
 def test_streamed_rows_have_time_to_second_token_and_goodput_judges_itl_and_tpot(tmp_path: Path) -> None:
     with running_sim_server(ENGINE) as server:
-        backend = OpenAIBackend({"base_url": server.base_url, "model": ENGINE.model, "api": "chat", "stream": True})
+        backend = OpenAIBackend(OpenAISettings(base_url=server.base_url, model=ENGINE.model, api="chat", stream=True))
         first = asyncio.run(collect(backend, tmp_path, Slo()))
         rows = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
         latencies = [rollout_latencies(r["timings"], r["usage"]["completion_tokens"]) for r in rows]

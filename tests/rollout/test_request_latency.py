@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gymbench.builtin.backend_settings import OpenAISettings
 from gymbench.builtin.exact_match import ExactMatchVerifier
 from gymbench.builtin.openai_backend import OpenAIBackend
 from gymbench.builtin.semaphore import SemaphoreStrategy
@@ -49,7 +50,9 @@ def test_streamed_and_whole_requests_both_count_time_to_first_token(tmp_path: Pa
     with running_sim_server(ENGINE) as server:
         latencies = {}
         for stream in (False, True):
-            backend = OpenAIBackend({"base_url": server.base_url, "model": ENGINE.model, "api": api, "stream": stream})
+            backend = OpenAIBackend(
+                OpenAISettings(base_url=server.base_url, model=ENGINE.model, api=api, stream=stream)
+            )
             latencies[stream] = asyncio.run(collect(backend, tasks, tmp_path / f"out-{stream}.jsonl"))
     floor = PREFILL_S + 3 * ENGINE.step_base_s  # the prefill step, then three more tokens
     for latency in latencies.values():

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from gymbench.builtin.backend_settings import OpenAISettings
 from gymbench.builtin.exact_match import ExactMatchVerifier
 from gymbench.builtin.openai_backend import OpenAIBackend
 from gymbench.builtin.semaphore import SemaphoreStrategy
@@ -55,7 +56,7 @@ def collect(tmp_path: Path, fake: FakeLlama, stream: bool, api: str = "chat") ->
 
     async def run() -> CollectStats:
         async with serving(fake) as url:
-            backend = OpenAIBackend({"base_url": url, "model": "m", "api": api, "stream": stream})
+            backend = OpenAIBackend(OpenAISettings(base_url=url, model="m", api=api, stream=stream))
             settings = CollectSettings(tasks, out, overwrite=True)
             return await Collector(settings, backend, ExactMatchVerifier(), SemaphoreStrategy(2)).run()
 
@@ -182,7 +183,7 @@ def test_llama_cpp_reports_timings_that_agree_with_its_usage(
     tasks.write_text((json.dumps(task) + "\n") * 8)
 
     async def run() -> CollectStats:
-        backend = OpenAIBackend({"base_url": server.base_url, "model": server.model, "api": "chat", "stream": stream})
+        backend = OpenAIBackend(OpenAISettings(base_url=server.base_url, model=server.model, api="chat", stream=stream))
         settings = CollectSettings(tasks, out, overwrite=True)
         return await Collector(settings, backend, ExactMatchVerifier(), SemaphoreStrategy(4)).run()
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gymbench.builtin.backend_settings import OpenAISettings
 from gymbench.builtin.exact_match import ExactMatchVerifier
 from gymbench.builtin.openai_backend import OpenAIBackend
 from gymbench.builtin.semaphore import SemaphoreStrategy
@@ -34,7 +35,7 @@ def rows_of(tmp_path: Path, stream: bool, api: str) -> list[dict[str, object]]:
     with running_sim_server(ENGINE) as server:
         settings = {"base_url": server.base_url, "model": ENGINE.model, "api": api, "stream": stream,
                     "global_aiohttp_connector_limit": 1}  # fmt: skip
-        collector = Collector(CollectSettings(tasks, out, overwrite=True), OpenAIBackend(settings),
+        collector = Collector(CollectSettings(tasks, out, overwrite=True), OpenAIBackend(OpenAISettings(**settings)),
                               ExactMatchVerifier(), SemaphoreStrategy(8))  # fmt: skip
         stats = asyncio.run(collector.run())
     assert stats.completed == ROLLOUTS
@@ -72,7 +73,7 @@ async def known_timing_rows(tmp_path: Path) -> tuple[list[dict[str, object]], li
                 "global_aiohttp_connector_limit": 2}  # fmt: skip
     out = tmp_path / "known.jsonl"
     try:
-        collector = Collector(CollectSettings(tasks, out, overwrite=True), OpenAIBackend(settings),
+        collector = Collector(CollectSettings(tasks, out, overwrite=True), OpenAIBackend(OpenAISettings(**settings)),
                               ExactMatchVerifier(), SemaphoreStrategy(8))  # fmt: skip
         await collector.run()
     finally:

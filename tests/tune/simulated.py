@@ -11,9 +11,9 @@ rate is known in closed form (``p ÷ E[hold]``). And a verifier pool on the same
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
-import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -21,15 +21,15 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from gymbench.collect.driver import Collection
+from gymbench.engine_metrics import Counters
 from gymbench.jsonio import loads
-from gymbench.rollout.engine import CollectSettings
 from gymbench.rollout.verification import VerificationRunner, VerifySettings
 from gymbench.sim import InProcessBackend, SimConfig, run_in_simulated_time
 from gymbench.sim.capacity import mean_output_tokens
 from gymbench.testing import make_plugins
 from gymbench.tune.probe import Prober
 from gymbench.tune.rates import Precision
-from gymbench.tune.server_metrics import Counters
 from gymbench.types import Generation, GenerationRequest, TokenUsage, Verdict
 
 T = TypeVar("T")
@@ -113,12 +113,13 @@ def with_prober(
 
     async def main() -> T:
         loop = asyncio.get_running_loop()
-        with tempfile.TemporaryDirectory() as scratch:
-            settings = CollectSettings(TASKS, Path(scratch) / "unused.jsonl", verify=verify)
-            prober = Prober(TASKS, backend, lambda: plugins.verifier(verify.name, dict(verify.config)), settings, 200,  # type: ignore[arg-type]
-                            precision, Counters(counters) if counters else None, clock=loop.time)  # fmt: skip
-            with prober:
-                return await work(prober)
+        collection = Collection.around(backend, TASKS, lambda: plugins.verifier(verify.name, dict(verify.config)),  # type: ignore[arg-type]
+                                       verify=verify)  # fmt: skip
+        engines = plugins.engine_metrics()
+        with contextlib.closing(collection):
+            prober = Prober(collection, 200, precision, Counters(counters, engines=engines) if counters else None,
+                            clock=loop.time)  # fmt: skip
+            return await work(prober)
 
     return run_in_simulated_time(main())
 

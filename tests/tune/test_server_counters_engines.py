@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from gymbench.engine_metrics import find_server_counters
 from gymbench.plugins import Plugins, get_plugin_manager
-from gymbench.tune.server_metrics import find_server_counters
 from tests.core.test_engine_metrics import AcmePlugin
 from tests.engine_metrics_server import recorded, serving_metrics
 

@@ -16,11 +16,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gymbench.builtin.engines import LLAMACPP
+from gymbench.builtin.engines import LLAMACPP, gymbench_register_engine_metrics
 from gymbench.calibrate.loadgen import settle_server
-from gymbench.engine_metrics import Settled, sample_sums, settle
+from gymbench.engine_metrics import Counters, Settled, sample_sums, settle
 from gymbench.sim.virtual import run_in_simulated_time
-from gymbench.tune.server_metrics import Counters
 
 
 def llamacpp_text(processing: int, deferred: int) -> str:
@@ -85,7 +84,7 @@ def test_an_engine_busy_with_others_is_given_up_on_after_max_s() -> None:
 
 def test_counters_read_in_flight_by_the_recognised_engine() -> None:
     texts = iter([llamacpp_text(3, 1)])
-    counters = Counters(lambda: next(texts))
+    counters = Counters(lambda: next(texts), engines=gymbench_register_engine_metrics())
     assert counters.in_flight() == 4
     assert counters.engine is not None and counters.engine.name == "llamacpp"
 

@@ -133,8 +133,10 @@ def test_adaptive_strategy_takes_the_probes_clock() -> None:
 
 def test_stability_validation_at_the_recommendation() -> None:
     async def work(prober: Prober) -> tuple[TuneResult, StabilityResult]:
-        tuned = await doubling_sweep(prober, SearchSettings(start=4), Strategies.from_plugins(make_plugins()))
-        return tuned, await validate_stability(prober, tuned.recommended, 150, tuned.expected_rollouts_per_s)
+        strategies = Strategies.from_plugins(make_plugins())
+        tuned = await doubling_sweep(prober, SearchSettings(start=4), strategies)
+        expected = tuned.expected_rollouts_per_s
+        return tuned, await validate_stability(prober, tuned.recommended, 150, expected, strategies=strategies)
 
     tuned, stability = with_prober(InProcessBackend(KNEE16), work)
     assert stability.parallelism == tuned.recommended and stability.passed, stability.reasons
@@ -143,7 +145,9 @@ def test_stability_validation_at_the_recommendation() -> None:
 
 def test_stability_validation_catches_a_server_that_degrades() -> None:
     async def work(prober: Prober) -> StabilityResult:
-        return await validate_stability(prober, 32, 150, expected=60.0)
+        return await validate_stability(
+            prober, 32, 150, expected=60.0, strategies=Strategies.from_plugins(make_plugins())
+        )
 
     stability = with_prober(InProcessBackend(KNEE16.replace(collapse_threshold=4, collapse_slope=4.0)), work)
     assert not stability.passed and "below 90% of the expected" in stability.reasons[0]

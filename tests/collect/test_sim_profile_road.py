@@ -1,0 +1,72 @@
+"""A calibrated profile reaches the simulator process the one way every configuration does.
+
+``gymbench calibrate-sim`` writes ``step_curve_s`` keyed by running sequences (integers); the
+simulator that ``collect``, ``tune`` and ``diagnose`` start runs in a process of its own, and its
+configuration travels there as JSON, whose keys are text. The profile used to arrive as
+``{"1": ...}`` and the process stopped with a traceback, while ``sim-server +profile`` (in this
+process) worked. The profile here is written as docs/simulator.md shows one.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gymbench.cli import main
+from gymbench.sim import running_sim_server
+from gymbench.sim.config import config_from_preset
+
+PROFILE = """\
+format: gymbench-sim-profile/1
+sim:
+  max_num_seqs: 4
+  step_curve_s: {1: 0.002, 2: 0.0025, 4: 0.0035}
+  prefill_per_token_s: 0.0
+  output_tokens_mean: 8
+calibration:
+  engine: a test
+"""
+
+
+@pytest.fixture
+def profile(tmp_path: Path) -> Path:
+    path = tmp_path / "engine.yaml"
+    path.write_text(PROFILE)
+    return path
+
+
+@pytest.fixture
+def tasks(tmp_path: Path) -> Path:
+    path = tmp_path / "tasks.jsonl"
+    path.write_text('{"responses_create_params": {"input": "1+1"}, "expected_answer": "2"}\n' * 4)
+    return path
+
+
+def test_the_simulator_process_serves_the_profiles_curve(profile: Path) -> None:
+    with running_sim_server(config_from_preset(None, None, str(profile))) as server:
+        with urllib.request.urlopen(f"{server.url}/config", timeout=10) as answer:
+            served = json.loads(answer.read())["config"]
+    assert served["step_curve_s"] == {"1": 0.002, "2": 0.0025, "4": 0.0035}  # JSON's keys, read as numbers there
+    assert server.config.step_curve_s == {1: 0.002, 2: 0.0025, 4: 0.0035}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["collect", "+output_jsonl_fpath={out}"],
+        ["diagnose", "+low=1", "+high=2", "+max_batches=4", "+sample_size=4"],
+        ["tune", "+start=1", "+max_parallelism=2", "+max_batches=4", "+sample_size=4", "+plot="],
+    ],
+)
+def test_collect_tune_and_diagnose_run_the_profiles_simulator(
+    command: list[str], profile: Path, tasks: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [arg.format(out=tmp_path / "out.jsonl") for arg in command]
+    code = main([*args, f"+input_jsonl_fpath={tasks}", f"+sim_profile={profile}", "+progress=false",
+                 "+save_results=false"])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert f"profile {profile}" in printed.err and "Traceback" not in printed.err
