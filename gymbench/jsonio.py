@@ -81,6 +81,31 @@ def loads(text: str | bytes, *, allow_nan: bool = False) -> Any:
         raise JSONReadError(f"cannot read a value: {exc}") from None
 
 
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+"""A ``bytes.translate`` table: every digit a 0, every other byte a space (one C pass per row)."""
+_LONG_DIGIT_RUN = b"0" * 19
+"""Every integer of 18 digits or fewer fits orjson's 64 bits; one of 19 or more may not."""
+
+
+def quick_loads(raw: bytes) -> Any:
+    """One UTF-8 line parsed by orjson when that gives exactly what :func:`loads` gives (in a
+    third of the time); ``None`` when it may not: then read the line the exact way.
+
+    orjson reads integers past 64 bits as floats, so a line with a run of 19 or more digits
+    anywhere (a 20-digit id; in a string too, which costs only the slower read) is left to the
+    standard library, and so is every line orjson refuses (NaN, ``1e400``, lone surrogates, bad
+    UTF-8, a byte-order mark, nesting past 1,024 levels), so the error, or the value, is exactly
+    the standard library's. Floats are the same either way: both read the nearest double. A line
+    that is ``null`` also comes back ``None``, and reads as null the exact way.
+    """
+    if _LONG_DIGIT_RUN in raw.translate(_DIGITS_ONLY):
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
 def decode_line(raw: bytes, first: bool = False) -> str:
     """One line of a UTF-8 file as text; a byte-order mark on the first line is dropped."""
     try:

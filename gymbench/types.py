@@ -33,7 +33,7 @@ JSONObject: TypeAlias = dict[str, JSONValue]
 # --------------------------------------------------------------------------- rollouts
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """One rollout to produce: the task row and the request parameters after overrides."""
 
@@ -45,7 +45,7 @@ class GenerationRequest:
     """The whole input row, so agent backends can forward fields such as ``expected_answer``."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TokenUsage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -62,7 +62,7 @@ ServerTimings: TypeAlias = dict[str, float]
 """Some of :data:`SERVER_TIMING_FIELDS`, each a finite number; never empty."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Generation:
     """What a backend returns for one request."""
 
@@ -125,7 +125,7 @@ class Backend(Protocol):
     async def generate(self, request: GenerationRequest) -> Generation: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """A verifier's judgement. ``failure_kind`` is set when it could not judge at all."""
 
@@ -152,7 +152,7 @@ class StopDispatch(Exception):
     """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RequestOutcome:
     """Feedback a concurrency strategy gets after each rollout (adaptive strategies use it)."""
 

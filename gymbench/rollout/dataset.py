@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from gymbench.errors import GymbenchError
-from gymbench.jsonio import JSONReadError, capped_lines, decode_line, endless_device, loads
+from gymbench.jsonio import JSONReadError, capped_lines, decode_line, endless_device, loads, quick_loads
 
 ROLLOUT_INDEX_BITS = 24
 """``output.pair_key`` packs a rollout index in this many bits (a million done pairs stay small)."""
@@ -194,6 +194,11 @@ def parse_row(path: str | os.PathLike[str], line_number: int, line: str) -> dict
         row = loads(line)
     except JSONReadError as exc:
         raise DatasetError(f"{path}:{line_number}: {exc}; fix or remove the line") from None
+    return check_row(path, line_number, row)
+
+
+def check_row(path: str | os.PathLike[str], line_number: int, row: Any) -> dict[str, Any]:
+    """A parsed task row, checked for NeMo Gym's shape."""
     if not isinstance(row, dict):
         raise DatasetError(f"{path}:{line_number}: expected a JSON object per line, got {type(row).__name__}")
     params = row.get("responses_create_params")
@@ -247,7 +252,11 @@ class TaskStream:
 
     def _parse_rows(self) -> Iterator[Task]:
         for line_number, index, raw in self._lines:
-            yield Task(index, 0, parse_row(self.path, line_number, _decode(self.path, line_number, raw)))
+            row = quick_loads(raw)  # orjson where it reads the row exactly, else the exact reader
+            if row is None:
+                yield Task(index, 0, parse_row(self.path, line_number, _decode(self.path, line_number, raw)))
+            else:
+                yield Task(index, 0, check_row(self.path, line_number, row))
         if not self._lines.any_bytes:
             raise DatasetError(f"{self.path}: input is empty; it needs one JSON task per line")
         if not self._lines.any_rows:

@@ -81,3 +81,35 @@ def test_a_bad_value_from_a_settings_file_names_the_file(tmp_path: Path) -> None
     settings.write_text("limit: 4\nrate: 2.5\n")
     built = build_settings(Schema, ["limit=5"], load_settings_file(settings))
     assert (built.limit, built.rate) == (5, 2.5)  # the command line wins over the file
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"id": 123456789012345678901, "x": 0.1}\n',  # a 21-digit id: past orjson's 64 bits
+        b'{"id": -9223372036854775809}\n',
+        b'{"id": 18446744073709551615, "y": 1e-7, "z": 2.2250738585072011e-308}\n',
+        b'{"x": 0.1, "y": 1.7976931348623157e308, "z": 5e-324, "w": -0.0, "v": 123456789.123456789}\n',
+        b'{"note": "call 12345678901234567890123 now"}\n',
+        b'{"x": NaN}\n',
+        b'{"x": 1e400}\n',
+        b'{"x": "\\ud800"}\n',
+        b'\xef\xbb\xbf{"x": 1}\n',
+        b"null\n",
+    ],
+)
+def test_quick_loads_reads_what_the_exact_reader_reads(line: bytes) -> None:
+    """orjson's answer is taken only where it is the standard library's, value for value."""
+    from gymbench.jsonio import JSONReadError, decode_line, loads, quick_loads
+
+    quick = quick_loads(line)
+    try:
+        exact = loads(decode_line(line, first=True))
+    except JSONReadError:
+        assert quick is None  # the exact reader gives the error
+        return
+    if quick is not None:
+        assert quick == exact
+        assert repr(quick) == repr(exact)  # 0.1 stays 0.1, an int stays an int
+    if b"1234567890123456789" in line or b"9223372036854775809" in line:
+        assert quick is None

@@ -287,3 +287,24 @@ def test_identity_of_a_pipe_does_not_read_it(tmp_path: Path) -> None:
     fifo = tmp_path / "tasks.fifo"
     os.mkfifo(fifo)
     assert input_identity(fifo, TaskSlice()) == {"path": str(fifo), "kind": "pipe"}
+
+
+def test_rows_read_exactly_whichever_reader_reads_them(tmp_path: Path) -> None:
+    """A 20-digit id stays an integer and 0.1 stays 0.1, read by orjson or by the standard library;
+    a bad row is still the standard library's error with its line."""
+    from gymbench.rollout.dataset import DatasetError, TaskSlice, read_tasks
+
+    params = '"responses_create_params": {"input": "hi"}'
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(
+        f'\ufeff{{{params}, "id": 98765432109876543210123, "p": 0.1}}\n'
+        f'{{{params}, "id": 7, "p": 0.1, "big": 123456789012345678901234567890}}\n'
+        f'{{{params}, "id": 8, "p": 0.30000000000000004}}\n'.encode()
+    )
+    rows = [task.row for task in read_tasks(path, TaskSlice())]
+    assert [row["id"] for row in rows] == [98765432109876543210123, 7, 8]
+    assert rows[1]["big"] == 123456789012345678901234567890 and isinstance(rows[1]["big"], int)
+    assert [repr(row["p"]) for row in rows] == ["0.1", "0.1", "0.30000000000000004"]
+    path.write_bytes(f'{{{params}}}\n{{{params}, "x": NaN}}\n'.encode())
+    with pytest.raises(DatasetError, match=r"tasks.jsonl:2: NaN is not valid JSON"):
+        list(read_tasks(path, TaskSlice()))
