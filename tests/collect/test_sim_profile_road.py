@@ -47,7 +47,7 @@ def tasks(tmp_path: Path) -> Path:
 
 def test_the_simulator_process_serves_the_profiles_curve(profile: Path) -> None:
     with running_sim_server(config_from_preset(None, None, str(profile))) as server:
-        with urllib.request.urlopen(f"{server.url}/config", timeout=10) as answer:
+        with urllib.request.urlopen(f"{server.url}/sim/config", timeout=10) as answer:
             served = json.loads(answer.read())["config"]
     assert served["step_curve_s"] == {"1": 0.002, "2": 0.0025, "4": 0.0035}  # JSON's keys, read as numbers there
     assert server.config.step_curve_s == {1: 0.002, 2: 0.0025, 4: 0.0035}
@@ -57,8 +57,8 @@ def test_the_simulator_process_serves_the_profiles_curve(profile: Path) -> None:
     "command",
     [
         ["collect", "+output_jsonl_fpath={out}"],
-        ["diagnose", "+low=1", "+high=2", "+max_batches=4", "+sample_size=4"],
-        ["tune", "+start=1", "+max_parallelism=2", "+max_batches=4", "+sample_size=4", "+plot="],
+        ["diagnose", "+low=1", "+high=2", "+min_batches=2", "+max_batches=4", "+sample_size=4"],
+        ["tune", "+start=1", "+max_parallelism=2", "+min_batches=2", "+max_batches=4", "+sample_size=4", "+plot="],
     ],
 )
 def test_collect_tune_and_diagnose_run_the_profiles_simulator(
