@@ -407,9 +407,18 @@ def settings_from_args(
             raise GymbenchError(f"{flag} '': an empty path; pass {flag} PATH, or leave {flag} out")
         if isinstance(value, list):  # a flag given once per item: the items as quoted text
             dotlist.append(f"{field.name}=[{', '.join(_quoted(item) for item in value)}]")
+        elif isinstance(value, str) and _takes_text(schema, field.name):
+            dotlist.append(f"{field.name}={_quoted(value)}")  # a flag's text is the text, never YAML
         elif value is not None:
             dotlist.append(f"{field.name}={value}")
     return build_settings(schema, dotlist, *layers)
+
+
+def _takes_text(schema: type[Any], name: str) -> bool:
+    """Whether a setting is text (``str`` or ``str | None``): a flag's value for it is taken as
+    written (``--from '['`` is a glob, not a YAML flow sequence)."""
+    hint = typing.get_type_hints(schema).get(name)
+    return hint is str or (typing.get_origin(hint) in (typing.Union, types.UnionType) and str in typing.get_args(hint))
 
 
 def settings_from_flags(schema: type[T], args: Any, *, dest_prefix: str = "setting_") -> T:

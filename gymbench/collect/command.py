@@ -158,9 +158,11 @@ def _collect(collection: Collection) -> bool:
         async with collection:
             await collection.run()
 
+    coroutine = main()
     try:
-        run_loop(main())
+        run_loop(coroutine)
     except KeyboardInterrupt:
+        coroutine.close()  # interrupted before the loop started it: no "never awaited" warning
         if collection.collector is None:  # before the collection began: nothing to report on
             raise
         return True

@@ -34,12 +34,17 @@ S = TypeVar("S")
 def command_settings(schema: type[S], args: argparse.Namespace) -> S:
     """A command's settings: defaults ← ``[tool.gymbench.compare]`` of ./pyproject.toml (the comparison's
     own settings) ← ``--config`` ← ``+key=value`` ← flags."""
-    from gymbench.settings import SettingsFile, settings_from_args
+    from gymbench.settings import SettingsFile, build_settings, settings_from_args
 
     pyproject = Path("pyproject.toml")
     base = (
         SettingsFile(settings_from_pyproject(pyproject), str(pyproject)) if issubclass(schema, CompareSettings) else {}
     )
+    if base:  # the file's values checked on their own first, so a bad one names the file it is in
+        try:
+            build_settings(schema, (), base)
+        except GymbenchError as exc:
+            raise GymbenchError(f"{pyproject} [tool.gymbench.compare]: {exc}") from None
     return settings_from_args(schema, args, base=base)
 
 

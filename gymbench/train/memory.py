@@ -93,9 +93,11 @@ class MemoryProbe:
 
     @property
     def activation_bytes(self) -> int:
+        """What the forward added; never below zero (process RSS can fall during a forward that
+        frees pages, which is no negative activation)."""
         if self.at_start is None or self.after_forward is None:
             return 0
-        return self.after_forward - self.at_start
+        return max(0, self.after_forward - self.at_start)
 
 
 def measure_step_memory(session: TrainSession, warmup: int = 1) -> MemoryReport:
