@@ -43,8 +43,9 @@ def command_settings(schema: type[S], args: argparse.Namespace) -> S:
     if base:  # the file's values checked on their own first, so a bad one names the file it is in
         try:
             build_settings(schema, (), base)
-        except GymbenchError as exc:
-            raise GymbenchError(f"{pyproject} [tool.gymbench.compare]: {exc}") from None
+        except GymbenchError as exc:  # only the file's own settings: a missing positional is the command line's
+            if any(key in str(exc) for key in base):
+                raise GymbenchError(f"{pyproject} [tool.gymbench.compare]: {exc}") from None
     return settings_from_args(schema, args, base=base)
 
 
