@@ -11,6 +11,7 @@ cannot encode, so nothing is lost and nothing crashes. Every failure to read bec
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import glob
@@ -173,7 +174,9 @@ class AtomicFile:
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 remove_abandoned(self.path)
-                fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+                with _signals_held():
+                    fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+                    _LIVE_TEMPORARIES[name] = os.getpid()
                 _hold(fd)
         except OSError as exc:
             raise self._error("cannot write here", exc) from None
@@ -206,6 +209,7 @@ class AtomicFile:
             os.fsync(self._handle.fileno())
             self._handle.close()
             os.replace(self.temporary, self.path)
+            _LIVE_TEMPORARIES.pop(os.fspath(self.temporary), None)
         except OSError as exc:
             self.discard()
             raise self._error("cannot write", exc) from None
@@ -256,6 +260,7 @@ class AtomicFile:
             return
         with contextlib.suppress(OSError):
             self.temporary.unlink(missing_ok=True)
+        _LIVE_TEMPORARIES.pop(os.fspath(self.temporary), None)
 
     def __enter__(self) -> AtomicFile:
         return self
@@ -265,6 +270,40 @@ class AtomicFile:
             self.commit()
         else:
             self.discard()
+
+
+_LIVE_TEMPORARIES: dict[str, int] = {}
+"""Temporary files neither committed nor discarded, with the process that made each: removed when
+the interpreter exits. A SIGTERM turned into ``SystemExit`` may land after ``mkstemp`` and before
+the ``with`` block that would discard the file (seen in CI: a terminated merge left its
+``.merged.jsonl.*.tmp``); the exit still removes it. A forked child inherits the table but never
+removes its parent's files."""
+
+
+@atexit.register
+def _remove_live_temporaries() -> None:
+    for name, pid in list(_LIVE_TEMPORARIES.items()):
+        if pid == os.getpid():
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGTERM and SIGINT wait while a temporary file is created and listed, so no handler's
+    exception falls between the two (Python runs handlers in the main thread, between bytecodes)."""
+    import signal
+    import threading
+
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGTERM, signal.SIGINT}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _hold(fd: int) -> None:

@@ -87,3 +87,23 @@ def test_a_temporary_file_a_live_writer_holds_is_left_alone(tmp_path: Path) -> N
         assert not abandoned.exists() and other.exists()
         assert remove_abandoned(out) == [] and live.temporary.exists()
     assert out.read_bytes() == b"{}" and _temporaries(out) == []
+
+
+LEFT_BETWEEN = """
+import os, sys
+from gymbench.jsonio import AtomicFile
+
+made = AtomicFile(sys.argv[1])  # a SIGTERM's SystemExit here never reaches a with block's exit
+if os.fork() == 0:
+    raise SystemExit(0)  # a forked child exits through atexit too, and leaves its parent's file alone
+os.wait()
+print(made.temporary.exists())
+raise SystemExit(143)
+"""
+
+
+def test_a_temporary_file_no_block_discarded_is_removed_when_the_process_exits(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    done = subprocess.run([sys.executable, "-c", LEFT_BETWEEN, str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 143 and done.stdout.strip() == "True", done.stderr
+    assert _temporaries(out) == [] and not out.exists()
