@@ -191,7 +191,7 @@ def package_version(name: str) -> str | None:
         return None
 
 
-def commit_info(cwd: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+def commit_info(cwd: str | os.PathLike[str] | None = None) -> dict[str, str | bool | None]:
     commit = _git("rev-parse", "HEAD", cwd=cwd)
     if commit is None:
         return {"id": None, "dirty": None, "branch": None}

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gymbench.builtin.backend_settings import OpenAISettings
 from gymbench.settings import at_least, doc, require, with_defaults
 
 if TYPE_CHECKING:
+    from tqdm import tqdm
+
     from gymbench.plugins import Plugins
 
 
@@ -125,13 +127,13 @@ def calibrate(settings: CalibrateSettings, plugins: Plugins | None = None) -> in
     return 0
 
 
-def _bar(settings: CalibrateSettings, points: int) -> Any:
+def _bar(settings: CalibrateSettings, points: int) -> tqdm[NoReturn]:
     from tqdm import tqdm
 
     return tqdm(total=points + 1, desc="calibrating", unit="phase", disable=None if settings.progress else True)
 
 
-def _advance(bar: Any, label: str) -> None:
+def _advance(bar: tqdm[NoReturn], label: str) -> None:
     bar.set_postfix_str(label)
     bar.update(1)
 

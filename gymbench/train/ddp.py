@@ -63,7 +63,7 @@ class PhaseBeats:
     def start(self) -> None:
         return None
 
-    def phase(self, name: str) -> AbstractContextManager[Any]:
+    def phase(self, name: str) -> AbstractContextManager[object]:
         self.progress.advance(f"{self.step} {name}")
         return contextlib.nullcontext()
 

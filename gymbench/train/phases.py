@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -23,7 +23,7 @@ LM_PHASES: tuple[str, ...] = ("data", "forward", "backward", "optimizer")
 class PhaseObserver(Protocol):
     def start(self) -> None: ...
 
-    def phase(self, name: str) -> AbstractContextManager[Any]: ...
+    def phase(self, name: str) -> AbstractContextManager[object]: ...
 
     def mark(self, event: str) -> None:
         """``forward_start`` / ``forward_end`` around the first forward that keeps activations."""
@@ -34,7 +34,7 @@ class NoObserver:
     def start(self) -> None:
         return None
 
-    def phase(self, name: str) -> AbstractContextManager[Any]:
+    def phase(self, name: str) -> AbstractContextManager[object]:
         return contextlib.nullcontext()
 
     def mark(self, event: str) -> None:
