@@ -58,6 +58,21 @@ DETERMINISTIC_ENV: Mapping[str, str] = {
 }
 """A fixed hash seed (set and dict order, so the work done, repeat) and one BLAS thread: callgrind
 counts only the thread that entered the bracket, so work handed to a BLAS thread would vanish."""
+COUNTING_ENV: Mapping[str, str] = {**DETERMINISTIC_ENV, "PYTHONMALLOC": "malloc"}
+"""The callgrind child's environment: :data:`DETERMINISTIC_ENV` and the C library's allocator.
+
+Under Python's own allocator (pymalloc) the instructions an allocation takes depend on where its
+pool stands: a loop that frees one int and allocates the next costs 28 instructions more per turn
+when the pool it uses sits one block from full (the pool leaves and rejoins the list of pools in
+use every turn). Which pool state a benchmark meets depends on everything the process allocated
+before, so a change anywhere (a longer docstring in an imported module) moved the same loop's
+count by 1.6 % and a parse's by 0.4 %, sample after sample, and the gate called unchanged code
+improved. glibc's allocator serves a freed block's size from its per-thread cache at the same
+cost whatever the heap holds: the same loop counts the same to the instruction in both trees and
+in every bracket (docs/baselines.md, "Which allocator"). Allocation-heavy code counts up to ~30 %
+more than under pymalloc; both sides of a comparison are counted the same way."""
+ALLOCATOR_HOW = "the C library's allocator (PYTHONMALLOC=malloc)"
+"""Said in every counted benchmark's record: counts taken under another allocator do not compare."""
 DUMP_PREFIX = "callgrind.out"
 _SUMMARY = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
 

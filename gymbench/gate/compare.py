@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from gymbench.gate.callgrind import ALLOCATOR_HOW
 from gymbench.gate.counts import counts_mismatch
 from gymbench.gate.matching import SuiteMatch, match_benchmarks, unlike_work
 from gymbench.gate.noise import NoiseTable
@@ -248,10 +249,23 @@ def _how_measured(
     hows = {b: str(_extra(candidate, b).get(COUNTS_EXTRA, "")) for b in counted}
     threaded = [b for b in counted if _extra(candidate, b).get(THREADS_EXTRA)]
     notes += [Skipped(f"how counted: {b}", hows[b], False) for b in threaded if hows[b]]
+    notes += [Skipped(f"how counted: {b}", why) for b in counted if (why := _allocators_differ(baseline, candidate, b))]
     rest = [b for b in counted if b not in threaded]
     if rest and (common_how := {hows[b] for b in rest} - {""}):
         notes.append(Skipped(f"how counted ({len(rest)} benchmarks)", "; ".join(sorted(common_how)), False))
     return notes
+
+
+def _allocators_differ(baseline: Sequence[ResultsRecord], candidate: Sequence[ResultsRecord], bench_id: str) -> str:
+    """Why two sides' counts of ``bench_id`` do not compare (one under pymalloc, one under the C
+    library's allocator: allocation-heavy code counts ~30 % apart), or ``""`` when they do."""
+    sides = ("baseline", baseline), ("candidate", candidate)
+    how = {side: ALLOCATOR_HOW in str(_extra(records, bench_id).get(COUNTS_EXTRA, "")) for side, records in sides}
+    if how["baseline"] == how["candidate"]:
+        return ""
+    older = "baseline" if how["candidate"] else "candidate"
+    return (f"the {older} was counted under Python's own allocator, the other side under {ALLOCATOR_HOW} "
+            f"(gymbench before 2026-11-28 counted so); count the {older} again with this gymbench")
 
 
 def _extra(records: Sequence[ResultsRecord], bench_id: str) -> dict[str, object]:

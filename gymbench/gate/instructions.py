@@ -3,7 +3,7 @@
 The session itself times its benchmarks as usual; afterwards one child session reruns the
 benchmarks that measured synchronous calls under valgrind (about 50 times slower, so only
 those, a warm-up call and five counted brackets each), with the settings that make counts
-repeat (:data:`~gymbench.gate.callgrind.DETERMINISTIC_ENV`). The child writes one JSON line per
+repeat (:data:`~gymbench.gate.callgrind.COUNTING_ENV`). The child writes one JSON line per
 benchmark; the parent adds an ``instructions`` metric to each result. Without valgrind, or where
 callgrind cannot count, the session says why in one line and records no such metric: never a 0.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gymbench.fingerprint import valgrind_version
-from gymbench.gate.callgrind import DETERMINISTIC_ENV, callgrind_command
+from gymbench.gate.callgrind import ALLOCATOR_HOW, COUNTING_ENV, callgrind_command
 from gymbench.measure import INSTRUCTIONS_UNIT
 from gymbench.record import BenchmarkResult, Metric
 from gymbench.threads import THREADS_EXTRA, forced_note
@@ -36,8 +36,9 @@ WORKER_OPTION = "--gymbench-instructions-worker"
 COUNTS_EXTRA = "instructions"
 """The key in a benchmark's ``extra`` that says how (or why not) its instructions were counted."""
 COUNTED_HOW = (
-    "counted under callgrind (the calling thread), BLAS/OpenMP forced to one thread (OPENBLAS_NUM_THREADS=1 "
-    "and the like); these ran on one thread in the timed session, so forcing it changes nothing for them"
+    f"counted under callgrind (the calling thread) with {ALLOCATOR_HOW}, BLAS/OpenMP forced to one thread "
+    "(OPENBLAS_NUM_THREADS=1 and the like); these ran on one thread in the timed session, so forcing it "
+    "changes nothing for them"
 )
 THREADS_WHERE = "in the timed session"
 NOT_COUNTED_CHILD = "not counted: it failed, was skipped or ran out of time under callgrind"
@@ -84,7 +85,8 @@ class CountedBenchmarks:
     def _merged(self, result: BenchmarkResult) -> BenchmarkResult:
         if result.id in self.metrics:
             helpers = int(result.extra.get(THREADS_EXTRA, 0))
-            how = f"counted under callgrind; {forced_note(helpers, THREADS_WHERE)}" if helpers else COUNTED_HOW
+            forced = f"counted under callgrind with {ALLOCATOR_HOW}; {forced_note(helpers, THREADS_WHERE)}"
+            how = forced if helpers else COUNTED_HOW
         else:
             fallback = f"not counted ({self.note})" if self.note and not self.metrics else NOT_COUNTED_CHILD
             how = result.extra.get(COUNTS_EXTRA, fallback)
@@ -118,7 +120,7 @@ def count_in_child(
         log = out_dir / "pytest.log"
         with log.open("w") as sink:
             child = subprocess.Popen(
-                callgrind_command(out_dir, argv), cwd=rootdir, env={**os.environ, **DETERMINISTIC_ENV},
+                callgrind_command(out_dir, argv), cwd=rootdir, env={**os.environ, **COUNTING_ENV},
                 stdout=sink, stderr=subprocess.STDOUT,
             )  # fmt: skip
             finished = _follow(child, out_dir / COUNTS_FILE, len(nodeids), timeout_s)

@@ -13,7 +13,7 @@ import pytest
 from gymbench import load_record
 from gymbench.fingerprint import valgrind_version
 from gymbench.gate.callgrind import (
-    DETERMINISTIC_ENV,
+    COUNTING_ENV,
     CountingUnavailable,
     InstructionCounter,
     callgrind_command,
@@ -72,11 +72,6 @@ def counts(pytester: pytest.Pytester, sizes: list[int], name: str) -> dict[str, 
 
 @needs_valgrind
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="since issue 38's merges the brackets of one benchmark differ by up to 4% by their sample "
-    "index (two runs still agree sample by sample); the cause is not yet found (see the closing note)",
-)
 def test_counts_are_proportional_to_the_work(pytester: pytest.Pytester) -> None:
     """Through pytest: one session, whose callgrind child (the slow part) counts both sizes.
 
@@ -112,18 +107,13 @@ def counted_in_a_fresh_process(out: Path) -> list[int]:
     """Three brackets in a new process under callgrind, without pytest (whose start-up is the slow part)."""
     out.mkdir()
     argv = callgrind_command(out, [sys.executable, "-c", COUNT_IN_A_PROCESS, str(out)])
-    done = subprocess.run(argv, env={**os.environ, **DETERMINISTIC_ENV}, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(argv, env={**os.environ, **COUNTING_ENV}, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return [int(count) for count in done.stdout.split()]
 
 
 @needs_valgrind
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="since issue 38's merges the brackets of one benchmark differ by up to 4% by their sample "
-    "index (two runs still agree sample by sample); the cause is not yet found (see the closing note)",
-)
 def test_two_equal_runs_count_within_half_a_percent(tmp_path: Path) -> None:
     first, again = counted_in_a_fresh_process(tmp_path / "first"), counted_in_a_fresh_process(tmp_path / "again")
     assert min(first + again) > 20_000  # at least an instruction per iteration: the bracket saw the loop
@@ -171,7 +161,7 @@ def test_a_busy_second_thread_does_not_change_the_count(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     argv = callgrind_command(out, [sys.executable, "-c", COUNT_BESIDE_A_THREAD, str(out)])
-    done = subprocess.run(argv, env={**os.environ, **DETERMINISTIC_ENV}, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(argv, env={**os.environ, **COUNTING_ENV}, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     counts = [int(count) for count in done.stdout.split()]
     alone, beside = counts[:3], counts[3:]

@@ -144,3 +144,24 @@ def test_only_a_benchmark_that_ran_on_a_blas_pool_says_threads_were_forced() -> 
     assert "2 more threads worked" in notes["how counted: bench.py::test_0"]
     assert "threads forced to 1" not in notes["how counted (2 benchmarks)"]
     assert not any(what.startswith("how counted: ") and "test_0" not in what for what in notes)
+
+
+def test_counts_under_pymalloc_against_counts_under_the_c_allocator_are_inconclusive() -> None:
+    """A record counted before the child ran with PYTHONMALLOC=malloc: allocation-heavy code counts
+    ~30 % apart between the allocators, so the verdict names each such count and cannot pass."""
+    from gymbench.gate.instructions import COUNTED_HOW, COUNTS_EXTRA
+
+    older_how = COUNTED_HOW.replace(" with the C library's allocator (PYTHONMALLOC=malloc)", "")
+    assert older_how != COUNTED_HOW
+
+    def how(record: ResultsRecord, text: str) -> ResultsRecord:
+        return replace(record, benchmarks=[replace(b, extra={COUNTS_EXTRA: text}) for b in record.benchmarks])
+
+    settings = CompareSettings(metrics=("instructions",))
+    result = compare_runs([how(counted_suite(1), older_how)], [how(counted_suite(2), COUNTED_HOW)], settings)
+    notes = {s.what: s for s in result.skipped}
+    said = notes["how counted: bench.py::test_0"]
+    assert said.inconclusive and "the baseline was counted under Python's own allocator" in said.why
+    assert outcome_of(result) is Outcome.INCONCLUSIVE
+    same = compare_runs([how(counted_suite(1), COUNTED_HOW)], [how(counted_suite(2), COUNTED_HOW)], settings)
+    assert not [s for s in same.skipped if s.inconclusive] and outcome_of(same) is Outcome.PASS
