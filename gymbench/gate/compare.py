@@ -264,8 +264,10 @@ def _allocators_differ(baseline: Sequence[ResultsRecord], candidate: Sequence[Re
     if how["baseline"] == how["candidate"]:
         return ""
     older = "baseline" if how["candidate"] else "candidate"
-    return (f"the {older} was counted under Python's own allocator, the other side under {ALLOCATOR_HOW} "
-            f"(gymbench before 2026-11-28 counted so); count the {older} again with this gymbench")
+    return (
+        f"the {older} was counted under Python's own allocator, the other side under {ALLOCATOR_HOW} "
+        f"(gymbench before 2026-11-28 counted so); count the {older} again with this gymbench"
+    )
 
 
 def _extra(records: Sequence[ResultsRecord], bench_id: str) -> dict[str, object]:
