@@ -449,9 +449,12 @@ def read_capped(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_JS
     :class:`GymbenchError` (so a 2 GB file of NULs is refused before it is read, not a ``MemoryError``).
     ``OSError`` from opening or reading passes to the caller, which names the file its own way."""
     refuse_device(path, what)
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        data = handle.read(max_bytes + 1) if size <= max_bytes else b""
+    if _is_fifo(path):
+        data, size = _read_fifo(path, what, max_bytes), 0
+    else:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            data = handle.read(max_bytes + 1) if size <= max_bytes else b""
     if size > max_bytes or len(data) > max_bytes:
         shown = f"{size / MiB:,.0f} MiB" if size > max_bytes else f"more than {max_bytes // MiB} MiB"
         raise GymbenchError(
@@ -459,6 +462,50 @@ def read_capped(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_JS
             "check the path"
         )
     return data
+
+
+FIFO_IDLE_S = 30.0
+"""How long a FIFO (``<(...)``, ``mkfifo``) may stay silent, before its first byte or between two,
+before the read gives up: a FIFO nobody writes to blocked ``gymbench compare`` forever."""
+
+
+def _is_fifo(path: str | os.PathLike[str]) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _read_fifo(path: str | os.PathLike[str], what: str, max_bytes: int) -> bytes:
+    """A FIFO's bytes up to its end, waiting at most :data:`FIFO_IDLE_S` for each chunk. Opened
+    without blocking (a plain open waits for a writer with no deadline); Linux's poll reports
+    neither data nor a hang-up until a writer has come, so the wait covers a writer that never does."""
+    import select
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    chunks: list[bytes] = []
+    read = 0
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+        while read <= max_bytes:
+            if not poller.poll(FIFO_IDLE_S * 1000):
+                state = "nothing was written to it" if not read else f"its writer stopped after {read:,} bytes"
+                raise GymbenchError(
+                    f"{path}: a FIFO where a {what} file was expected, and {state} for {FIFO_IDLE_S:g} s; "
+                    "pass a regular file, or write the whole file into the FIFO"
+                )
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+            read += len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any, *, indent: int | None = 1) -> Path:
