@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from gymbench.gate.format import HEADERS, ordered, row, shift_line, summary_line
+from gymbench.gate.format import HEADERS, ordered, printable, row, shift_line, summary_line
 from gymbench.gate.gate import GateResult
 from gymbench.secrets import redact_output
 
@@ -36,7 +36,7 @@ def comparison_markdown(result: GateResult) -> str:
     if suite.skipped:
         lines += ["", "**Not compared**", "", *(f"- `{s.what}`: {s.why}" for s in suite.skipped)]
     lines += ["", _legend(result)]
-    return "\n".join(lines) + "\n"
+    return "\n".join(printable(line) for line in lines) + "\n"
 
 
 def _md_row(cells: tuple[str, ...]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gymbench.gate.format import HEADERS, ordered, row, shift_line, summary_line
+from gymbench.gate.format import HEADERS, ordered, printable, row, shift_line, summary_line
 from gymbench.gate.gate import GateResult
 
 
@@ -29,7 +29,7 @@ def comparison_lines(result: GateResult, verbose: bool = False) -> list[str]:
     lines += _listing("renamed? (not compared)", [f"{a} -> {b}" for a, b in suite.match.renamed])
     lines += _listing("not compared", [f"{s.what}: {s.why}" for s in suite.skipped])
     lines.append(summary_line(suite, result.outcome.value))
-    return lines
+    return [printable(line) for line in lines]
 
 
 def _listing(title: str, items: list[str]) -> list[str]:
