@@ -86,6 +86,10 @@ def find_server(
     if binary:
         return checked_override(binary, "+server_binary")
     override = os.environ.get(SERVER_ENV)
+    if override is not None and not override.strip():
+        raise GymbenchError(
+            f"{SERVER_ENV} is set but empty; name a llama-server binary, or unset it to use the cached build"
+        )  # an empty value read as unset started a build of several minutes
     if override:
         return checked_override(override, SERVER_ENV)
     cached = cached_server(root)

@@ -8,6 +8,7 @@ carrying its last log lines, never a hang.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -170,11 +171,14 @@ def start_llama_server(
     with open(log_path, "wb") as log:
         try:
             process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
-            )
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+                env=server_environment(),
+            )  # fmt: skip
         except OSError as exc:
             raise GymbenchError(f"cannot start {binary} ({exc.strerror or exc})") from None
     server = LlamaServer(host, port, slots, MODEL_ALIAS, process, log_path, log_dir)
+    print(f"gymbench: started {binary.name}; waiting up to {ready_timeout_s:g} s for {server.root_url}/health "
+          f"(log: {log_path})", file=sys.stderr)  # fmt: skip
     try:
         wait_until_ready(server, ready_timeout_s)
     except BaseException:
@@ -184,9 +188,32 @@ def start_llama_server(
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    try:
+        with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+            sock.bind((host, 0))
+            return int(sock.getsockname()[1])
+    except OSError as exc:  # socket.gaierror included: a name that does not resolve
+        raise GymbenchError(
+            f"--host {host}: cannot listen there ({exc.strerror or exc}); pass an address of this machine, "
+            "such as 127.0.0.1"
+        ) from None
+
+
+SERVER_ENV_KEPT = ("PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH")
+"""What llama-server is given of gymbench's environment, besides ``LC_*`` and the accelerators'
+device choice (``CUDA_VISIBLE_DEVICES`` and the like). Everything else stays behind: an
+``OPENAI_API_KEY`` (or any key) the user exported for gymbench is not the server's to read,
+and llama-server itself reads ``LLAMA_ARG_*`` and ``LLAMA_API_KEY`` from its environment, which
+would change the server the command line describes."""
+_DEVICE_CHOICE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES")
+
+
+def server_environment() -> dict[str, str]:
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name in SERVER_ENV_KEPT or name in _DEVICE_CHOICE or name.startswith("LC_")
+    }
 
 
 def wait_until_ready(server: LlamaServer, timeout_s: float) -> None:

@@ -176,3 +176,11 @@ def test_the_server_binary_setting_wins_over_the_environment(
     assert capsys.readouterr().out.strip() == str(mine.resolve())
     assert main(["engine", "llama-cpp", "--build-only", "--server-binary", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err.startswith(f"gymbench: error: +server_binary={tmp_path / 'nope'}: does not exist")
+
+
+def test_an_empty_override_is_an_error_not_a_build(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read as unset, GYMBENCH_LLAMA_SERVER="" started a build of several minutes."""
+    monkeypatch.setenv(build.SERVER_ENV, "")
+    with pytest.raises(GymbenchError, match=r"^GYMBENCH_LLAMA_SERVER is set but empty; .*unset it"):
+        build.find_server()
+    assert not cache.exists()

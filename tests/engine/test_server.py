@@ -76,3 +76,29 @@ def test_a_server_that_never_gets_ready_is_stopped_after_the_wait(tmp_path: Path
 def test_an_unstartable_binary_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(GymbenchError, match="cannot start"):
         start_llama_server(tmp_path / "missing", tmp_path / "m.gguf", ready_timeout_s=1)
+
+
+def test_the_server_gets_only_what_it_needs_of_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key exported for gymbench is not the server's, and LLAMA_ARG_* would change the server."""
+    exported = {"OPENAI_API_KEY": "sk-not-for-the-server", "LLAMA_API_KEY": "k", "LLAMA_ARG_N_PARALLEL": "9",
+                "CUDA_VISIBLE_DEVICES": "1", "LC_ALL": "C.UTF-8"}  # fmt: skip
+    for name, value in exported.items():
+        monkeypatch.setenv(name, value)
+    seen = tmp_path / "environ.json"
+    binary = fake(tmp_path, FAKE_SERVER.replace("args = sys.argv[1:]\n",
+                                                f"import os; json.dump(dict(os.environ), open({str(seen)!r}, 'w'))\n"
+                                                "args = sys.argv[1:]\n"))  # fmt: skip
+    with start_llama_server(binary, tmp_path / "m.gguf", ready_timeout_s=60):
+        environ = json.loads(seen.read_text())
+    assert not {"OPENAI_API_KEY", "LLAMA_API_KEY", "LLAMA_ARG_N_PARALLEL"} & set(environ)
+    assert environ["CUDA_VISIBLE_DEVICES"] == "1" and environ["LC_ALL"] == "C.UTF-8" and "PATH" in environ
+    err = capsys.readouterr().err  # the wait is said before it starts, never silent
+    assert "waiting up to 60 s for http://127.0.0.1:" in err and "/health" in err
+
+
+def test_a_host_that_is_not_an_address_here_is_one_line(tmp_path: Path) -> None:
+    binary = fake(tmp_path, FAKE_SERVER)
+    with pytest.raises(GymbenchError, match=r"^--host not\.\.a\.\.host: cannot listen there .*such as 127\.0\.0\.1$"):
+        start_llama_server(binary, tmp_path / "m.gguf", host="not..a..host", ready_timeout_s=1)
