@@ -555,17 +555,24 @@ def check_writable_file(path: str | os.PathLike[str], what: str, setting: str) -
 
     Refuses a directory, a parent that cannot be created, a name the file system rejects. Nothing
     is left behind: an existing file is opened for appending and left as it was; a new one is
-    removed again. ``setting`` names what to change in the message.
+    removed again, and so are the folders made to hold it (a run that fails later left
+    ``/nonexistent/dir`` behind). ``setting`` names what to change in the message.
     """
     target = Path(path)
     try:
         if target.is_dir():
             raise GymbenchError(f"{target}: is a directory, but the {what} is written there; choose another {setting}")
         existed = target.exists()
+        made = [folder for folder in (target.parent, *target.parent.parents) if not folder.exists()]
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o666))
-        if not existed:
-            target.unlink()
+        try:
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o666))
+            if not existed:
+                target.unlink()
+        finally:
+            for folder in made:  # deepest first: the folders appear with the file, at the end of the run
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
         reason = getattr(exc, "strerror", None) or exc
         raise GymbenchError(f"{target}: cannot write the {what} there ({reason}); choose another {setting}") from None

@@ -33,8 +33,11 @@ def test_a_writable_file_is_proved_without_leaving_anything(tmp_path: Path) -> N
     existing = tmp_path / "kept.txt"
     existing.write_text("as it was")
     check_writable_file(existing, "plot", "+plot")
-    check_writable_file(tmp_path / "new" / "plot.png", "plot", "+plot")
-    assert existing.read_text() == "as it was" and not (tmp_path / "new" / "plot.png").exists()
+    check_writable_file(tmp_path / "new" / "deeper" / "plot.png", "plot", "+plot")
+    assert existing.read_text() == "as it was" and not (tmp_path / "new").exists()  # nor the folders made for it
+    (tmp_path / "had").mkdir()
+    check_writable_file(tmp_path / "had" / "plot.png", "plot", "+plot")
+    assert (tmp_path / "had").is_dir()  # a folder that was there stays
     (tmp_path / "file").write_text("x")
     unwritable = [(tmp_path, "is a directory"), (tmp_path / "file" / "p.png", "cannot write the plot"),
                   (tmp_path / ("n" * 300), "File name too long"), (tmp_path / "a\x00b", "cannot write")]  # fmt: skip
