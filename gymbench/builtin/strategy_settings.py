@@ -30,6 +30,19 @@ class SemaphoreSettings(Parallelism):
     """The ``semaphore`` strategy's settings: the limit alone."""
 
 
+RATE_RANGE = (1e-3, 1e6)
+"""Arrivals per second that make sense for one process: one every 1,000 s at the least (a rate of
+1e-308 was accepted and the run sat silent for ever), a million a second at the most."""
+SCALE_RANGE = (1e-3, 1e3)
+"""A trace's time scale and a gamma shape: three orders of magnitude either way of 1."""
+WINDOW_S_MAX = 3600.0
+
+
+def _within(name: str, value: float, bounds: tuple[float, float], what: str) -> None:
+    low, high = bounds
+    require(math.isfinite(value) and low <= value <= high, name, value, f"{what} from {low:g} to {high:g}")
+
+
 OPEN_LOOP_STRATEGIES = ("constant", "poisson", "gamma", "trace")
 """The built-in open-loop strategies: their schedule is one process's, so a sharded run would
 multiply the rate by the workers."""
@@ -60,7 +73,9 @@ class ArrivalSettings(Checked):
     def __post_init__(self) -> None:
         super().__post_init__()
         at_least("max_in_flight", self.max_in_flight, 1)
-        require(self.saturation_window_s > 0, "saturation_window_s", self.saturation_window_s, "seconds above 0")
+        window = self.saturation_window_s
+        require(math.isfinite(window) and 0 < window <= WINDOW_S_MAX, "saturation_window_s", window,
+                f"seconds above 0, at most {WINDOW_S_MAX:g}")  # fmt: skip
         at_least("saturation_windows", self.saturation_windows, 1)
         tolerance = self.saturation_tolerance
         require(0 <= tolerance < 1, "saturation_tolerance", tolerance, "a share from 0 up to (not including) 1")
@@ -75,8 +90,7 @@ class RateSettings(ArrivalSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        rate = self.request_rate
-        require(math.isfinite(rate) and rate > 0, "request_rate", rate, "arrivals per second above 0, e.g. 20")
+        _within("request_rate", self.request_rate, RATE_RANGE, "arrivals per second (e.g. 20)")
 
 
 @dataclass
@@ -87,8 +101,7 @@ class GammaSettings(RateSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        shape = self.gamma_shape
-        require(math.isfinite(shape) and shape > 0, "gamma_shape", shape, "a number above 0 (1: Poisson)")
+        _within("gamma_shape", self.gamma_shape, SCALE_RANGE, "a shape (1: Poisson)")
 
 
 @dataclass
@@ -104,5 +117,4 @@ class TraceSettings(ArrivalSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(bool(self.trace_file), "trace_file", self.trace_file, "the path of a trace file")
-        scale = self.trace_time_scale
-        require(math.isfinite(scale) and scale > 0, "trace_time_scale", scale, "a number above 0")
+        _within("trace_time_scale", self.trace_time_scale, SCALE_RANGE, "a factor")

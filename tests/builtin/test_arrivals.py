@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -127,3 +128,19 @@ def test_an_open_loop_run_is_not_split_across_workers() -> None:
 
     with pytest.raises(GymbenchError, match="strategy 'poisson' sends requests on one schedule from one process"):
         CollectConfig(strategy="poisson", num_workers=2)
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "expected"),
+    [
+        ("constant", {"request_rate": 1e-308}, "setting 'request_rate': got 1e-308, expected arrivals per second"),
+        ("poisson", {"request_rate": 1e9}, "setting 'request_rate': got 1000000000.0, expected arrivals per second"),
+        ("gamma", {"request_rate": 5, "gamma_shape": 1e-300}, "setting 'gamma_shape': got 1e-300, expected a shape"),
+        ("constant", {"request_rate": 5, "saturation_window_s": 1e300}, "setting 'saturation_window_s': got 1e+300"),
+    ],
+)
+def test_an_arrival_setting_outside_what_makes_sense_is_one_line(name: str, options: dict[str, float],
+                                                                  expected: str) -> None:  # fmt: skip
+    """A rate of 1e-308 was accepted and the run sat silent; a range that makes sense refuses it."""
+    with pytest.raises(GymbenchError, match=re.escape(expected)):
+        strategy(name, **options)
