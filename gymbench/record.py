@@ -257,10 +257,26 @@ def record_from_data(data: Any, source: str) -> ResultsRecord:
     """A record from a results file's JSON, checked against the schema first."""
     validate_record_dict(data, source)
     try:
-        return ResultsRecord.from_dict(data)
+        record = ResultsRecord.from_dict(data)
     except (KeyError, TypeError, ValueError, ArithmeticError, RecursionError) as exc:
         # ArithmeticError: an integer too large for a float, in a metric
         raise ResultsFileError(f"{source}: invalid results file ({type(exc).__name__}: {exc})") from None
+    _refuse_repeated_benchmarks(record, source)
+    return record
+
+
+def _refuse_repeated_benchmarks(record: ResultsRecord, source: str) -> None:
+    """A benchmark listed twice (an edit, a concatenation) is read as one or the other depending on
+    the reader: a comparison passed silently on whichever it met. Checked where a record is read,
+    not where one is saved, so a session's results are never lost to it."""
+    seen: dict[str, int] = {}
+    for index, bench in enumerate(record.benchmarks):
+        if bench.id in seen:
+            raise ResultsFileError(
+                f"{source}: benchmark {bench.id!r} is listed twice (entries {seen[bench.id] + 1} and {index + 1}); "
+                "a record holds each benchmark once: keep one entry, or re-run and save the record again"
+            )
+        seen[bench.id] = index
 
 
 def load_record(path: str | os.PathLike[str]) -> ResultsRecord:

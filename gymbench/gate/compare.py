@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from gymbench.gate.callgrind import ALLOCATOR_HOW
 from gymbench.gate.counts import counts_mismatch
 from gymbench.gate.matching import SuiteMatch, match_benchmarks, unlike_work
 from gymbench.gate.noise import NoiseTable
@@ -180,6 +179,11 @@ def compare_runs(
     unlike = unlike_work(baseline, candidate, match.common)
     pairs = [pair for pair in pairs if pair[0] not in unlike]
     skipped += [Skipped(bench_id, why) for bench_id, why in unlike.items()]
+    changed = {(b, m): f"{_unit(baseline, b, m)} -> {_unit(candidate, b, m)}" for b, m in pairs
+               if _unit(baseline, b, m) != _unit(candidate, b, m)}  # fmt: skip
+    pairs = [pair for pair in pairs if pair not in changed]
+    skipped += [Skipped(f"{b} {m}", f"its unit changed ({units}); a ratio across units means nothing")
+                for (b, m), units in changed.items()]  # fmt: skip
     mismatch = counts_mismatch(baseline, candidate)
     if mismatch is not None:
         counted = [(b, m) for b, m in pairs if _unit(candidate, b, m) == INSTRUCTIONS_UNIT]
@@ -249,25 +253,10 @@ def _how_measured(
     hows = {b: str(_extra(candidate, b).get(COUNTS_EXTRA, "")) for b in counted}
     threaded = [b for b in counted if _extra(candidate, b).get(THREADS_EXTRA)]
     notes += [Skipped(f"how counted: {b}", hows[b], False) for b in threaded if hows[b]]
-    notes += [Skipped(f"how counted: {b}", why) for b in counted if (why := _allocators_differ(baseline, candidate, b))]
     rest = [b for b in counted if b not in threaded]
     if rest and (common_how := {hows[b] for b in rest} - {""}):
         notes.append(Skipped(f"how counted ({len(rest)} benchmarks)", "; ".join(sorted(common_how)), False))
     return notes
-
-
-def _allocators_differ(baseline: Sequence[ResultsRecord], candidate: Sequence[ResultsRecord], bench_id: str) -> str:
-    """Why two sides' counts of ``bench_id`` do not compare (one under pymalloc, one under the C
-    library's allocator: allocation-heavy code counts ~30 % apart), or ``""`` when they do."""
-    sides = ("baseline", baseline), ("candidate", candidate)
-    how = {side: ALLOCATOR_HOW in str(_extra(records, bench_id).get(COUNTS_EXTRA, "")) for side, records in sides}
-    if how["baseline"] == how["candidate"]:
-        return ""
-    older = "baseline" if how["candidate"] else "candidate"
-    return (
-        f"the {older} was counted under Python's own allocator, the other side under {ALLOCATOR_HOW} "
-        f"(gymbench before 2026-11-28 counted so); count the {older} again with this gymbench"
-    )
 
 
 def _extra(records: Sequence[ResultsRecord], bench_id: str) -> dict[str, object]:

@@ -119,3 +119,14 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_metric_needs_samples_and_a_direction() -> None:
     with pytest.raises(ValueError):
         Metric.from_samples([], "s", "lower")
+
+
+def test_a_benchmark_listed_twice_is_refused_where_the_record_is_read(tmp_path: Path, fingerprint: dict) -> None:
+    """A comparison read one or the other of the two entries and passed silently."""
+    data = make_record(fingerprint).to_dict()
+    data["benchmarks"].append(data["benchmarks"][0])
+    path = tmp_path / "twice.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ResultsFileError, match=r"twice.json: benchmark '.*test_a\[mode=fast,n=4\]' is listed twice "
+                                               r"\(entries 1 and 2\)"):  # fmt: skip
+        load_record(path)
