@@ -112,12 +112,14 @@ async def read_facts(client: RetryingClient, base_url: str, model: str | None, s
             f"{public_url(root)}/props gives no total_slots (not a llama.cpp server, or --props is off); "
             "give the engine's slot count (max running sequences) as +slots=N"
         )
-    settings = (props or {}).get("default_generation_settings") or {}
+    settings = (props or {}).get("default_generation_settings")
+    settings = settings if isinstance(settings, dict) else {}  # a list here was an AttributeError
     context = settings.get("n_ctx") if isinstance(settings.get("n_ctx"), int) else None
     if model is None:
         listing = await _get_json(client, f"{root}/v1/models") or {}
-        data = listing.get("data") or [{}]
-        model = str(data[0].get("id") or "model")
+        data = listing.get("data")  # a dict or a list of strings here were a KeyError or an AttributeError
+        first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+        model = str(first.get("id") or "model")
     build = (props or {}).get("build_info")
     engine = f"llama.cpp {build}" if build else ("llama.cpp" if props else "unknown OpenAI-compatible engine")
     count = slots if slots is not None else int(found_slots or 0)

@@ -452,3 +452,45 @@ def test_an_engine_that_is_not_there_is_one_clear_line_without_credentials(
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and "hunter2" not in err
     assert "cannot measure the engine at http://127.0.0.1:9" in err and "is it running?" in err
+
+
+@pytest.mark.parametrize(
+    ("props", "models", "slots", "model"),
+    [
+        ({"total_slots": 2, "default_generation_settings": [1, 2]}, {"data": {"0": {"id": "x"}}}, 2, "model"),
+        ({"total_slots": 3}, {"data": ["a", "b"]}, 3, "model"),
+        ({"total_slots": 4, "default_generation_settings": {"n_ctx": 512}}, {"data": [{"id": "m1"}]}, 4, "m1"),
+    ],
+)
+def test_odd_shapes_of_props_and_models_are_read_not_a_traceback(
+    props: object, models: object, slots: int, model: str
+) -> None:
+    """A list where /props has an object, a dict or strings where /v1/models lists objects: they were
+    an AttributeError and a KeyError (issue 41)."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from gymbench.calibrate.loadgen import settings_client
+    from gymbench.calibrate.measure import read_facts
+
+    async def facts() -> tuple[int, str]:
+        async def answer_props(request: web.Request) -> web.Response:
+            return web.json_response(props)
+
+        async def answer_models(request: web.Request) -> web.Response:
+            return web.json_response(models)
+
+        app = web.Application()
+        app.router.add_get("/props", answer_props)
+        app.router.add_get("/v1/models", answer_models)
+        async with TestServer(app, host="127.0.0.1") as server:
+            url = f"http://127.0.0.1:{server.port}/v1"
+            client = settings_client(CalibrateSettings(base_url=url))
+            await client.open(None)
+            try:
+                found = await read_facts(client, url, None, None)
+            finally:
+                await client.close()
+        return found.slots, found.model
+
+    assert asyncio.run(facts()) == (slots, model)
