@@ -144,6 +144,12 @@ def _whole_number_keys(curve: Mapping[Any, float]) -> dict[Any, float]:
     return {int(key) if isinstance(key, str) and key.strip().isdigit() else key: value for key, value in curve.items()}
 
 
+STEP_LIMITS_S = {"step_base_s": 60.0, "step_per_seq_s": 10.0, "prefill_per_token_s": 1.0}
+"""The longest a simulated step, its share per sequence and a prompt token may take: far above any
+engine (a decode step takes milliseconds), far below a simulator that never answers. A profile with
+``step_base_s: 1.0e308`` was accepted and the collect against it ignored Ctrl-C."""
+
+
 def _problems(config: SimConfig) -> list[str]:
     found = [
         f"{field.name} must be a finite number, got {getattr(config, field.name)}"
@@ -162,6 +168,13 @@ def _problems(config: SimConfig) -> list[str]:
             found.append(f"step_curve_s: running sequences must be whole numbers from 1, got {running!r}")
         elif not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
             found.append(f"step_curve_s[{running}] must be a finite non-negative number of seconds, got {seconds!r}")
+    for name, most in STEP_LIMITS_S.items():
+        value = getattr(config, name)
+        if math.isfinite(value) and value > most:
+            found.append(f"{name} must be at most {most:g} s, got {value:g}")
+    if any(isinstance(seconds, (int, float)) and seconds > STEP_LIMITS_S["step_base_s"]
+           for seconds in config.step_curve_s.values()):  # fmt: skip
+        found.append(f"step_curve_s: a step must take at most {STEP_LIMITS_S['step_base_s']:g} s")
     if not all(isinstance(name, str) and name for name in config.served_models):
         found.append(f"model and model_aliases must be non-empty names, got {list(config.served_models)}")
     for name in ("answer_accuracy", "tool_call_rate", "error_rate", "hang_rate", "reset_rate"):
