@@ -43,12 +43,19 @@ def gamma_gaps(rate: float, shape: float, seed: int) -> Iterator[float]:
         yield from rng.gamma(shape, scale, 1024).tolist()
 
 
+TRACE_MAX_S = 7 * 24 * 3600.0
+"""The latest arrival a trace may ask for: a week. A first arrival at 1e308 s was accepted and the
+run sat silent; times in milliseconds given as seconds land here too."""
+
+
 def read_trace(path: Path, time_scale: float = 1.0) -> list[float]:
     """Arrival times in seconds from the start, from a file with one per line: a number of seconds,
     or a JSON object with ``timestamp_s`` (seconds) or ``timestamp`` (milliseconds, as AIPerf's
     fixed schedules have it). Times must not go backwards; the first arrival is at its own time."""
-    try:
-        lines = path.read_text().splitlines()
+    from gymbench.jsonio import read_capped
+
+    try:  # capped, a device refused, a FIFO with a deadline: as every file gymbench reads whole
+        lines = read_capped(path, "trace").decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise GymbenchError(f"cannot read the trace file {path}: {exc}") from None
     times: list[float] = []
@@ -61,6 +68,12 @@ def read_trace(path: Path, time_scale: float = 1.0) -> list[float]:
                 f"{path}:{number}: expected an arrival time in seconds (a number, or a JSON object with "
                 f"timestamp_s, or timestamp in milliseconds), at least 0 and not before the line above; "
                 f"got {line.strip()[:80]!r}"
+            )
+        if at * time_scale > TRACE_MAX_S:
+            raise GymbenchError(
+                f"{path}:{number}: an arrival {at * time_scale:g} s after the start, more than a week "
+                f"({TRACE_MAX_S:g} s); are the times in milliseconds? Give them as timestamp (ms) or scale them "
+                "with trace_time_scale"
             )
         times.append(at * time_scale)
     if not times:

@@ -144,3 +144,25 @@ def test_an_arrival_setting_outside_what_makes_sense_is_one_line(name: str, opti
     """A rate of 1e-308 was accepted and the run sat silent; a range that makes sense refuses it."""
     with pytest.raises(GymbenchError, match=re.escape(expected)):
         strategy(name, **options)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1e308\n", r"huge.txt:1: an arrival 1e\+308 s after the start, more than a week"),
+        ('{"timestamp": 1e300}\n', r"huge.txt:1: an arrival 1e\+297 s after the start"),
+        ("0.1\n\xff\n", r"cannot read the trace file .*huge.txt"),
+    ],
+)
+def test_a_trace_asking_for_an_arrival_no_run_reaches_is_one_line(tmp_path: Path, text: str, expected: str) -> None:
+    """A first arrival at 1e308 s was accepted, and the run sat silent."""
+    trace = tmp_path / "huge.txt"
+    trace.write_bytes(b"0.1\n\xff\n" if "\xff" in text else text.encode())
+    with pytest.raises(GymbenchError, match=expected):
+        read_trace(trace)
+
+
+def test_a_trace_may_repeat_a_time(tmp_path: Path) -> None:
+    trace = tmp_path / "same.txt"
+    trace.write_text("0.1\n0.1\n0.2\n")
+    assert read_trace(trace) == [0.1, 0.1, 0.2]
