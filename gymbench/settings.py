@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import re
 import reprlib
@@ -25,9 +26,12 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gymbench.errors import GymbenchError
+
+if TYPE_CHECKING:
+    import yaml
 
 T = TypeVar("T")
 OVERRIDE = re.compile(r"^\+{0,2}[A-Za-z_][\w.\-]*=")
@@ -606,7 +610,7 @@ def load_settings_file(path: Path) -> SettingsFile:
 
     try:
         text = read_capped(path, "settings", MAX_SETTINGS_BYTES).decode("utf-8")
-        loaded = yaml.load(text, Loader=_yaml12_loader())  # noqa: S506 - a safe loader
+        loaded = load_yaml(text)
     except FileNotFoundError:
         raise GymbenchError(f"{path}: no such settings file") from None
     except (OSError, ValueError) as exc:  # ValueError: not UTF-8, or a NUL byte in the name
@@ -755,33 +759,99 @@ def yaml12_scalar(text: str) -> Any:
     return text
 
 
-_LOADER: list[Any] = []
+MAX_YAML_NODES = 1_000_000
+"""The most nodes a YAML document may stand for once its aliases are expanded: ten times what a
+settings file's 1 MiB can spell out. Nine anchors of nine aliases each (a "billion laughs") stand
+for 3.5 billion; loading them is cheap, but the first walk over the value (an error message's
+``repr``, a copy) never ended: ``sim-server --describe`` hung on such a profile."""
 
 
-def _yaml12_loader() -> Any:
-    """A safe YAML loader that leaves every unquoted scalar as :class:`_Plain` text (no YAML 1.1
+def load_yaml(text: str, *, yaml12: bool = True) -> Any:
+    """Every YAML gymbench reads goes through here: safe, its alias expansion bounded
+    (:data:`MAX_YAML_NODES`), and with ``yaml12`` every unquoted scalar kept as text for the
+    settings' own typing (no YAML 1.1 octal, base 60, yes/no, dates). ``yaml12=False`` reads YAML
+    1.1 as its writer meant it (NeMo Gym's configs). Raises ``yaml.YAMLError``."""
+    import yaml
+
+    return yaml.load(text, Loader=_yaml12_loader() if yaml12 else _bounded_loader())  # noqa: S506 - SafeLoader
+
+
+def _expanded_nodes(root: Any) -> int:
+    """How many nodes ``root`` stands for with its aliases expanded, counted without expanding
+    them (a shared node's size is counted once and reused); a recursive alias is refused."""
+    import yaml
+
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = _children(node)
+        if children_done or not children:
+            open_nodes.discard(id(node))
+            sizes[id(node)] = total = 1 + sum(sizes[id(child)] for child in children)
+            if total > MAX_YAML_NODES:
+                raise yaml.YAMLError(
+                    f"its aliases stand for more than {MAX_YAML_NODES:,} values (an alias bomb?); "
+                    "write the values out, or use fewer aliases"
+                )
+            continue
+        if id(node) in open_nodes:
+            raise yaml.YAMLError("an alias refers to a value that contains it; write the value out instead")
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        stack.extend((child, False) for child in children if id(child) not in sizes)
+    return sizes[id(root)]
+
+
+def _children(node: Any) -> list[Any]:
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+@functools.cache
+def _bounded_loader() -> type[yaml.SafeLoader]:
+    """PyYAML's safe loader, its documents checked by :func:`_expanded_nodes` before they are built."""
+    import yaml
+
+    class Bounded(yaml.SafeLoader):
+        def get_single_data(self) -> object:
+            node = self.get_single_node()
+            if node is None:
+                return None
+            _expanded_nodes(node)
+            return self.construct_document(node)
+
+    return Bounded
+
+
+@functools.cache
+def _yaml12_loader() -> type[yaml.SafeLoader]:
+    """The bounded safe loader, leaving every unquoted scalar as :class:`_Plain` text (no YAML 1.1
     resolution: no octal, base 60, yes/no, dates)."""
-    if not _LOADER:
-        import yaml
 
-        class Loader(yaml.SafeLoader):
-            yaml_implicit_resolvers: dict[Any, Any] = {}  # noqa: RUF012 - replaces the YAML 1.1 ones
+    class Loader(_bounded_loader()):  # type: ignore[misc]
+        yaml_implicit_resolvers: dict[Any, Any] = {}  # noqa: RUF012 - replaces the YAML 1.1 ones
 
-        Loader.add_implicit_resolver("!gymbench-plain", re.compile(r".*", re.S), None)
+    Loader.add_implicit_resolver("!gymbench-plain", re.compile(r".*", re.S), None)
 
-        def plain(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> _Plain:
-            return _Plain(loader.construct_scalar(node))
+    def plain(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> _Plain:
+        return _Plain(loader.construct_scalar(node))
 
-        Loader.add_constructor("!gymbench-plain", plain)
-        _LOADER.append(Loader)
-    return _LOADER[0]
+    Loader.add_constructor("!gymbench-plain", plain)
+    return Loader
 
 
 def read_value(text: str) -> Any:
     """A ``+key=value`` value as YAML 1.2 flow text; unquoted scalars stay :class:`_Plain`."""
-    import yaml
-
-    return yaml.load(text, Loader=_yaml12_loader())  # noqa: S506 - a SafeLoader subclass
+    return load_yaml(text)
 
 
 def _typed(value: Any, hint: Any) -> Any:

@@ -128,8 +128,10 @@ def _config_yaml(head_url: str, body: bytes) -> JSONValue:
     """FastAPI sends the YAML text as a JSON string."""
     import yaml
 
+    from gymbench.settings import load_yaml
+
     text = _json(head_url, "/global_config_dict_yaml", body)
     try:
-        return yaml.safe_load(text) if isinstance(text, str) else None
+        return load_yaml(text, yaml12=False) if isinstance(text, str) else None
     except yaml.YAMLError:
         raise GymbenchError(f"the NeMo Gym head server at {head_url} sent a config that is not YAML") from None

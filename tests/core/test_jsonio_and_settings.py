@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,3 +119,33 @@ def test_quick_loads_reads_what_the_exact_reader_reads(line: bytes) -> None:
         assert repr(quick) == repr(exact)  # 0.1 stays 0.1, an int stays an int
     if b"1234567890123456789" in line or b"9223372036854775809" in line:
         assert quick is None
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8)
+)
+
+
+def test_a_yaml_alias_bomb_is_one_line_not_a_hang(tmp_path: Path) -> None:
+    """Nine levels of nine aliases stand for 3.5 billion values: sim-server --describe hung on it."""
+    profile = tmp_path / "bomb.yaml"
+    profile.write_text(
+        f"format: gymbench-sim-profile/1\ncalibration:\n{textwrap.indent(BOMB, '  ')}sim:\n  model: *i\n"
+    )
+    done = subprocess.run([sys.executable, "-m", "gymbench.cli", "sim-server", f"+profile={profile}", "--describe"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "bomb.yaml: not valid YAML/JSON: its aliases stand for more than 1,000,000 values" in done.stderr
+
+
+def test_yaml_aliases_that_stay_small_are_read_and_a_recursive_one_is_refused() -> None:
+    import yaml
+
+    from gymbench.settings import load_yaml
+
+    assert load_yaml("a: &a [1, 2]\nb: [*a, *a]\n") == {"a": ["1", "2"], "b": [["1", "2"], ["1", "2"]]}
+    assert load_yaml("on: yes\n", yaml12=False) == {True: True}  # NeMo Gym's YAML 1.1, as it means it
+    with pytest.raises(yaml.YAMLError, match="contains it"):
+        load_yaml("a: &a [*a]\n", yaml12=False)
+    with pytest.raises(yaml.YAMLError, match="alias bomb"):
+        load_yaml(BOMB, yaml12=False)
