@@ -70,6 +70,9 @@ from gymbench.tune.config import DiagnoseConfig, TuneConfig
 from gymbench.tune.curves import Knee, find_knee, knee_of
 from gymbench.tune.rates import Rate, t_quantile
 
+PLUGINS = make_plugins()
+"""The bench's plugins, built once (as an entry point does) and handed down."""
+
 pytestmark = pytest.mark.real_engine
 
 GRID = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -155,7 +158,7 @@ async def light_window(server: LlamaServer, p: int, window_s: float, warmup_s: f
     retries: a failure counts), on an engine first left to finish what earlier windows gave it."""
     settings = load_settings(server.base_url, server.model, extra_body=dict(IGNORE_EOS), max_retries=0)
     async with load_backend(settings) as backend:
-        note = (await settle_server(session_of(backend.client), server.metrics_url)).note()
+        note = (await settle_server(session_of(backend.client), server.metrics_url, PLUGINS.engine_metrics())).note()
         if note:
             print(f"  p={p}: {note}")
         return await closed_loop(backend, workload_params(PROMPT_WORDS, MAX_TOKENS), p, window_s, warmup_s)
@@ -312,7 +315,7 @@ def test_calibrated_simulator_tracks_the_engine(gymbench: Recorder, truth: Truth
     profile = tmp_path / f"{truth.name}.yaml"
     settings = CalibrateSettings(base_url=truth.server.base_url, output=str(profile), prompt_words=PROMPT_WORDS,
                                  max_tokens=MAX_TOKENS, window_s=min(truth.window_s, 8.0), progress=False)  # fmt: skip
-    assert calibrate(settings) == 0  # unstreamed, as the truth's requests are
+    assert calibrate(settings, PLUGINS) == 0  # unstreamed, as the truth's requests are
     # The simulator against the calibration's own loads: the profile's error alone, without the
     # machine's drift between the calibration and the truth, which made most of the error in runs
     # 9-11 (docs/engine.md). A large figure here is the model's; a small one beside a large error

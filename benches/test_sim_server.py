@@ -26,6 +26,7 @@ from gymbench import Recorder
 from gymbench.calibrate.loadgen import load_backend, load_settings, run_closed_loop
 from gymbench.sim import SimServerHandle, config_from_preset, describe, running_sim_server
 from gymbench.sim.text import count_tokens
+from gymbench.testing import make_plugins
 from gymbench.types import GenerationRequest
 
 FAITHFUL = {"output_tokens_dist": "uniform"}
@@ -88,6 +89,7 @@ def test_faithfulness(gymbench: Recorder, vllm_like: SimServerHandle, concurrenc
         duration,
         warmup_s=1.5,
         metrics_url=f"{vllm_like.url}/metrics",
+        engines=make_plugins().engine_metrics(),
     )
     assert result.errors == 0 and result.output_tokens_per_s is not None
     gymbench.record("output_tokens_per_s", result.output_tokens_per_s, "tok/s", "higher")

@@ -99,7 +99,7 @@ def run(args: argparse.Namespace, plugins: Plugins) -> int:
     return calibrate(settings_from_args(CalibrateSettings, args), plugins)
 
 
-def calibrate(settings: CalibrateSettings, plugins: Plugins | None = None) -> int:
+def calibrate(settings: CalibrateSettings, plugins: Plugins) -> int:
     import asyncio
 
     from gymbench.calibrate.measure import default_concurrencies, measure
@@ -110,9 +110,10 @@ def calibrate(settings: CalibrateSettings, plugins: Plugins | None = None) -> in
     assert settings.base_url is not None
     check_writable_file(settings.output, "the profile", "output")
     bar = _bar(settings, settings.passes * len(settings.points() or default_concurrencies(settings.slots or 4)))
-    engines = plugins.engine_metrics() if plugins is not None else None
     try:
-        measured = asyncio.run(measure(settings, on_phase=lambda label, _: _advance(bar, label), engines=engines))
+        measured = asyncio.run(
+            measure(settings, on_phase=lambda label, _: _advance(bar, label), engines=plugins.engine_metrics())
+        )
     finally:
         bar.close()
     sim, record = build_profile(

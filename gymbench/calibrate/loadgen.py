@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,14 +153,17 @@ async def closed_loop(
     duration_s: float,
     warmup_s: float = 0.5,
     metrics_url: str | None = None,
-    engines: list[EngineMetrics] | None = None,
+    engines: Sequence[EngineMetrics] = (),
 ) -> LoadResult:
     """Run ``concurrency`` clients for ``warmup_s + duration_s`` through the opened ``backend``, each
     asking for the task ``params`` (its ``responses_create_params``); count what finishes in the window.
 
     With ``metrics_url``, the server's own generated-token counter is read at the window's edges, by
-    the names of the engine recognised among ``engines`` (default: those the plugins register).
+    the names of the engine recognised among ``engines`` (the plugins' ``engine_metrics()``, handed
+    down by the entry point that built the plugins).
     """
+    if metrics_url and not engines:
+        raise TypeError("closed_loop: a metrics_url needs the engines whose names to read it by")
     request = GenerationRequest(0, 0, params)
     loop = asyncio.get_running_loop()
     start = loop.time() + warmup_s
@@ -203,13 +206,9 @@ async def closed_loop(
 
 
 async def metrics_engine(
-    session: aiohttp.ClientSession, metrics_url: str, engines: list[EngineMetrics] | None = None
+    session: aiohttp.ClientSession, metrics_url: str, engines: Sequence[EngineMetrics]
 ) -> EngineMetrics:
-    """The engine whose names ``metrics_url`` serves (asked of the plugins once, before the window)."""
-    if engines is None:
-        from gymbench.plugins import Plugins
-
-        engines = Plugins().engine_metrics()
+    """The engine whose names ``metrics_url`` serves, among ``engines`` (the plugins', handed down)."""
     async with session.get(metrics_url) as answer:
         text = await answer.text()
     recognition = recognise(engines, sample_sums(text))
@@ -218,9 +217,7 @@ async def metrics_engine(
     return recognition.engine
 
 
-async def settle_server(
-    session: aiohttp.ClientSession, metrics_url: str, engines: list[EngineMetrics] | None = None
-) -> Settled:
+async def settle_server(session: aiohttp.ClientSession, metrics_url: str, engines: Sequence[EngineMetrics]) -> Settled:
     """Wait until the server at ``metrics_url`` holds no request (:func:`gymbench.engine_metrics.settle`);
     a server without a readable ``/metrics`` of a known engine is not waited for."""
     try:

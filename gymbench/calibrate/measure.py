@@ -28,7 +28,7 @@ import asyncio
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -190,7 +190,7 @@ async def measure(
     settings: CalibrateSettings,
     *,
     on_phase: Callable[[str, float], None] = lambda label, seconds: None,
-    engines: list[EngineMetrics] | None = None,
+    engines: Sequence[EngineMetrics],
 ) -> Measurements:
     """All three phases against the engine ``settings`` name; ``on_phase(label, seconds)`` after each step (a bar).
 
@@ -203,10 +203,6 @@ async def measure(
     engine = dataclasses.replace(
         settings, base_url=f"{facts.root_url}/v1", model=facts.model, extra_body={**IGNORE_EOS, **settings.extra_body}
     )
-    if engines is None:  # asked of the plugins once, not before every load
-        from gymbench.plugins import Plugins
-
-        engines = Plugins().engine_metrics()
     try:
         # The closed loops come before the prefill phase: after prefill requests that skip the prompt
         # cache (``cache_prompt: false``), llama.cpp served the next two identical requests one at a
@@ -245,7 +241,7 @@ async def _measure_loads(
     settings: CalibrateSettings,
     facts: EngineFacts,
     on_phase: Callable[[str, float], None],
-    engines: list[EngineMetrics],
+    engines: Sequence[EngineMetrics],
 ) -> tuple[list[LoadResult], list[str]]:
     params = workload_params(settings.prompt_words, settings.max_tokens)
     notes: list[str] = []

@@ -23,6 +23,7 @@ from gymbench.errors import GymbenchError
 from gymbench.sim.config import config_from_preset, load_profile
 from gymbench.sim.profile import public_url, write_profile
 from gymbench.sim.virtual_load import simulated_closed_loop
+from gymbench.testing import make_plugins
 from tests.sim.fake_llama import StepModel, fake_llama_server
 
 PROFILE = {"max_num_seqs": 4, "step_base_s": 0.004, "step_per_seq_s": 0.002, "prefill_per_token_s": 0.0,
@@ -365,7 +366,8 @@ def test_two_passes_measure_the_loads_in_abba_order_and_each_rate_is_their_mean(
         facts = asyncio.run(
             measure(CalibrateSettings(base_url=url, concurrencies="1,2,3", prompt_words=4, max_tokens=4,
                                       warmup_s=0.0, window_s=0.3, passes=3),
-                    on_phase=lambda label, _: measured.append(label.split(":")[0]))
+                    on_phase=lambda label, _: measured.append(label.split(":")[0]),
+                    engines=make_plugins().engine_metrics())
         )  # fmt: skip
     assert code == 0
     assert measured == ["p=1", "p=2", "p=3", "p=3", "p=2", "p=1", "p=1", "p=2", "p=3", "prefill"]
