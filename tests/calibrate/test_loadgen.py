@@ -12,6 +12,7 @@ import pytest
 
 from gymbench.calibrate.loadgen import LoadResult, closed_loop, load_backend, load_settings, run_closed_loop
 from gymbench.sim import SimServerHandle
+from gymbench.testing import make_plugins
 from tests.sim.conftest import MODEL
 from tests.sim.fake_llama import StepModel, fake_llama_server
 
@@ -45,6 +46,7 @@ def test_a_load_on_the_simulator_reads_its_generated_tokens(fast_sim: SimServerH
         0.5,
         warmup_s=0.1,
         metrics_url=f"{fast_sim.url}/metrics",
+        engines=make_plugins().engine_metrics(),
     )
     assert result.errors == 0 and result.completed > 0
     assert result.generated_tokens is not None and result.generated_tokens > 0
