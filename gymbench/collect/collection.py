@@ -49,6 +49,50 @@ def make_strategy(plugins: Plugins, name: str, options: dict[str, Any], parallel
     return plugins.strategy(name, settings)
 
 
+AGENT_REF = b'"agent_ref"'
+
+
+def routed_to_agents(config: CollectConfig) -> CollectConfig:
+    """``config``, sent to NeMo Gym's head server when nothing names a server and the rows name
+    their agents: NeMo Gym routes a row with an ``agent_ref`` to its agent, so such a row is never
+    the simulator's to answer (it was: the run exited 0 with rows that looked like the agent's). The
+    head server is NeMo Gym's default (127.0.0.1:11000) unless ``+head_server`` says otherwise; one
+    that does not answer is one line and a non-zero exit. A piped input is not read ahead."""
+    if not config.chosen_backend()[1] or not config.input_jsonl_fpath:
+        return config
+    path = Path(config.input_jsonl_fpath)
+    first = _first_agent_task(path, config)
+    if first is None:
+        return config
+    from gymbench.builtin.backend_settings import DEFAULT_HEAD_SERVER
+
+    host, port = DEFAULT_HEAD_SERVER["host"], DEFAULT_HEAD_SERVER["port"]
+    warn(
+        f"{path}: the tasks name NeMo Gym agents (agent_ref, task {first} first), so they go to their agents "
+        f"through the head server at {host}:{port}, as NeMo Gym routes them (+head_server.host/.port for another)"
+    )
+    return dataclasses.replace(config, head_server=dict(DEFAULT_HEAD_SERVER))
+
+
+def _first_agent_task(path: Path, config: CollectConfig) -> int | None:
+    """The index of the first selected task with an ``agent_ref``, through the tasks' own reader,
+    for a regular file that mentions ``agent_ref`` at all (a byte search first: most inputs do not)."""
+    import mmap
+
+    from gymbench.rollout.dataset import read_tasks
+
+    try:
+        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            if data.find(AGENT_REF) < 0:
+                return None
+    except (OSError, ValueError):  # not a regular file, or empty: the run's own reader says what is wrong
+        return None
+    for task in read_tasks(path, config.task_slice()):
+        if task.row.get("agent_ref"):
+            return task.task_index
+    return None
+
+
 def collect_settings(config: CollectConfig) -> CollectSettings:
     if not config.input_jsonl_fpath:
         raise GymbenchError("collect needs +input_jsonl_fpath=TASKS.jsonl")

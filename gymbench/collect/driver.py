@@ -43,6 +43,7 @@ from gymbench.collect.collection import (
     collect_settings,
     make_strategy,
     metrics_path,
+    routed_to_agents,
 )
 from gymbench.collect.config import CollectConfig, ServerConfig
 from gymbench.collect.target import Target
@@ -144,6 +145,7 @@ class Collection:
         ``progress`` hears of every rollout; ``on_failure`` of every failed one; ``server_metrics``
         puts the server's ``/metrics`` around the run (as ``+scrape_metrics`` says) in the summary.
         """
+        config = routed_to_agents(config)
         settings = collect_settings(config)
         verifier = plugins.verifier(config.verifier, config.verifier_options)
         strategy = make_strategy(plugins, config.strategy, config.strategy_options, config.num_samples_in_parallel)

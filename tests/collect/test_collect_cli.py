@@ -229,3 +229,23 @@ def test_nemo_gym_backend_against_the_simulators_agent_mode(tmp_path: Path) -> N
         assert row["reward"] == (1.0 if text.splitlines()[-1] == row["expected_answer"] else 0.0)
         assert row["verifier"]["name"] == "agent" and row["agent_ref"] == {"name": "simple_agent"}
     assert 0 < sum(r["reward"] for r in written) < 30
+
+
+def test_rows_naming_their_agents_go_to_the_head_server_never_to_the_simulator(tmp_path: Path) -> None:
+    """NeMo Gym routes a row with an agent_ref to its agent: with no server named, such rows were
+    answered by the simulator and the run exited 0 with rows that looked like the agent's (issue 40).
+    Now they go to NeMo Gym's default head server (127.0.0.1:11000), which is not running here."""
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", 11000)) == 0:
+            pytest.skip("something listens on 127.0.0.1:11000, NeMo Gym's default head server port")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"responses_create_params": {"input": "1+1"}}\n'
+                     '{"responses_create_params": {"input": "2+2"}, "agent_ref": {"name": "simple_agent"}}\n')  # fmt: skip
+    out = tmp_path / "rollouts.jsonl"
+    done = gymbench("collect", f"+input_jsonl_fpath={tasks}", f"+output_jsonl_fpath={out}", "+progress=false",
+                    "+max_retries=0", "+num_samples_in_parallel=2")  # fmt: skip
+    assert done.returncode != 0
+    assert "tasks.jsonl: the tasks name NeMo Gym agents (agent_ref, task 1 first)" in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("gymbench: error")]
+    assert len(errors) == 1 and "head server at http://127.0.0.1:11000" in errors[0], done.stderr
+    assert not [row for row in (rows(out) if out.exists() else []) if row.get("model") == "gymbench-sim"]
