@@ -62,7 +62,7 @@ def redact(text: str) -> str:
     for secret in _SECRETS:
         if secret in text:
             text = text.replace(secret, REDACTED)
-    if "earer" in text or "EARER" in text:
+    if "bearer" in text.lower():  # any casing: the pattern is case-insensitive, so is its pre-check
         text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
     if "sk-" in text:
         text = _SK_KEY.sub(REDACTED, text)
@@ -74,7 +74,7 @@ def redact_bytes(data: bytes) -> bytes:
     for secret in _SECRETS_BYTES:
         if secret in data:
             data = data.replace(secret, REDACTED.encode())
-    if b"earer" in data or b"EARER" in data:
+    if b"bearer" in data.lower():  # one scan of a copy; any casing, as the pattern
         data = _BEARER_BYTES.sub(lambda m: m.group(1) + REDACTED.encode(), data)
     if b"sk-" in data:
         data = _SK_KEY_BYTES.sub(REDACTED.encode(), data)

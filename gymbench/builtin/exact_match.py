@@ -7,6 +7,7 @@ match, because chat models tend to explain before answering.
 
 from __future__ import annotations
 
+import functools
 import string
 from collections.abc import Mapping
 from typing import Any
@@ -15,6 +16,13 @@ from gymbench.types import Verdict
 
 _EDGE_PUNCTUATION = string.punctuation.replace("-", "").replace("+", "")
 _EDGES = _EDGE_PUNCTUATION + " "
+
+
+@functools.lru_cache(maxsize=4096)
+def _normalised_expected(text: str) -> str:
+    """The expected answers of a dataset repeat (every rollout of a task, and small answer sets):
+    normalised once each."""
+    return normalise(text)
 
 
 def normalise(text: str) -> str:
@@ -44,10 +52,12 @@ class ExactMatchVerifier:
                 details={"reason": f"task has no {self.field!r} field"},
                 failure_kind="no_expected_answer",
             )
-        expected = normalise(str(row[self.field]))
+        expected = _normalised_expected(str(row[self.field]))
         whole = normalise(response_text)
         line = _last_line(response_text)
-        last_line = normalise(line) if line is not None else ""
+        # a one-line answer is its own last line: normalise strips the same white space, so the
+        # second normalisation would give ``whole`` again
+        last_line = "" if line is None else whole if line == response_text.strip() else normalise(line)
         matched = expected in (whole, last_line)
         return Verdict(
             reward=1.0 if matched else 0.0,

@@ -80,31 +80,33 @@ class StampedResponseHandler(ResponseHandler):
         super().__init__(loop)
         self.read_at = 0.0
         self.receive_lag = 0.0
-        self._probe: LagProbe | None = None
+        self._probe_at = 0.0
+        """When the outstanding probe was scheduled; 0 when none is (the protocol is its own probe:
+        a :class:`LagProbe` object per read cost an allocation and a bound method per rollout)."""
         self._probe_loop = loop
         self._probes_left = PROBED_READS
 
     def data_received(self, data: bytes) -> None:
-        self.read_at = time.perf_counter()
-        probe = self._probe
-        if probe is not None and probe.lag is not None:
-            self.receive_lag = max(self.receive_lag, probe.lag)
-            probe = None
-        if probe is None and self._probes_left > 0:
+        self.read_at = now = time.perf_counter()
+        if self._probes_left > 0 and not self._probe_at:
             self._probes_left -= 1
-            self._probe = LagProbe(self._probe_loop)
+            self._probe_at = now
+            self._probe_loop.call_soon(self._probe_ran)
         super().data_received(data)
 
+    def _probe_ran(self) -> None:
+        if self._probe_at:
+            lag = time.perf_counter() - self._probe_at
+            if lag > self.receive_lag:
+                self.receive_lag = lag
+            self._probe_at = 0.0
+
     def lag_since_reset(self) -> float:
-        """The largest receipt lag since :meth:`reset`, the outstanding probe included if it ran."""
-        probe = self._probe
-        if probe is not None and probe.lag is not None:
-            self.receive_lag = max(self.receive_lag, probe.lag)
-            self._probe = None
+        """The largest receipt lag since :meth:`reset`, the probes that ran included."""
         return self.receive_lag
 
     def reset(self) -> None:
-        self.receive_lag = 0.0
+        self.receive_lag = 0.0  # a probe still outstanding (the headers' read) counts for this answer
         self._probes_left = PROBED_READS
 
 

@@ -11,8 +11,8 @@ import numpy as np
 RESERVOIR = 20_000
 
 
-@dataclass
-class Reservoir:
+@dataclass(slots=True)
+class Reservoir:  # slotted: several adds per rollout
     size: int = RESERVOIR
     seen: int = 0
     values: list[float] = field(default_factory=list)
@@ -31,13 +31,14 @@ class Reservoir:
         self.seen = total
 
     def add(self, value: float) -> None:
-        self.seen += 1
-        if len(self.values) < self.size:
-            self.values.append(value)
+        self.seen = seen = self.seen + 1
+        values = self.values
+        if len(values) < self.size:
+            values.append(value)
             return
-        slot = self.rng.randrange(self.seen)
+        slot = self.rng.randrange(seen)
         if slot < self.size:
-            self.values[slot] = value
+            values[slot] = value
 
     def percentiles(self, qs: tuple[float, ...]) -> list[float | None]:
         if not self.values:

@@ -266,3 +266,13 @@ def test_every_file_write_goes_through_a_filtered_exit() -> None:
         if WRITES.search(path.read_text()):
             found.add(path.relative_to(ROOT).as_posix())
     assert found - set(UNFILTERED_WRITES_ALLOWED) == set()
+
+
+@pytest.mark.parametrize("word", ["Bearer", "bearer", "BEARER", "BeArer", "bEARER", "beaRER"])
+def test_a_bearer_token_is_redacted_in_any_casing(word: str) -> None:
+    """The pattern is case-insensitive, so its fast pre-check must be too: 'BeArer' was let through."""
+    token = "tok9Zq4Lm2Xv7Rw1Ny5"  # not registered, not shaped like an sk- key: only the pattern finds it
+    text = f'{{"error": "bad header Authorization: {word} {token}"}}'
+    assert token not in secrets.redact(text) and f"{word} [REDACTED]" in secrets.redact(text)
+    redacted = secrets.redact_bytes(text.encode())
+    assert token.encode() not in redacted and f"{word} [REDACTED]".encode() in redacted
