@@ -437,8 +437,7 @@ def settings_from_args(
         was = field.metadata.get("was")
         if value is None and was and getattr(args, dest_prefix + was, None) is not None:
             value = getattr(args, dest_prefix + was)
-            new_flag = "--" + field.name.replace("_", "-")
-            print(f"gymbench: --{was.replace('_', '-')} is now {new_flag}; the old flag will go", file=sys.stderr)
+            _say_renamed_flag(was, field.name)
         flag = (field.metadata.get("flags") or ("--" + field.name.replace("_", "-"),))[-1]
         if value == "" and field.metadata.get("path"):  # as a value, "" would read as "not set"
             raise GymbenchError(f"{flag} '': an empty path; pass {flag} PATH, or leave {flag} out")
@@ -449,6 +448,12 @@ def settings_from_args(
         elif value is not None:
             dotlist.append(f"{field.name}={value}")
     return build_settings(schema, dotlist, *layers)
+
+
+def _say_renamed_flag(was: str, name: str) -> None:
+    """The one stderr line for a renamed setting's former flag."""
+    old, new = (word.replace("_", "-") for word in (was, name))
+    print(f"gymbench: --{old} is now --{new}; the old flag will go", file=sys.stderr)
 
 
 def _takes_text(schema: type[Any], name: str) -> bool:
@@ -466,6 +471,10 @@ def settings_from_flags(schema: type[T], args: Any, *, dest_prefix: str = "setti
     values: dict[str, Any] = {}
     for field in dataclasses.fields(schema):  # type: ignore[arg-type]
         text = getattr(args, dest_prefix + field.name, None)
+        was = field.metadata.get("was")
+        if text is None and was and getattr(args, dest_prefix + was, None) is not None:
+            text = getattr(args, dest_prefix + was)
+            _say_renamed_flag(was, field.name)
         kind = scalar_kind(hints[field.name])
         if text is None or kind is None:
             continue

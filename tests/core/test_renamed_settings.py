@@ -73,3 +73,25 @@ def test_the_tune_renames_keep_their_old_keys(capsys: pytest.CaptureFixture[str]
     settings = build_settings(AdaptiveSettings, ["precision=0.1", "error_rate=0.2"])
     assert (settings.target_precision, settings.max_error_rate) == (0.1, 0.2)
     assert "now called 'target_precision'" in capsys.readouterr().err
+
+
+def test_the_old_flag_works_without_omegaconf_too(capsys: pytest.CaptureFixture[str]) -> None:
+    from gymbench.settings import settings_from_flags
+
+    assert settings_from_flags(Search, _parsed("--error-rate", "0.2")).max_error_rate == 0.2
+    assert "--error-rate is now --max-error-rate" in capsys.readouterr().err
+
+
+def test_the_renamed_command_settings_keep_their_old_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    from gymbench.calibrate.command import CalibrateSettings
+    from gymbench.sim.command import SimServeSettings
+    from gymbench.train.settings import TrainSettings
+
+    calibrate = build_settings(
+        CalibrateSettings, ["base_url=http://127.0.0.1:9/v1", "slots=3", "max_tokens=8", "warmup_s=0.5"]
+    )
+    assert (calibrate.engine_slots, calibrate.output_tokens, calibrate.load_warmup_s) == (3, 8, 0.5)
+    assert build_settings(SimServeSettings, ["max_tokens=64"]).describe_max_tokens == 64
+    train = build_settings(TrainSettings, ["verify=1", "profile=trace.json"])
+    assert (train.verify_runs, train.profile_trace is not None) == (1, True)
+    assert capsys.readouterr().err.count("now called") == 6
