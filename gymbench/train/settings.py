@@ -16,8 +16,8 @@ DP_LAUNCHERS = ("torchrun", "ray")
 DIST_BACKENDS = ("gloo", "nccl")
 LARGEST = 2**31 - 1
 """torch takes sizes and thread counts as C integers: past this an overflow error, not a benchmark."""
-SEARCH_SETTINGS = ("memory_budget_mib", "memory_fraction", "max_batch", "tolerance", "margin", "verify_runs", "trial_steps",
-                   "guided", "trial_allocator", "colocated_share")  # fmt: skip
+SEARCH_SETTINGS = ("memory_budget_mib", "memory_fraction", "max_batch", "tolerance", "margin", "verify_runs",
+                   "trial_steps", "guided", "trial_allocator", "colocated_share")  # fmt: skip
 """What defines a batch-size search's answer: in the record id only with --find-batch."""
 DP_SETTINGS = ("launcher", "dist_backend", "cluster")
 """What defines a data-parallel run: in the record id only with --dp above 1."""

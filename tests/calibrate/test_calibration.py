@@ -436,7 +436,8 @@ def test_a_given_max_tokens_is_the_tasks_max_output_tokens(tmp_path: Path) -> No
     engine = StepModel(slots=1)
     with fake_llama_server(engine) as url:
         code = main(["calibrate-sim", "--from", url, f"+output={tmp_path / 'e.yaml'}", "+concurrencies=1",
-                     "+passes=1", "+load_warmup_s=0", "+window_s=0.2", "+output_tokens=6", "+progress=false"])  # fmt: skip
+                     "+passes=1", "+load_warmup_s=0", "+window_s=0.2", "+output_tokens=6",
+                     "+progress=false"])  # fmt: skip
     assert code == 0
     loads = [body for body in engine.bodies if body.get("cache_prompt", True)]
     assert loads and all(body["max_tokens"] == 6 and body["ignore_eos"] is True for body in loads)
