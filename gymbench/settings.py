@@ -22,6 +22,7 @@ import functools
 import math
 import re
 import reprlib
+import sys
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -49,6 +50,7 @@ def doc(
     flags: Sequence[str] = (),
     metavar: str | None = None,
     positional: bool = False,
+    was: str | None = None,
 ) -> dict[str, Any]:
     """A setting's field metadata: its help (``--help`` shows it) and, with ``path``, that its value is a
     file or folder path (made absolute where the working directory changes: shard workers, pyproject).
@@ -64,8 +66,14 @@ def doc(
     collection defines the run and is in its fingerprint (:func:`run_defining_settings`). Defining is
     the default because a setting forgotten there costs a refused resume (``+resume_force=true`` goes
     on), while a setting wrongly left out would mix two runs in one file without a word.
+
+    ``was`` is the setting's former name, kept working as a deprecated alias (``--old-name``,
+    ``+old_name=`` and an ``old_name`` key in ``--config`` or pyproject), each use noted with one line
+    on stderr naming the new one: a rename that makes a name say what it is breaks no script.
     """
     metadata: dict[str, Any] = {"help": text}
+    if was:
+        metadata["was"] = was
     if path:
         metadata["path"] = True
     if run_neutral:
@@ -77,6 +85,23 @@ def doc(
     if positional:
         metadata["positional"] = True
     return metadata
+
+
+def _renamed(schema: type[Any]) -> dict[str, str]:
+    """``{former name: name}`` of the schema's settings that were renamed (``doc(was=...)``)."""
+    if not dataclasses.is_dataclass(schema):
+        return {}
+    return {f.metadata["was"]: f.name for f in dataclasses.fields(schema) if f.metadata.get("was")}
+
+
+def _current_name(schema: type[Any], key: str) -> str:
+    """``key`` with a renamed setting's former name (its first part) replaced by the new one, noted on stderr."""
+    top, dot, rest = key.partition(".")
+    new = _renamed(schema).get(top)
+    if new is None or top in known_fields(schema):
+        return key
+    print(f"gymbench: setting {top!r} is now called {new!r}; the old name will go", file=sys.stderr)
+    return new + dot + rest
 
 
 def run_defining_settings(settings: Any) -> dict[str, Any]:
@@ -344,6 +369,13 @@ def add_settings_flags(
         dest = dest_prefix + field.name
         help_text = _help(field)
         metavar = field.metadata.get("metavar")
+        was = field.metadata.get("was")
+        if was and not field.metadata.get("flags"):  # the former spelling, hidden from --help
+            old_flag = prefix + was.replace("_", "-")
+            if kind is bool:
+                add_bool_flag(add_flag, [old_flag], dest_prefix + was, argparse.SUPPRESS, switches=switches)
+            else:
+                add_flag(old_flag, dest=dest_prefix + was, default=None, help=argparse.SUPPRESS)
         if kind is bool:
             add_bool_flag(add_flag, flags, dest, help_text, switches=switches)
         elif words:
@@ -406,6 +438,10 @@ def settings_from_args(
     layers.append(_positional_values(schema, words))
     for field in dataclasses.fields(schema):  # type: ignore[arg-type]
         value = getattr(args, dest_prefix + field.name, None)
+        was = field.metadata.get("was")
+        if value is None and was and getattr(args, dest_prefix + was, None) is not None:
+            value = getattr(args, dest_prefix + was)
+            _say_renamed_flag(was, field.name)
         flag = (field.metadata.get("flags") or ("--" + field.name.replace("_", "-"),))[-1]
         if value == "" and field.metadata.get("path"):  # as a value, "" would read as "not set"
             raise GymbenchError(f"{flag} '': an empty path; pass {flag} PATH, or leave {flag} out")
@@ -416,6 +452,12 @@ def settings_from_args(
         elif value is not None:
             dotlist.append(f"{field.name}={value}")
     return build_settings(schema, dotlist, *layers)
+
+
+def _say_renamed_flag(was: str, name: str) -> None:
+    """The one stderr line for a renamed setting's former flag."""
+    old, new = (word.replace("_", "-") for word in (was, name))
+    print(f"gymbench: --{old} is now --{new}; the old flag will go", file=sys.stderr)
 
 
 def _takes_text(schema: type[Any], name: str) -> bool:
@@ -433,6 +475,10 @@ def settings_from_flags(schema: type[T], args: Any, *, dest_prefix: str = "setti
     values: dict[str, Any] = {}
     for field in dataclasses.fields(schema):  # type: ignore[arg-type]
         text = getattr(args, dest_prefix + field.name, None)
+        was = field.metadata.get("was")
+        if text is None and was and getattr(args, dest_prefix + was, None) is not None:
+            text = getattr(args, dest_prefix + was)
+            _say_renamed_flag(was, field.name)
         kind = scalar_kind(hints[field.name])
         if text is None or kind is None:
             continue
@@ -515,6 +561,10 @@ def _merged(
     ]
     items += [(token.partition("=")[0], token, None) for token in dotlist]
     for key, item, source in items:
+        new_key = _current_name(schema, key)
+        if new_key != key:
+            item = {new_key: item[key]} if isinstance(item, Mapping) else new_key + "=" + item.partition("=")[2]
+            key = new_key
         if isinstance(item, str) and not _is_utf8(item):
             raise GymbenchError(
                 f"setting {key!r}: {item.partition('=')[2]!r} is not UTF-8 text (a file name in another "

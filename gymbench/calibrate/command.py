@@ -25,21 +25,23 @@ class CalibrateSettings(OpenAISettings):
     the calibration loads the engine through that backend, as ``collect`` does) and the calibration's own."""
 
     output: str = field(default="engine.yaml", metadata=doc("profile to write", path=True))
-    slots: int | None = field(
-        default=None, metadata=doc("the engine's slot count, when /props does not give it (llama.cpp's -np)")
+    engine_slots: int | None = field(
+        default=None,
+        metadata=doc("the engine's slot count, when /props does not give it (llama.cpp's -np)", was="slots"),
     )
     concurrencies: str | None = field(
         default=None, metadata=doc("closed-loop client counts to measure, e.g. 1,2,4,8 (default: around the slots)")
     )
     prompt_words: int = field(default=24, metadata=doc("words in the workload's prompt"))
-    max_tokens: int | None = field(
+    output_tokens: int | None = field(
         default=None,
         metadata=doc(
             "output tokens per request, sent as the task's max_output_tokens (ignore_eos: always this many); "
-            "unset: none sent, the engine's own default, as collect does for a task that sets none"
+            "unset: none sent, the engine's own default, as collect does for a task that sets none",
+            was="max_tokens",
         ),
     )
-    warmup_s: float = field(default=2.0, metadata=doc("seconds at each load before measuring"))
+    load_warmup_s: float = field(default=2.0, metadata=doc("seconds at each load before measuring", was="warmup_s"))
     window_s: float = field(default=8.0, metadata=doc("seconds measured at each load"))
     passes: int = field(
         default=2,
@@ -55,10 +57,10 @@ class CalibrateSettings(OpenAISettings):
     def __post_init__(self) -> None:
         require(bool(self.base_url), "base_url", self.base_url, "the engine's URL: --from http://HOST:PORT/v1")
         super().__post_init__()
-        at_least("slots", self.slots, 1)
+        at_least("engine_slots", self.engine_slots, 1)
         at_least("prompt_words", self.prompt_words, 1)
-        at_least("max_tokens", self.max_tokens, 2)
-        require(self.warmup_s >= 0, "warmup_s", self.warmup_s, "seconds, 0 or more")
+        at_least("output_tokens", self.output_tokens, 2)
+        require(self.load_warmup_s >= 0, "load_warmup_s", self.load_warmup_s, "seconds, 0 or more")
         require(self.window_s > 0, "window_s", self.window_s, "seconds above 0")
         at_least("passes", self.passes, 1, 10)
         parse_concurrencies(self.concurrencies)
@@ -109,7 +111,7 @@ def calibrate(settings: CalibrateSettings, plugins: Plugins) -> int:
 
     assert settings.base_url is not None
     check_writable_file(settings.output, "the profile", "output")
-    bar = _bar(settings, settings.passes * len(settings.points() or default_concurrencies(settings.slots or 4)))
+    bar = _bar(settings, settings.passes * len(settings.points() or default_concurrencies(settings.engine_slots or 4)))
     try:
         measured = asyncio.run(
             measure(settings, on_phase=lambda label, _: _advance(bar, label), engines=plugins.engine_metrics())
@@ -120,7 +122,7 @@ def calibrate(settings: CalibrateSettings, plugins: Plugins) -> int:
         measured,
         base_url=settings.base_url,
         prompt_words=settings.prompt_words,
-        warmup_s=settings.warmup_s,
+        warmup_s=settings.load_warmup_s,
         window_s=settings.window_s,
     )
     path = write_profile(settings.output, sim, record)

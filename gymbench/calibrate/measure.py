@@ -8,7 +8,7 @@ Three phases, each short enough that the whole takes a minute or two against a s
    server's ``prompt_ms`` against ``prompt_n`` gives the cost of a prompt token;
 3. **decode**: closed loops of ``p`` clients at a few ``p`` around the slot count, each
    request the workload's (streamed or not, as the workload is: on a small machine streaming's
-   per-token work slows the engine itself) (a fixed prompt; with ``ignore_eos``, ``+max_tokens`` output
+   per-token work slows the engine itself) (a fixed prompt; with ``ignore_eos``, ``+output_tokens`` output
    tokens, or the engine's default when unset): the
    server's ``predicted_per_token_ms`` against the running sequences gives the step's fixed and
    per-sequence cost; the clients' own TTFT and throughput are kept as the record and the check.
@@ -110,7 +110,7 @@ async def read_facts(client: RetryingClient, base_url: str, model: str | None, s
 
         raise GymbenchError(
             f"{public_url(root)}/props gives no total_slots (not a llama.cpp server, or --props is off); "
-            "give the engine's slot count (max running sequences) as +slots=N"
+            "give the engine's slot count (max running sequences) as +engine_slots=N"
         )
     settings = (props or {}).get("default_generation_settings")
     settings = settings if isinstance(settings, dict) else {}  # a list here was an AttributeError
@@ -214,9 +214,9 @@ async def measure(
     except ServerUnreachable:
         raise GymbenchError(f"cannot measure the engine at {where}: it stopped answering; is it running?") from None
     on_phase("prefill", 0.0)
-    output = settings.max_tokens or _output_tokens(points, where)
+    output = settings.output_tokens or _output_tokens(points, where)
     return Measurements(facts, prefill, points, time.perf_counter() - began, notes, settings.passes, output,
-                        settings.max_tokens)  # fmt: skip
+                        settings.output_tokens)  # fmt: skip
 
 
 async def _facts(settings: CalibrateSettings) -> EngineFacts:
@@ -226,7 +226,7 @@ async def _facts(settings: CalibrateSettings) -> EngineFacts:
     where = _where(settings.base_url)
     try:
         await client.open(None)
-        return await read_facts(client, settings.base_url, settings.model, settings.slots)
+        return await read_facts(client, settings.base_url, settings.model, settings.engine_slots)
     except ServerUnreachable:
         raise GymbenchError(
             f"cannot measure the engine at {where}: no answer after {PREFLIGHT_TRIES} tries; is it running?"
@@ -243,11 +243,11 @@ async def _measure_loads(
     on_phase: Callable[[str, float], None],
     engines: Sequence[EngineMetrics],
 ) -> tuple[list[LoadResult], list[str]]:
-    params = workload_params(settings.prompt_words, settings.max_tokens)
+    params = workload_params(settings.prompt_words, settings.output_tokens)
     notes: list[str] = []
     order = list(settings.points() or default_concurrencies(facts.slots))
     readings: dict[int, list[LoadResult]] = {p: [] for p in order}
-    warmup_s, window_s = settings.warmup_s, settings.window_s
+    warmup_s, window_s = settings.load_warmup_s, settings.window_s
     async with load_backend(settings) as backend:
         session = session_of(backend.client)
         for p in [p for index in range(settings.passes) for p in (order if index % 2 == 0 else order[::-1])]:

@@ -33,7 +33,9 @@ class SimServeSettings(SimConfig, ServerAddress, JsonOutput):
     )
     describe: bool = field(default=False, metadata=doc("print the theoretical capacity and exit"))
     prompt_tokens: float = field(default=32, metadata=doc("assumed prompt length for --describe"))
-    max_tokens: int | None = field(default=None, metadata=doc("assumed max_tokens for --describe"))
+    describe_max_tokens: int | None = field(
+        default=None, metadata=doc("assumed max_tokens for --describe", was="max_tokens")
+    )
 
     def __post_init__(self) -> None:
         from gymbench.settings import at_least, check_listen, require
@@ -41,7 +43,7 @@ class SimServeSettings(SimConfig, ServerAddress, JsonOutput):
         super().__post_init__()
         check_listen(self.host, self.port)
         require(self.prompt_tokens > 0, "prompt_tokens", self.prompt_tokens, "a number of tokens above 0")
-        at_least("max_tokens", self.max_tokens, 1)
+        at_least("describe_max_tokens", self.describe_max_tokens, 1)
 
     def engine(self) -> SimConfig:
         return SimConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SimConfig)})
@@ -107,7 +109,7 @@ def _describe(config: SimConfig, settings: SimServeSettings) -> int:
 
     from gymbench.sim.capacity import describe, describe_text
 
-    capacity = describe(config, prompt_tokens=settings.prompt_tokens, max_tokens=settings.max_tokens)
+    capacity = describe(config, prompt_tokens=settings.prompt_tokens, max_tokens=settings.describe_max_tokens)
     if settings.json:
         data: dict[str, Any] = {"config": config.to_dict(), "capacity": dataclasses.asdict(capacity)}
         print(json.dumps(data, indent=2))

@@ -96,8 +96,8 @@ def run_benchmark(factory: ModelFactory, config: TrainConfig, settings: TrainSet
         peak_flops=peak,
         peak_source=source,
     )
-    if settings.profile:
-        report.trace, report.trace_table = trace_one_step(session, settings.profile)
+    if settings.profile_trace:
+        report.trace, report.trace_table = trace_one_step(session, settings.profile_trace)
     if settings.memory:
         report.memory = _memory_pass(session, factory, config)
     report.notes += [note for note in (session.checkpointing.note, cpu_precision_note(config, session.device)) if note]

@@ -62,10 +62,10 @@ def prepare(settings: TrainSettings, plugins: Plugins) -> PreparedTrain:
         length_source(prepared.config)  # a bad file is reported now, with its line
     _slow_precision_on_cpu(prepared)
     _check_model(prepared)
-    if settings.profile:
+    if settings.profile_trace:
         from gymbench.jsonio import check_writable_file
 
-        check_writable_file(settings.profile, "profile trace", "+profile")
+        check_writable_file(settings.profile_trace, "profile trace", "+profile_trace")
     return prepared
 
 
@@ -194,7 +194,7 @@ def _search(prepared: PreparedTrain, recorder: Recorder) -> tuple[SearchResult, 
         max_batch=settings.max_batch,
         tolerance=settings.tolerance,
         margin=settings.margin,
-        verify_runs=settings.verify,
+        verify_runs=settings.verify_runs,
         budget_bytes=int(settings.memory_budget_mib * MiB),
         guided=settings.guided,
     )

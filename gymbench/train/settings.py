@@ -16,8 +16,8 @@ DP_LAUNCHERS = ("torchrun", "ray")
 DIST_BACKENDS = ("gloo", "nccl")
 LARGEST = 2**31 - 1
 """torch takes sizes and thread counts as C integers: past this an overflow error, not a benchmark."""
-SEARCH_SETTINGS = ("memory_budget_mib", "memory_fraction", "max_batch", "tolerance", "margin", "verify", "trial_steps",
-                   "guided", "trial_allocator", "colocated_share")  # fmt: skip
+SEARCH_SETTINGS = ("memory_budget_mib", "memory_fraction", "max_batch", "tolerance", "margin", "verify_runs",
+                   "trial_steps", "guided", "trial_allocator", "colocated_share")  # fmt: skip
 """What defines a batch-size search's answer: in the record id only with --find-batch."""
 DP_SETTINGS = ("launcher", "dist_backend", "cluster")
 """What defines a data-parallel run: in the record id only with --dp above 1."""
@@ -59,9 +59,11 @@ class TrainSettings(RayCluster, Progress, ResultsStore, SaveRecord, StepSettings
     leak_bound_mib_per_step: float = field(
         default=1.0, metadata=doc("memory growth per step (robust slope) that flags a leak", run_neutral=True)
     )
-    profile: str | None = field(
+    profile_trace: str | None = field(
         default=None,
-        metadata=doc("write a torch.profiler Chrome trace of one step here", path=True, run_neutral=True),
+        metadata=doc(
+            "write a torch.profiler Chrome trace of one step here", path=True, run_neutral=True, was="profile"
+        ),
     )
     # --- largest batch (OOM backoff)
     find_batch: str | None = field(
@@ -83,7 +85,7 @@ class TrainSettings(RayCluster, Progress, ResultsStore, SaveRecord, StepSettings
             "gpu_memory_utilization, e.g. 0.6); 0 when the engine already runs (its memory is counted)"
         ),
     )
-    verify: int = field(default=3, metadata=doc("fresh runs of the chosen size"))
+    verify_runs: int = field(default=3, metadata=doc("fresh runs of the chosen size", was="verify"))
     trial_steps: int = field(default=2, metadata=doc("training steps per trial"))
     guided: bool = field(default=True, metadata=doc("use trial memory to guide the search (--no-guided: bisect)"))
     trial_allocator: str = field(
@@ -119,7 +121,7 @@ class TrainSettings(RayCluster, Progress, ResultsStore, SaveRecord, StepSettings
             at_least(name, getattr(self, name), 1, LARGEST)
         at_least("warmup", self.warmup, 0, LARGEST)
         at_least("base_batch", self.base_batch, 1, LARGEST)
-        at_least("verify", self.verify, 0, LARGEST)
+        at_least("verify_runs", self.verify_runs, 0, LARGEST)
         at_least("threads", self.threads, 1, 4096)
         at_least("seed", self.seed, 0, 2**64 - 1)  # torch's seeds are 64-bit
         # Past ~3e38 torch cannot hold the rate in a float32 and fails mid-run; 1000 is far past any real one.

@@ -9,7 +9,7 @@ limit) ask this the same questions and so decide the same way:
   noise (a drop inside the noise is not degradation). When the interval straddles the threshold
   the decision is in doubt: the level with the wider interval is measured again, more tightly
   (``reprobes`` times at most, then the point estimate decides).
-* Stop growing, too, when errors exceed ``error_rate`` (levels above it are not usable), or
+* Stop growing, too, when errors exceed ``max_error_rate`` (levels above it are not usable), or
   when the server answers 429 for a rate limit: then the limit, not the parallelism, is the
   ceiling, every level's rate is capped at the sustained rate measured there, and the knee is
   the parallelism that reaches it.
@@ -131,7 +131,7 @@ class KneeSearch:
         if last.rate_limited:
             self._stop_at_rate_limit(last)
             return None
-        if last.error_rate > s.error_rate:
+        if last.error_rate > s.max_error_rate:
             self._stop_on_errors(last)
             return None
         below = [p for p in self.grown[:-1] if p < last.parallelism]
@@ -238,7 +238,7 @@ class KneeSearch:
     def _stop_on_errors(self, last: Level) -> None:
         self.ceiling = "errors"
         self.stop_reason = (
-            f"errors appeared at {last.parallelism} ({last.error_rate:.1%} > {self.settings.error_rate:.0%})"
+            f"errors appeared at {last.parallelism} ({last.error_rate:.1%} > {self.settings.max_error_rate:.0%})"
         )
 
     def _stop_at_rate_limit(self, last: Level) -> None:
@@ -252,7 +252,7 @@ class KneeSearch:
 
     def curve(self) -> dict[int, Rate]:
         """Usable levels: healthy ones (or all, when none is), capped at a rate limit's ceiling."""
-        bound = self.settings.error_rate
+        bound = self.settings.max_error_rate
         usable = {p: lv for p, lv in self.levels.items() if lv.error_rate <= bound or lv.rate_limited}
         usable = usable or dict(self.levels)
         limited = [lv.rate for lv in usable.values() if lv.rate_limited]
@@ -312,7 +312,7 @@ class KneeSearch:
         if not self.growing or not self.grown or level.parallelism != self.grown[-1]:
             return False
         below = [p for p in self.grown[:-1] if p < level.parallelism]
-        if not below or level.rate_limited or level.error_rate > self.settings.error_rate:
+        if not below or level.rate_limited or level.error_rate > self.settings.max_error_rate:
             return True
         _, low, high = ratio(level.rate, self.levels[max(below)].rate)
         threshold = plateau_threshold(self.settings.plateau_gain, level.parallelism / max(below))
@@ -320,7 +320,7 @@ class KneeSearch:
 
     def _below_errors(self) -> Step | None:
         """With errors above some level: find the healthy levels below it (and how close they go)."""
-        bound = self.settings.error_rate
+        bound = self.settings.max_error_rate
         failing = [p for p, lv in self.levels.items() if lv.error_rate > bound and not lv.rate_limited]
         if not failing:
             return None
@@ -332,7 +332,7 @@ class KneeSearch:
             return Step(max(1, min(failing) // 2), why=f"errors at {min(failing)} already: measure lower")
         self.stop_reason = (
             f"errors above {bound:.0%} at every parallelism down to 1: not a load problem "
-            "(raise +error_rate to tune anyway)"
+            "(raise +max_error_rate to tune anyway)"
         )
         return None
 

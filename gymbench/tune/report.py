@@ -94,7 +94,7 @@ def _ceiling(result: TuneResult) -> str:
     if result.search.ceiling == "rate limit":
         return "the server's rate limit (429s), not the parallelism: the plateau is its sustained rate"
     if result.search.ceiling == "errors":
-        return "errors above the error_rate bound; the knee is among the levels below them"
+        return "errors above the max_error_rate bound; the knee is among the levels below them"
     return "the server's capacity (throughput stops growing with parallelism)"
 
 

@@ -41,7 +41,10 @@ class GrowthSettings(Checked):
     degrade: float = field(
         default=0.05, metadata=doc("a drop below the best by more than this (beyond the noise) is degradation")
     )
-    error_rate: float = field(default=0.01, metadata=doc("a level with a higher error rate is unhealthy: stop growing"))
+    max_error_rate: float = field(
+        default=0.01,
+        metadata=doc("a level with a higher error rate is unhealthy: stop growing", was="error_rate"),
+    )
     resolution: float = field(default=1.1, metadata=doc("bisect until the knee's bracket high/low is within this"))
     share: float = field(
         default=KNEE_FRACTION,
@@ -55,7 +58,7 @@ class GrowthSettings(Checked):
         at_least("plateau_gain", self.plateau_gain, 0.0, 10.0)
         at_least("lookahead", self.lookahead, 0, 8)
         at_least("degrade", self.degrade, 0.0, 1.0)
-        at_least("error_rate", self.error_rate, 0.0, 1.0)
+        at_least("max_error_rate", self.max_error_rate, 0.0, 1.0)
         require(self.resolution > 1, "resolution", self.resolution, "a ratio above 1")
         require(0 < self.share <= 1, "share", self.share, "a share in (0, 1]")
 
@@ -97,8 +100,9 @@ class SearchSettings(SweepSettings):
 class PrecisionSettings(Checked):
     """How long one level is measured: until its rate is known this well, within turnover bounds."""
 
-    precision: float = field(
-        default=0.02, metadata=doc("measure each level until its rate's 95% interval is within this share of it")
+    target_precision: float = field(
+        default=0.02,
+        metadata=doc("measure each level until its rate's 95% interval is within this share of it", was="precision"),
     )
     min_batches: int = field(default=6, metadata=doc("turnovers (p rollouts each) a level is measured at least"))
     max_batches: int = field(
@@ -107,14 +111,14 @@ class PrecisionSettings(Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(0 < self.precision < 1, "precision", self.precision, "a share in (0, 1)")
+        require(0 < self.target_precision < 1, "target_precision", self.target_precision, "a share in (0, 1)")
         at_least("min_batches", self.min_batches, 2)
         require(self.max_batches >= self.min_batches, "max_batches", self.max_batches, "at least min_batches")
 
     def precision_rule(self) -> Precision:
         from gymbench.tune.rates import Precision
 
-        return Precision(self.precision, self.min_batches, self.max_batches)
+        return Precision(self.target_precision, self.min_batches, self.max_batches)
 
 
 @dataclass
@@ -133,4 +137,4 @@ class AdaptiveSettings(GrowthSettings, PrecisionSettings):
         return SearchSettings(**growth, max_parallelism=self.max_limit, fine_growth=True)
 
 
-AdaptiveSettings = with_defaults(AdaptiveSettings, start=4, error_rate=0.02, min_batches=3)  # type: ignore[misc]
+AdaptiveSettings = with_defaults(AdaptiveSettings, start=4, max_error_rate=0.02, min_batches=3)  # type: ignore[misc]

@@ -98,7 +98,7 @@ def test_calibrating_a_concave_engine_recovers_its_step_curve(tmp_path: Path) ->
     out = tmp_path / "engine.yaml"
     with fake_llama_server(engine) as url:
         code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1,2,3",
-                     "+warmup_s=0.2", "+window_s=1.5", "+max_tokens=32", "+progress=false"])  # fmt: skip
+                     "+load_warmup_s=0.2", "+window_s=1.5", "+output_tokens=32", "+progress=false"])  # fmt: skip
     assert code == 0
     sim = yaml.safe_load(out.read_text())["sim"]
     measured = {n: 1e3 * s for n, s in sim["step_curve_s"].items()}
@@ -205,7 +205,7 @@ def test_calibrate_sim_writes_a_profile_the_simulator_loads(
     with fake_llama_server(StepModel(slots=3)) as url:
         authed = url.replace("http://", "http://me:hunter2@")
         code = main(["calibrate-sim", "--from", authed, f"+output={out}", "+concurrencies=1,2,3,5",
-                     "+warmup_s=0.2", "+window_s=0.6", "+max_tokens=4", "+progress=false",
+                     "+load_warmup_s=0.2", "+window_s=0.6", "+output_tokens=4", "+progress=false",
                      f"+stream={stream}"])  # fmt: skip
     printed = capsys.readouterr()
     assert code == 0, printed.err
@@ -230,7 +230,7 @@ def test_the_closed_loops_come_before_the_prefill_requests(tmp_path: Path) -> No
     engine = StepModel(slots=2)
     with fake_llama_server(engine) as url:
         code = main(["calibrate-sim", "--from", url, f"+output={tmp_path / 'p.yaml'}", "+concurrencies=1,2",
-                     "+warmup_s=0.1", "+window_s=0.3", "+max_tokens=4", "+progress=false"])  # fmt: skip
+                     "+load_warmup_s=0.1", "+window_s=0.3", "+output_tokens=4", "+progress=false"])  # fmt: skip
     assert code == 0
     order = engine.cache_prompt
     assert True in order and False in order
@@ -243,7 +243,7 @@ def test_calibrate_sim_without_slots_is_one_clear_line(tmp_path: Path, capsys: p
     with fake_llama_server(StepModel(slots=2)) as url:
         code = main(["calibrate-sim", "--from", url.replace("/v1", "/nothing/v1"), f"+output={tmp_path / 'p.yaml'}"])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and "gives no total_slots" in err and "+slots=N" in err and "\n" not in err
+    assert code == 2 and "gives no total_slots" in err and "+engine_slots=N" in err and "\n" not in err
 
 
 # --- the real engine
@@ -256,7 +256,7 @@ def test_calibrating_a_real_llama_server(tmp_path: Path, capsys: pytest.CaptureF
     with running_llama_server(slots=2) as url:
         out = tmp_path / "engine.yaml"
         code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1,2,3",
-                     "+warmup_s=1", "+window_s=3", "+max_tokens=8", "+progress=false"])  # fmt: skip
+                     "+load_warmup_s=1", "+window_s=3", "+output_tokens=8", "+progress=false"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
     sim = config_from_preset(None, {}, str(out))
     record = yaml.safe_load(out.read_text())["calibration"]
@@ -325,7 +325,7 @@ def test_a_load_in_which_nothing_finished_is_measured_again_with_a_longer_window
     out = tmp_path / "slow.yaml"
     with fake_llama_server(engine) as url:
         code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1",
-                     "+warmup_s=0", "+window_s=0.1", "+max_tokens=4", "+progress=false"])  # fmt: skip
+                     "+load_warmup_s=0", "+window_s=0.1", "+output_tokens=4", "+progress=false"])  # fmt: skip
     assert code == 0
     check = yaml.safe_load(out.read_text())["calibration"]["check"]
     assert check[0]["requests"] >= 1
@@ -362,10 +362,10 @@ def test_two_passes_measure_the_loads_in_abba_order_and_each_rate_is_their_mean(
     measured: list[str] = []
     with fake_llama_server(StepModel(slots=3)) as url:
         code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1,2,3",
-                     "+warmup_s=0.1", "+window_s=0.4", "+max_tokens=4", "+progress=false"])  # fmt: skip
+                     "+load_warmup_s=0.1", "+window_s=0.4", "+output_tokens=4", "+progress=false"])  # fmt: skip
         facts = asyncio.run(
-            measure(CalibrateSettings(base_url=url, concurrencies="1,2,3", prompt_words=4, max_tokens=4,
-                                      warmup_s=0.0, window_s=0.3, passes=3),
+            measure(CalibrateSettings(base_url=url, concurrencies="1,2,3", prompt_words=4, output_tokens=4,
+                                      load_warmup_s=0.0, window_s=0.3, passes=3),
                     on_phase=lambda label, _: measured.append(label.split(":")[0]),
                     engines=make_plugins().engine_metrics())
         )  # fmt: skip
@@ -403,7 +403,7 @@ def test_passes_below_one_are_refused(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_calibrate_sim_sends_the_body_collect_sends_for_the_same_task(tmp_path: Path) -> None:
-    """Without +max_tokens, the loads send no max_tokens: the engine's own default applies (the
+    """Without +output_tokens, the loads send no max_tokens: the engine's own default applies (the
     stand-in's ``-n``, 24 here), as when ``collect`` sends the same task, and the profile's output
     length is the one the engine generated. (calibrate-sim used to send 64 where collect sent none
     and llama.cpp generated its default 128.)"""
@@ -415,7 +415,7 @@ def test_calibrate_sim_sends_the_body_collect_sends_for_the_same_task(tmp_path: 
     out = tmp_path / "engine.yaml"
     with fake_llama_server(engine) as url:
         code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1", "+passes=1",
-                     "+warmup_s=0", "+window_s=0.3", "+prompt_words=12", "+progress=false"])  # fmt: skip
+                     "+load_warmup_s=0", "+window_s=0.3", "+prompt_words=12", "+progress=false"])  # fmt: skip
         assert code == 0
         calibrated = engine.bodies[0]
         tasks = tmp_path / "tasks.jsonl"
@@ -440,7 +440,8 @@ def test_a_given_max_tokens_is_the_tasks_max_output_tokens(tmp_path: Path) -> No
     engine = StepModel(slots=1)
     with fake_llama_server(engine) as url:
         code = main(["calibrate-sim", "--from", url, f"+output={tmp_path / 'e.yaml'}", "+concurrencies=1",
-                     "+passes=1", "+warmup_s=0", "+window_s=0.2", "+max_tokens=6", "+progress=false"])  # fmt: skip
+                     "+passes=1", "+load_warmup_s=0", "+window_s=0.2", "+output_tokens=6",
+                     "+progress=false"])  # fmt: skip
     assert code == 0
     loads = [body for body in engine.bodies if body.get("cache_prompt", True)]
     assert loads and all(body["max_tokens"] == 6 and body["ignore_eos"] is True for body in loads)

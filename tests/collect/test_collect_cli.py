@@ -239,8 +239,8 @@ def test_rows_naming_their_agents_go_to_the_head_server_never_to_the_simulator(t
         if probe.connect_ex(("127.0.0.1", 11000)) == 0:
             pytest.skip("something listens on 127.0.0.1:11000, NeMo Gym's default head server port")
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text('{"responses_create_params": {"input": "1+1"}}\n'
-                     '{"responses_create_params": {"input": "2+2"}, "agent_ref": {"name": "simple_agent"}}\n')  # fmt: skip
+    agent_row = '{"responses_create_params": {"input": "2+2"}, "agent_ref": {"name": "simple_agent"}}\n'
+    tasks.write_text('{"responses_create_params": {"input": "1+1"}}\n' + agent_row)
     out = tmp_path / "rollouts.jsonl"
     done = gymbench("collect", f"+input_jsonl_fpath={tasks}", f"+output_jsonl_fpath={out}", "+progress=false",
                     "+max_retries=0", "+num_samples_in_parallel=2")  # fmt: skip

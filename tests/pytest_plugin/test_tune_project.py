@@ -24,7 +24,7 @@ SIM = {"step_base_s": 0.002, "step_per_seq_s": 0, "output_tokens_mean": 4, "max_
 QUICK_TUNE = {
     "start": 2,
     "max_parallelism": 8,
-    "precision": 0.25,
+    "target_precision": 0.25,
     "min_batches": 2,
     "max_batches": 3,
     "sample_size": 16,

@@ -23,7 +23,7 @@ def test_step(gymbench, precision, checkpointing):
 
 
 def test_largest_batch(gymbench):
-    result = gymbench.find_batch(model="mlp", size="tiny", memory_budget_mib=64, max_batch=256, verify=0)
+    result = gymbench.find_batch(model="mlp", size="tiny", memory_budget_mib=64, max_batch=256, verify_runs=0)
     assert 1 <= result.chosen_batch <= 256
 
 

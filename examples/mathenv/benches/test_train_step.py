@@ -27,5 +27,5 @@ def test_rl_policy_step(gymbench):
 
 def test_largest_batch(gymbench):
     """The largest batch in a 256 MiB budget: CI notices when a change makes the model need more memory."""
-    result = gymbench.find_batch(memory_budget_mib=256, max_batch=64 if gymbench.quick else 1024, verify=0)
+    result = gymbench.find_batch(memory_budget_mib=256, max_batch=64 if gymbench.quick else 1024, verify_runs=0)
     assert result.chosen_batch >= 1

@@ -31,6 +31,6 @@ def test_the_largest_batch_of_your_model(gymbench):
     # Each trial and verification run is a fresh process (torch and transformers imported anew): one
     # verification run keeps the example quick; the default, 3, is what a real gate wants.
     result = gymbench.find_batch(
-        model="my-llama", size="tiny", seq_len=32, max_batch=16, memory_budget_mib=256, verify=1
+        model="my-llama", size="tiny", seq_len=32, max_batch=16, memory_budget_mib=256, verify_runs=1
     )
     assert result.chosen_batch >= 1
