@@ -314,7 +314,8 @@ def test_calibrated_simulator_tracks_the_engine(gymbench: Recorder, truth: Truth
     record_truth(gymbench, truth)
     profile = tmp_path / f"{truth.name}.yaml"
     settings = CalibrateSettings(base_url=truth.server.base_url, output=str(profile), prompt_words=PROMPT_WORDS,
-                                 max_tokens=MAX_TOKENS, window_s=min(truth.window_s, 8.0), progress=False)  # fmt: skip
+                                 output_tokens=MAX_TOKENS, window_s=min(truth.window_s, 8.0),
+                                 progress=False)  # fmt: skip
     assert calibrate(settings, PLUGINS) == 0  # unstreamed, as the truth's requests are
     # The simulator against the calibration's own loads: the profile's error alone, without the
     # machine's drift between the calibration and the truth, which made most of the error in runs

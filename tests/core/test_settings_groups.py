@@ -27,8 +27,8 @@ def test_each_command_keeps_its_own_defaults() -> None:
     from gymbench.tune.config import DiagnoseConfig, TuneConfig
     from gymbench.tune.search_settings import AdaptiveSettings
 
-    assert (AdaptiveSettings().start, AdaptiveSettings().error_rate, AdaptiveSettings().min_batches) == (4, 0.02, 3)
-    assert (TuneConfig().start, TuneConfig().error_rate, TuneConfig().min_batches) == (5, 0.01, 6)
+    assert (AdaptiveSettings().start, AdaptiveSettings().max_error_rate, AdaptiveSettings().min_batches) == (4, 0.02, 3)
+    assert (TuneConfig().start, TuneConfig().max_error_rate, TuneConfig().min_batches) == (5, 0.01, 6)
     assert (TuneConfig().run_name, DiagnoseConfig().run_name) == ("tune", "diagnose")
     assert (TrainConfig().device, TrainSettings().device) == ("cpu", "auto")
     assert CollectSettings.__dataclass_fields__["stop_after_failures"].default == 0
