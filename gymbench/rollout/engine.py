@@ -253,7 +253,10 @@ class Collector:
                 self.problems.add_error(f"the strategy {type(self.strategy).__name__}'s slot()", exc, None, True)
                 return False
             if self.problems.halted or self.stats.stopped:  # it stopped while we waited for the slot
-                await slot.__aexit__(None, None, None)
+                try:
+                    await slot.__aexit__(None, None, None)
+                except Exception as exc:  # said once, as every slot failure is
+                    self.problems.add_error(f"the strategy {type(self.strategy).__name__}'s slot", exc, None, True)
                 return False
             late = getattr(slot, "late_s", None)  # an open-loop slot: how late it went out, not the wait
             slot_wait = late if isinstance(late, float) else self.clock() - ready

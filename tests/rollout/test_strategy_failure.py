@@ -148,3 +148,27 @@ def test_the_stop_line_names_the_cancelled_rollouts(count: int) -> None:
         return
     assert f"{count} cancelled in flight, task/rollout: 0/0" in text
     assert text.count("/") == 1 + min(count, 10) and text.endswith(" ...)" if count > 10 else ")")
+
+
+class _ExitRaises(AbstractAsyncContextManager[None]):
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: Any) -> None:
+        raise RuntimeError("exit broke")
+
+
+class ExitRaises(SemaphoreStrategy):
+    """Every slot enters, and every slot's exit raises (issue 41: it ended in a traceback)."""
+
+    def slot(self) -> AbstractAsyncContextManager[None]:
+        return _ExitRaises()
+
+
+@pytest.mark.parametrize("limit", [1, 4])
+async def test_a_slot_whose_exit_raises_is_one_error_not_a_traceback(limit: int, tmp_path: Path) -> None:
+    collector = Collector(settings(tmp_path, 12), SlowBackend(), ExactMatchVerifier(), ExitRaises(limit))
+    await collector.run()
+    assert collector.problems.errors == ["the strategy ExitRaises's slot raised RuntimeError: exit broke"]
+    assert collector.problems.unwritten == []
+    assert len(written_pairs(tmp_path / "out.jsonl")) >= 1  # what got a slot was written
