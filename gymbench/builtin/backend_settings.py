@@ -86,7 +86,22 @@ class OpenAIServer(Checked):
         if not url.startswith(("http://", "https://")):
             shown = f", got {self.base_url!r}" if self.base_url else ""
             raise GymbenchError(f"the openai backend needs +base_url=http://HOST:PORT/v1 (the server's address){shown}")
+        self._one_authorization(url)
         return url.rstrip("/")
+
+    def _one_authorization(self, url: str) -> None:
+        """Credentials in the URL (basic auth) and an API key (a bearer token) would be two
+        ``Authorization`` headers: aiohttp refused with a ValueError traceback on the first request."""
+        from urllib.parse import urlsplit
+
+        if not urlsplit(url).username:
+            return
+        variable = getattr(self, "api_key_env", None) or "OPENAI_API_KEY"
+        if secret_from_env(variable):
+            raise GymbenchError(
+                f"+base_url carries credentials (user:password@) and {variable} holds an API key: a request has "
+                f"one Authorization header; take the credentials out of +base_url, or unset {variable}"
+            )
 
 
 @dataclass
