@@ -130,7 +130,8 @@ def shift_line(suite: SuiteComparison) -> str:
 def summary_line(suite: SuiteComparison, outcome: str) -> str:
     """Gated and ungated counted apart, so a suite nobody could gate never reads as a green pass."""
     gated, total = suite.gated, len(suite.comparisons)
-    head = f"{gated} gated, {total - gated} ungated" + (": nothing was gated" if suite.nothing_gated else "")
+    nothing = ": nothing was gated" if suite.nothing_gated else (": nothing was compared" if not total else "")
+    head = f"{gated} gated, {total - gated} ungated" + nothing
     verdicts = ", ".join(f"{n} {name}" for name, n in suite.counts.items() if n)
     match = suite.match
     extra = [f"{len(match.new)} new", f"{len(match.missing)} missing", f"{len(match.renamed)} renamed"]

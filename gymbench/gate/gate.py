@@ -43,14 +43,15 @@ class Outcome(enum.Enum):
 
 
 def outcome_of(suite: SuiteComparison) -> Outcome:
-    """Regression beats inconclusive; a missing or renamed benchmark, an inconclusive skip, or a
-    comparison in which no metric was gated, too (no green for what was not gated)."""
+    """Regression beats inconclusive; a missing or renamed benchmark, an inconclusive skip, a
+    comparison in which no metric was gated, or one that compared nothing, too (no green for what
+    was not gated)."""
     counts = suite.counts
     if counts["regressed"]:
         return Outcome.REGRESSION
     missing = suite.match.missing or suite.match.renamed
-    if counts["inconclusive"] or missing or _judged_nothing(suite) or suite.nothing_gated:
-        return Outcome.INCONCLUSIVE
+    if counts["inconclusive"] or missing or _judged_nothing(suite) or suite.nothing_gated or not suite.comparisons:
+        return Outcome.INCONCLUSIVE  # nothing compared at all (an A/B run with nothing to interleave) is no pass
     return Outcome.PASS
 
 

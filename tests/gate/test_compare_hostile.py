@@ -34,3 +34,13 @@ def test_a_metric_whose_unit_changed_is_not_compared_in_either_direction(furlong
     assert len(said) == 10 and all(s.inconclusive for s in said)
     assert ("s -> furlongs" if furlongs_on == "candidate" else "furlongs -> s") in said[0].why
     assert outcome_of(result) is Outcome.INCONCLUSIVE
+
+
+def test_a_comparison_that_compared_nothing_is_no_pass() -> None:
+    """An A/B run whose benchmarks had nothing to interleave said "gate: PASS — 0 gated, 0 ungated"."""
+    from gymbench.gate.format import summary_line
+
+    empty = replace(suite(1, benchmarks=1), benchmarks=[])
+    result = compare_runs([empty], [replace(suite(2, benchmarks=1), benchmarks=[])])
+    assert result.comparisons == [] and outcome_of(result) is Outcome.INCONCLUSIVE
+    assert "0 gated, 0 ungated: nothing was compared" in summary_line(result, outcome_of(result).value)
