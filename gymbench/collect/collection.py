@@ -81,6 +81,8 @@ def _first_agent_task(path: Path, config: CollectConfig) -> int | None:
 
     from gymbench.rollout.dataset import read_tasks
 
+    if not path.is_file():  # a FIFO or a device: opening it would take the writer meant for the run
+        return None
     try:
         with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
             if data.find(AGENT_REF) < 0:
