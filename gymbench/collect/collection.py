@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -81,13 +83,13 @@ def _first_agent_task(path: Path, config: CollectConfig) -> int | None:
 
     from gymbench.rollout.dataset import read_tasks
 
-    if not path.is_file():  # a FIFO or a device: opening it would take the writer meant for the run
-        return None
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or a device: opening it would take the run's writer
+            return None
         with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
             if data.find(AGENT_REF) < 0:
                 return None
-    except (OSError, ValueError):  # not a regular file, or empty: the run's own reader says what is wrong
+    except (OSError, ValueError):  # missing, a name too long, empty: the run's own reader says what is wrong
         return None
     for task in read_tasks(path, config.task_slice()):
         if task.row.get("agent_ref"):
