@@ -48,7 +48,7 @@ def test_path_settings_come_from_the_schema() -> None:
 
     collect_paths = {"input_jsonl_fpath", "output_jsonl_fpath", "verify_cache_path", "results_dir", "sim_profile"}
     assert set(path_settings(CollectConfig)) == collect_paths
-    assert {"rollouts", "profile", "results_dir"} <= set(path_settings(TrainSettings))
+    assert {"rollouts", "profile_trace", "results_dir"} <= set(path_settings(TrainSettings))
 
 
 def test_a_settings_object_is_not_built_again() -> None:

@@ -104,8 +104,11 @@ def test_gate_base_fails_a_slowdown_and_passes_an_aa_commit(tmp_path: Path, layo
     assert "gate: REGRESSION — 1 gated, 0 ungated (1 regressed)" in done.stdout
     assert "no calibration" not in done.stdout  # counts need none
     commit(project, layout, "aa", 0.2, note="docs only")  # the same code as slow, another commit
+    # parse_rewards is allocation-heavy (json.loads): its count moved by 1.0 % between the base's worktree
+    # and the working tree in CI, unchanged code, under either allocator (docs/baselines.md, "Which
+    # allocator"); the A/A check sets its minimum effect above that, as the docs advise for such code.
     done = gymbench(project, "gate", "--base", "slow", "benches/", "-k", "parse", "--fail-on", "inconclusive",
-                    "--results-dir", str(tmp_path / "r"), env=env)  # fmt: skip
+                    "--instructions-min-effect", "0.03", "--results-dir", str(tmp_path / "r"), env=env)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "gate: PASS — 1 gated, 0 ungated (1 pass)" in done.stdout
     assert git(project, "worktree", "list").count("\n") == 0  # the base worktree is gone
