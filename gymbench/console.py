@@ -1,4 +1,5 @@
-"""Ctrl-C while the ``gymbench`` console script is still importing: one line and exit 130.
+"""The console: a warning line that does not tear a progress bar; Ctrl-C while the ``gymbench``
+console script is still importing: one line and exit 130.
 
 The console script runs ``from gymbench.cli import main`` before ``main`` (and its handler for
 Ctrl-C) exists, so a Ctrl-C during that import would end in a KeyboardInterrupt traceback. The
@@ -37,3 +38,13 @@ def _interrupted_while_starting(signum: int, frame: object) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while saying so
     os.write(2, b"gymbench: interrupted\n")
     os._exit(130)
+
+
+def warn(message: str) -> None:
+    """``gymbench: warning: ...`` on stderr, redacted, above a progress bar rather than through it
+    (tqdm's ``write``): a backend or a command may warn while a collection shows its bar."""
+    from tqdm import tqdm
+
+    from gymbench.secrets import redact
+
+    tqdm.write(f"gymbench: warning: {redact(message)}", file=sys.stderr)

@@ -51,6 +51,8 @@ def doc(
     metavar: str | None = None,
     positional: bool = False,
     was: str | None = None,
+    alias: str | None = None,
+    entry_flags: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A setting's field metadata: its help (``--help`` shows it) and, with ``path``, that its value is a
     file or folder path (made absolute where the working directory changes: shard workers, pyproject).
@@ -70,10 +72,20 @@ def doc(
     ``was`` is the setting's former name, kept working as a deprecated alias (``--old-name``,
     ``+old_name=`` and an ``old_name`` key in ``--config`` or pyproject), each use noted with one line
     on stderr naming the new one: a rename that makes a name say what it is breaks no script.
+
+    ``alias`` is another tool's name for the same setting (NeMo Gym's ``resume_from_cache`` for
+    ``resume``), accepted as ``+alias=`` and in ``--config`` without a word: a user of that tool types
+    what they know. ``entry_flags`` gives a mapping setting flags for single entries (``{"--temperature":
+    "temperature"}`` on ``responses_create_params``: ``--temperature 0.7`` is
+    ``+responses_create_params.temperature=0.7``), as the tool it stands in for spells them.
     """
     metadata: dict[str, Any] = {"help": text}
     if was:
         metadata["was"] = was
+    if alias:
+        metadata["alias"] = alias
+    if entry_flags:
+        metadata["entry_flags"] = dict(entry_flags)
     if path:
         metadata["path"] = True
     if run_neutral:
@@ -87,21 +99,47 @@ def doc(
     return metadata
 
 
-def _renamed(schema: type[Any]) -> dict[str, str]:
-    """``{former name: name}`` of the schema's settings that were renamed (``doc(was=...)``)."""
+def _renamed(schema: type[Any], key: str = "was") -> dict[str, str]:
+    """``{former name: name}`` of the schema's settings that were renamed (``doc(was=...)``); with
+    ``key="alias"``, ``{other tool's name: name}`` (``doc(alias=...)``)."""
     if not dataclasses.is_dataclass(schema):
         return {}
-    return {f.metadata["was"]: f.name for f in dataclasses.fields(schema) if f.metadata.get("was")}
+    return {f.metadata[key]: f.name for f in dataclasses.fields(schema) if f.metadata.get(key)}
 
 
 def _current_name(schema: type[Any], key: str) -> str:
-    """``key`` with a renamed setting's former name (its first part) replaced by the new one, noted on stderr."""
+    """``key`` with a renamed setting's former name (its first part) replaced by the new one, noted on
+    stderr; another tool's name for a setting (``doc(alias=...)``) replaced without a word. A setting
+    of that tool that gymbench does not offer (the schema's ``NOT_OFFERED``) is one line saying so."""
     top, dot, rest = key.partition(".")
+    if top in known_fields(schema):
+        return key
+    if (aliased := _renamed(schema, "alias").get(top)) is not None:
+        return aliased + dot + rest
     new = _renamed(schema).get(top)
-    if new is None or top in known_fields(schema):
+    if new is None:
+        foreign = not_offered(schema).get(top)
+        if foreign is not None and foreign.why:
+            raise GymbenchError(f"setting {top!r} is NeMo Gym's and gymbench does not offer it: {foreign.why}")
         return key
     print(f"gymbench: setting {top!r} is now called {new!r}; the old name will go", file=sys.stderr)
     return new + dot + rest
+
+
+class Foreign(typing.NamedTuple):
+    """A setting or flag of the tool a schema stands in for (NeMo Gym's) that gymbench does not offer."""
+
+    why: str
+    """Why, and what to do instead; empty: the flag is accepted and has nothing to do here
+    (``--no-serve``: gymbench never starts the servers)."""
+    takes_value: bool = True
+    """Whether its flag takes a value (``--prompt-config FILE``) or is a switch (``--no-serve``)."""
+
+
+def not_offered(schema: type[Any]) -> dict[str, Foreign]:
+    """The settings of the tool ``schema`` stands in for that it does not offer (its ``NOT_OFFERED``
+    class attribute): ``+name=`` and ``--name`` are each refused with one line saying why."""
+    return dict(getattr(schema, "NOT_OFFERED", {}) or {})
 
 
 def run_defining_settings(settings: Any) -> dict[str, Any]:
@@ -361,6 +399,9 @@ def add_settings_flags(
     for field in dataclasses.fields(schema):
         if field.name in skip or field.metadata.get("positional"):
             continue
+        for flag, entry in (field.metadata.get("entry_flags") or {}).items():
+            add_flag(prefix + flag.removeprefix("--"), dest=f"{dest_prefix}{field.name}.{entry}", default=None,
+                     metavar="VALUE", help=f"+{field.name}.{entry}=VALUE")  # fmt: skip
         kind = scalar_kind(hints[field.name])
         words = kind is None and _word_list(hints[field.name])
         if kind is None and not words:
@@ -382,6 +423,12 @@ def add_settings_flags(
             add_flag(*flags, dest=dest, action="append", default=None, metavar=metavar or "VALUE", help=help_text)
         else:
             add_flag(*flags, dest=dest, default=None, metavar=metavar or "VALUE", help=help_text)
+    for name, foreign in not_offered(schema).items():  # another tool's flags: refused with its reason, or no-ops
+        shape: dict[str, Any] = (
+            {"metavar": "VALUE"} if foreign.takes_value else {"action": "store_const", "const": "true"}
+        )
+        add_flag(prefix + name.replace("_", "-"), dest=f"{dest_prefix}not_offered.{name}", default=None,
+                 help=argparse.SUPPRESS, **shape)  # fmt: skip
 
 
 def add_bool_flag(add_flag: Any, flags: Sequence[str], dest: str, help_text: str, *, switches: bool) -> None:
@@ -436,7 +483,14 @@ def settings_from_args(
     if settings_file:
         layers.append(load_settings_file(Path(settings_file)))
     layers.append(_positional_values(schema, words))
+    for name, foreign in not_offered(schema).items():
+        if foreign.why and getattr(args, f"{dest_prefix}not_offered.{name}", None) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise GymbenchError(f"{flag} is NeMo Gym's and gymbench does not offer it: {foreign.why}")
     for field in dataclasses.fields(schema):  # type: ignore[arg-type]
+        for entry in field.metadata.get("entry_flags", {}).values():
+            if (value := getattr(args, f"{dest_prefix}{field.name}.{entry}", None)) is not None:
+                dotlist.append(f"{field.name}.{entry}={value}")
         value = getattr(args, dest_prefix + field.name, None)
         was = field.metadata.get("was")
         if value is None and was and getattr(args, dest_prefix + was, None) is not None:
@@ -610,8 +664,28 @@ def _settings_error(schema: type[Any], exc: Exception, key: str | None) -> str:
     else:
         reason = _first_line(exc.msg if isinstance(exc, ValidationError) else str(exc)) or type(exc).__name__  # type: ignore[arg-type]
     reason = re.sub(r"^While dereferencing interpolation '.*?': ", "", reason)
+    reason = _CONVERSION.sub(_conversion_reason, reason)
     name = getattr(exc, "full_key", None) or key
     return f"setting {name!r}: {reason}" if name else f"cannot read the settings: {reason}"
+
+
+_CONVERSION = re.compile(r"^Value '(?P<value>.*)' of type '(?P<kind>[\w.]+)' could not be converted to (?P<to>\w+)$")
+_KINDS = {
+    "DictConfig": "a mapping",
+    "ListConfig": "a list",
+    "str": "text",
+    "int": "a whole number",
+    "float": "a number",
+}
+_TARGETS = {"Integer": "a whole number", "Float": "a number", "Boolean": "true or false", "String": "text"}
+
+
+def _conversion_reason(match: re.Match[str]) -> str:
+    """OmegaConf's "Value '{'a': 2}' of type 'DictConfig' could not be converted to Integer" as
+    people say it: "got a mapping ({'a': 2}), expected a whole number"."""
+    kind = _KINDS.get(match["kind"], match["kind"])
+    to = _TARGETS.get(match["to"], match["to"])
+    return f"got {kind} ({reprlib.repr(match['value'])[1:-1]}), expected {to}"
 
 
 class NonFiniteSetting(GymbenchError):

@@ -114,8 +114,10 @@ class NemoGymAgent(Checked):
     agent_name: str | None = field(
         default=None,
         metadata=doc(
-            "NeMo Gym agent for rows without an agent_ref, found through the head server "
-            "(+head_server.host=H +head_server.port=P, default 127.0.0.1:11000)"
+            "NeMo Gym agent for every row (overriding a row's agent_ref, with a warning, as NeMo Gym 0.7.0), "
+            "found through the head server (+head_server.host=H +head_server.port=P, default 127.0.0.1:11000)",
+            flags=("-a", "--agent", "--agent-name"),
+            metavar="NAME",
         ),
     )
     head_server: dict[str, Any] = field(

@@ -7,9 +7,11 @@ resources server ``/verify`` the answer and sends back the row with ``response``
 The reward is the agent's, so gymbench's own verifier is not run; every other field the agent
 returns (its normalised ``responses_create_params`` included) is kept in the output row.
 
-Which agent: ``+agent_url`` sends every row to that server. Otherwise each row's
-``agent_ref.name`` (``+agent_name`` for rows without one, as in NeMo Gym) is looked up in the
-head server's listing (:mod:`gymbench.builtin.nemo_gym_head`), so one run can drive several agents.
+Which agent: ``+agent_url`` sends every row to that server. Otherwise ``+agent_name``, or else each
+row's ``agent_ref.name``, is looked up in the head server's listing
+(:mod:`gymbench.builtin.nemo_gym_head`), so one run can drive several agents. As in NeMo Gym 0.7.0,
+``+agent_name`` routes every row to that agent, overriding a row's own ``agent_ref`` (one warning
+per overridden name; NeMo Gym 0.5 let the row win).
 Every agent is checked to answer before its first row is sent: a dead agent costs seconds.
 """
 
@@ -28,6 +30,7 @@ from gymbench.builtin.backend_settings import HttpSettings, NemoGymSettings
 from gymbench.builtin.http_client import RequestClock, RetryingClient
 from gymbench.builtin.nemo_gym_head import AgentDirectory, head_server_url, read_directory
 from gymbench.builtin.openai_shapes import read_responses
+from gymbench.console import warn
 from gymbench.errors import GymbenchError
 from gymbench.types import Generation, GenerationFailed, GenerationRequest, JSONObject
 
@@ -53,6 +56,8 @@ class NemoGymBackend:
         self.agent_routes: dict[str, str] = {}
         """Agent names this run sent rows to, and their servers (the harness asks them for metrics)."""
         self._checks: dict[str, asyncio.Future[Any]] = {}
+        self.overridden: set[str] = set()
+        """Rows' own agent names that ``+agent_name`` overrode (each warned about once)."""
 
     async def __aenter__(self) -> NemoGymBackend:
         """Find the agents (unless +agent_url names the one) and check the first one answers."""
@@ -74,7 +79,14 @@ class NemoGymBackend:
         self._checks.clear()
 
     async def generate(self, request: GenerationRequest) -> Generation:
-        name = agent_name_of(request.row) or self.agent_name
+        own = agent_name_of(request.row)
+        name = self.agent_name or own
+        if own is not None and name != own and own not in self.overridden:
+            self.overridden.add(own)
+            warn(
+                f"+agent_name={name} overrides the rows' agent_ref {own!r} "
+                "(as NeMo Gym 0.7.0 does; leave +agent_name out to route by agent_ref)"
+            )
         url = self._route(name)
         try:
             await self._reachable(url)
@@ -87,7 +99,7 @@ class NemoGymBackend:
             "_ng_rollout_index": request.rollout_index,
         }
         if name is not None:
-            body["agent_ref"] = request.row.get("agent_ref") if agent_name_of(request.row) else {"name": name}
+            body["agent_ref"] = request.row.get("agent_ref") if name == own else {"name": name}
         posted = await self.client.post(url + "/run", orjson.dumps(body, default=str), _read_run)
         generation: Generation = posted.value
         extra = {**generation.extra, "agent_ref": body["agent_ref"]} if name is not None else generation.extra

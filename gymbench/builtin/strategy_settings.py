@@ -17,7 +17,13 @@ from gymbench.settings import Checked, at_least, doc, require
 @dataclass
 class Parallelism(Checked):
     num_samples_in_parallel: int | None = field(
-        default=None, metadata=doc("rollouts at once, at most (unset: unbounded, as NeMo Gym)", run_neutral=True)
+        default=None,
+        metadata=doc(
+            "rollouts at once, at most (unset: unbounded, as NeMo Gym)",
+            run_neutral=True,
+            flags=("--concurrency", "--num-samples-in-parallel"),
+            metavar="N",
+        ),
     )
 
     def __post_init__(self) -> None:

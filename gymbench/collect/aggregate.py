@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gymbench.collect.progress import warn
+from gymbench.console import warn
 from gymbench.jsonio import write_json_atomic
 from gymbench.rollout.agent_metrics import (
     EncodedEntries,

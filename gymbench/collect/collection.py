@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gymbench.collect.config import CollectConfig
-from gymbench.collect.progress import warn
+from gymbench.console import warn
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import check_writable_file
 from gymbench.plugins import Plugins

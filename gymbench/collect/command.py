@@ -14,8 +14,9 @@ from gymbench.collect.collection import UNBOUNDED_WARNING, EndOfRunFiles, collec
 from gymbench.collect.config import CollectConfig
 from gymbench.collect.driver import Collection, run_loop
 from gymbench.collect.output_lock import output_lock, remove_earlier_run
-from gymbench.collect.progress import CollectProgressBar, warn
+from gymbench.collect.progress import CollectProgressBar
 from gymbench.collect.summary import format_summary
+from gymbench.console import warn
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import write_json_atomic
 from gymbench.plugins import Plugins

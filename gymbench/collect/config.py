@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from gymbench.builtin.strategy_settings import OPEN_LOOP_STRATEGIES, Parallelism
 from gymbench.collect.target import TargetSettings
@@ -21,7 +21,17 @@ from gymbench.errors import GymbenchError
 from gymbench.rollout.latency import Slo
 from gymbench.rollout.run_settings import RunPolicy, TaskRange
 from gymbench.rollout.verification import VerifySettings
-from gymbench.settings import Progress, RayCluster, ResultsStore, at_least, doc, one_of, require, safe_name
+from gymbench.settings import (
+    Foreign,
+    Progress,
+    RayCluster,
+    ResultsStore,
+    at_least,
+    doc,
+    one_of,
+    require,
+    safe_name,
+)
 
 LAUNCHERS = ("local", "ray")
 SHARD_TRANSFERS = ("auto", "files", "object_store")
@@ -32,7 +42,14 @@ SHARD_TRANSFERS = ("auto", "files", "object_store")
 @dataclass
 class ServerConfig(Progress, ResultsStore, TargetSettings):
     input_jsonl_fpath: str | None = field(
-        default=None, metadata=doc("JSONL file of tasks (required)", path=True, run_neutral=True)
+        default=None,
+        metadata=doc(
+            "JSONL file of tasks (required)",
+            path=True,
+            run_neutral=True,
+            flags=("-i", "--input", "--input-jsonl-fpath"),
+            metavar="FILE",
+        ),
     )
     strategy: str = field(
         default="semaphore",
@@ -68,7 +85,14 @@ class ServerConfig(Progress, ResultsStore, TargetSettings):
     verify_only_cheap: bool = field(default=False, metadata=doc("fast mode: skip verifiers that are not cheap"))
     responses_create_params: dict[str, Any] = field(
         default_factory=dict,
-        metadata=doc("merged into every row's request, e.g. +responses_create_params.temperature=0.7"),
+        metadata=doc(
+            "merged into every row's request, e.g. +responses_create_params.temperature=0.7",
+            entry_flags={
+                "--temperature": "temperature",
+                "--top-p": "top_p",
+                "--max-output-tokens": "max_output_tokens",
+            },
+        ),
     )
     save_results: bool = field(default=True, metadata=doc("save a results record under results_dir", run_neutral=True))
     run_name: str = field(default="collect", metadata=doc("name of the results record", run_neutral=True))
@@ -95,8 +119,32 @@ class ServerConfig(Progress, ResultsStore, TargetSettings):
 
 @dataclass
 class CollectConfig(RayCluster, ServerConfig, TaskRange, Parallelism, RunPolicy):
+    NOT_OFFERED: ClassVar[dict[str, Foreign]] = {
+        "no_serve": Foreign("", takes_value=False),
+        "prompt_config": Foreign("write the prompts into the rows' responses_create_params.input first"),
+        "interleave_repeats": Foreign(
+            "repeats are dispatched in input order; put the rows in the order you want them run", takes_value=False
+        ),
+        "agent_map": Foreign("route with +agent_name (every row) or each row's agent_ref"),
+        "fan_out": Foreign("repeat the rows once per agent in the input, each with its agent_ref"),
+        "num_repeats_add_seed": Foreign("set the seed in each row's responses_create_params", takes_value=False),
+        "split": Foreign("name the split's JSONL file with --input"),
+        "benchmark": Foreign("name the benchmark's JSONL file with --input"),
+        "no_health_check": Foreign("", takes_value=False),
+    }
+    """NeMo Gym's collection settings and ``gym eval run`` flags gymbench does not offer: each is one
+    line saying what to do instead (``--no-serve`` and ``--no-health-check`` are accepted: gymbench never
+    starts the servers and runs no rollout health checks)."""
+
     output_jsonl_fpath: str | None = field(
-        default=None, metadata=doc("where rollouts go (required)", path=True, run_neutral=True)
+        default=None,
+        metadata=doc(
+            "where rollouts go (required)",
+            path=True,
+            run_neutral=True,
+            flags=("-o", "--output", "--output-jsonl-fpath"),
+            metavar="FILE",
+        ),
     )
     resume_force: bool = field(
         default=False,

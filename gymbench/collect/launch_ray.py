@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gymbench.collect.progress import warn
 from gymbench.collect.shard_events import ShardEvent
 from gymbench.collect.shard_worker import ShardJob, ShardOutcome, collect_shard
+from gymbench.console import warn
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import AtomicFile
 

@@ -5,22 +5,14 @@ Warnings go through tqdm's ``write`` so that they do not tear a progress bar in 
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 from gymbench.rollout.engine import Collector
 from gymbench.rollout.stats import CollectStats
-from gymbench.secrets import redact
 
 REFRESH_S = 0.5
-
-
-def warn(message: str) -> None:
-    from tqdm import tqdm
-
-    tqdm.write(f"gymbench: warning: {redact(message)}", file=sys.stderr)
 
 
 def _postfix(stats: CollectStats) -> str:

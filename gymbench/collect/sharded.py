@@ -24,7 +24,6 @@ from gymbench.collect.collection import EndOfRunFiles, check_metrics_path, colle
 from gymbench.collect.config import CollectConfig
 from gymbench.collect.merge import Expected, merge_rollouts
 from gymbench.collect.output_lock import remove_earlier_run
-from gymbench.collect.progress import warn
 from gymbench.collect.shard_events import Launcher, ShardEvent
 from gymbench.collect.shard_worker import ShardJob, ShardOutcome
 from gymbench.collect.sharded_record import sharded_result
@@ -38,6 +37,7 @@ from gymbench.collect.shards import (
 )
 from gymbench.collect.summary import format_summary
 from gymbench.collect.target import Target
+from gymbench.console import warn
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import write_json_atomic
 from gymbench.plugins import Plugins

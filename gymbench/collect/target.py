@@ -143,7 +143,7 @@ class Target:
             if running_sim is not None:
                 server = running_sim()
             else:
-                from gymbench.collect.progress import warn
+                from gymbench.console import warn
                 from gymbench.sim import running_sim_server
 
                 server = stack.enter_context(running_sim_server(self.simulator))
@@ -170,7 +170,7 @@ class Target:
 
     def watch(self, enabled: bool) -> ServerWatch:
         """The server's ``/metrics`` before, during and after a collection."""
-        from gymbench.collect.progress import warn
+        from gymbench.console import warn
 
         return ServerWatch(self.base_url, enabled, engines=self.plugins.engine_metrics(), warn=warn)
 

@@ -66,6 +66,8 @@ def build_row(
             row["client_delay"] = dict(generation.client_delay)
         for key, value in generation.extra.items():
             row.setdefault(key, value)
+        if "agent_ref" in generation.extra:  # the agent that ran it (+agent_name overrides the row's own)
+            row["agent_ref"] = generation.extra["agent_ref"]
     else:
         assert failure is not None
         row["status"] = "failed"

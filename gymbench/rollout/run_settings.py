@@ -43,7 +43,9 @@ class RunPolicy(Checked):
     """How a run treats an existing output file and failing rollouts (keyword-only when constructing)."""
 
     resume: bool = field(
-        default=False, kw_only=True, metadata=doc("skip rollouts already in the output file", run_neutral=True)
+        default=False,
+        kw_only=True,
+        metadata=doc("skip rollouts already in the output file", run_neutral=True, alias="resume_from_cache"),
     )
     overwrite: bool = field(
         default=False, kw_only=True, metadata=doc("replace an existing output file", run_neutral=True)

@@ -75,15 +75,31 @@ async def test_a_listed_agent_that_is_not_running_fails_the_run_before_any_row(
     assert f"cannot reach the agent server at http://127.0.0.1:{dead_port} after 3 tries" in str(info.value)
 
 
-async def test_rows_route_by_their_agent_ref_and_the_name_is_only_their_default(stack: AgentStack) -> None:
-    async with backend(stack.head_port, agent_name="simple_agent") as agents:
+async def test_rows_route_by_their_agent_ref_when_no_agent_name_is_given(stack: AgentStack) -> None:
+    async with backend(stack.head_port) as agents:
         for task in range(6):
-            ref = {"agent_ref": {"name": "math_agent"}} if task % 3 == 0 else {}
-            generation = await agents.generate(request(task, **ref))
-            assert generation.extra["agent_ref"] == {"name": "math_agent" if task % 3 == 0 else "simple_agent"}
+            name = "math_agent" if task % 3 == 0 else "simple_agent"
+            generation = await agents.generate(request(task, agent_ref={"name": name}))
+            assert generation.extra["agent_ref"] == {"name": name}
     assert [t for t, _ in stack.agents["math_agent"].seen] == [0, 3]
     assert [t for t, _ in stack.agents["simple_agent"].seen] == [1, 2, 4, 5]
     assert set(agents.agent_routes) == {"simple_agent", "math_agent"}
+
+
+async def test_agent_name_overrides_every_rows_agent_ref_with_one_warning_per_name_as_nemo_gym_0_7(
+    stack: AgentStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """NeMo Gym 0.7.0: ``+agent_name`` is ``agent_map._default`` and wins over a row's own agent_ref
+    (0.5.1 let the row win); a row naming an agent the head server does not know runs too."""
+    async with backend(stack.head_port, agent_name="simple_agent") as agents:
+        for task in range(6):
+            ref = {"agent_ref": {"name": "math_agent" if task % 2 else "ghost"}} if task % 3 else {}
+            generation = await agents.generate(request(task, **ref))
+            assert generation.extra["agent_ref"] == {"name": "simple_agent"}
+    assert [t for t, _ in stack.agents["simple_agent"].seen] == [0, 1, 2, 3, 4, 5]
+    assert stack.agents["math_agent"].seen == []
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "overrides" in line]
+    assert len(warnings) == 2 and {"'math_agent'" in w or "'ghost'" in w for w in warnings} == {True}
 
 
 async def test_a_row_naming_no_known_agent_fails_alone_and_clearly(stack: AgentStack) -> None:
@@ -102,23 +118,23 @@ async def test_an_agent_first_named_by_a_row_is_checked_once_and_its_rows_fail_f
     stack: AgentStack, dead_port: int
 ) -> None:
     stack.head.instances.append(instance("crashed_agent", "responses_api_agents", "simple_agent", dead_port))
-    async with backend(stack.head_port, agent_name="simple_agent") as agents:
+    async with backend(stack.head_port) as agents:
         failures = []
         for task in range(3):
             with pytest.raises(GenerationFailed) as info:
                 await agents.generate(request(task, agent_ref={"name": "crashed_agent"}))
             failures.append(info.value)
-        await agents.generate(request(9))
+        await agents.generate(request(9, agent_ref={"name": "simple_agent"}))
     assert {f.kind for f in failures} == {"connection_error"} and all(f.retries == 0 for f in failures)
     assert all("cannot reach the agent server" in f.reason for f in failures)
     assert stack.agents["simple_agent"].seen == [(9, 0)]
 
 
 async def test_each_agent_server_is_checked_once_however_many_rows_it_takes(stack: AgentStack) -> None:
-    async with backend(stack.head_port, agent_name="simple_agent") as agents:
+    async with backend(stack.head_port) as agents:
         for task in range(4):
             await agents.generate(request(task, agent_ref={"name": "math_agent"}))
-            await agents.generate(request(task))
+            await agents.generate(request(task, agent_ref={"name": "simple_agent"}))
     assert stack.agents["math_agent"].liveness_checks == 1 and stack.agents["simple_agent"].liveness_checks == 1
     assert len(stack.agents["math_agent"].seen) == len(stack.agents["simple_agent"].seen) == 4
 

@@ -93,12 +93,12 @@ def test_an_agent_without_aggregate_metrics_gets_nemo_gyms_baseline(sim: SimServ
 def test_rows_route_to_the_agent_their_agent_ref_names(agents: AgentStack, tmp_path: Path) -> None:
     tasks = tmp_path / "mixed.jsonl"
     mixed = [
-        {**row, "agent_ref": {"name": "math_agent"}} if index % 3 == 0 else row
+        {**row, "agent_ref": {"name": "math_agent" if index % 3 == 0 else "simple_agent"}}
         for index, row in enumerate(input_rows()[:30])
     ]
     tasks.write_text("".join(json.dumps(row) + "\n" for row in mixed))
     out = tmp_path / "out.jsonl"
-    done = collect(agents, out, "+agent_name=simple_agent", tasks=tasks)
+    done = collect(agents, out, tasks=tasks)
     assert done.returncode == 0, done.stderr
     routed = {name: sorted(t for t, _ in agent.seen) for name, agent in agents.agents.items()}
     assert routed == {"math_agent": list(range(0, 30, 3)), "simple_agent": [t for t in range(30) if t % 3]}
@@ -106,6 +106,25 @@ def test_rows_route_to_the_agent_their_agent_ref_names(agents: AgentStack, tmp_p
         assert row["agent_ref"]["name"] == ("math_agent" if row["task_index"] % 3 == 0 else "simple_agent")
     listing = json.loads((tmp_path / "out_aggregate_metrics.json").read_text())
     assert sorted(entry["agent_ref"]["name"] for entry in listing) == ["math_agent", "simple_agent"]
+
+
+def test_agent_name_overrides_the_rows_agent_ref_as_gym_eval_run_does(agents: AgentStack, tmp_path: Path) -> None:
+    """NeMo Gym 0.7.0's spelling (``gym eval run --no-serve --agent A -i I -o O``) and routing:
+    ``--agent`` sends every row to that agent, saying once which agent_ref it overrode."""
+    tasks = tmp_path / "named.jsonl"
+    tasks.write_text(
+        "".join(json.dumps({**row, "agent_ref": {"name": "math_agent"}}) + "\n" for row in input_rows()[:6])
+    )
+    out = tmp_path / "out.jsonl"
+    done = collect(agents, out, "--no-serve", "--agent", "simple_agent", "--concurrency", "2", tasks=tasks)
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stderr.splitlines() if "warning: +agent_name" in line] == [
+        "gymbench: warning: +agent_name=simple_agent overrides the rows' agent_ref 'math_agent' "
+        "(as NeMo Gym 0.7.0 does; leave +agent_name out to route by agent_ref)"
+    ]
+    assert sorted(t for t, _ in agents.agents["simple_agent"].seen) == list(range(6))
+    assert agents.agents["math_agent"].seen == []
+    assert {row["agent_ref"]["name"] for row in rows(out)} == {"simple_agent"}
 
 
 def nemo_gym_collects(agent_url: str, tasks: list[dict[str, Any]], agent: str) -> list[dict[str, Any]]:
