@@ -42,6 +42,11 @@ CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 CHROMIUM_ENV = "GYMBENCH_CHROMIUM"
 INSTALL_HINT = "apt-get install -y chromium"
 WINDOW = (1280, 900)
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                  "--no-default-browser-check", "--hide-scrollbars", "--remote-debugging-address=127.0.0.1",
+                  "--remote-debugging-port=0")  # fmt: skip
+"""No sandbox: CI runs as root, where Chromium's sandbox refuses to start. No /dev/shm: a container's
+is often 64 MiB, too small for a long page. Port 0: the system picks a free one, read from stderr."""
 MAX_SCREENSHOT_HEIGHT = 16000
 """Chromium's largest texture is 16384 px a side; a longer page is cut there, not failed."""
 DEVTOOLS_LINE = re.compile(r"DevTools listening on (ws://127\.0\.0\.1:(\d+)/\S+)")
@@ -142,9 +147,8 @@ def check_page(page: Path, screenshot: Path | None = None, *, timeout_s: float =
 def _start(binary: str, scratch: Path) -> subprocess.Popen[bytes]:
     """Chromium in its own process group (its helpers die with it), its stderr in a file (a pipe
     nobody reads could fill and stall it)."""
-    command = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-               "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", f"--user-data-dir={scratch}",
-               f"--window-size={WINDOW[0]},{WINDOW[1]}", "--hide-scrollbars", "about:blank"]  # fmt: skip
+    command = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={scratch}", f"--window-size={WINDOW[0]},{WINDOW[1]}",
+               "about:blank"]  # fmt: skip
     with open(scratch / "stderr.log", "wb") as log:
         return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                                 env=server_environment(), start_new_session=True)  # fmt: skip
@@ -199,7 +203,7 @@ async def _inspect(port: int, url: str, screenshot: Path | None) -> PageCheck:
 class DevToolsPage:
     """One page target spoken to over CDP: commands answered by id; events kept as they arrive."""
 
-    ws: aiohttp.ClientWebSocketResponse
+    ws: aiohttp.ClientWebSocketResponse[bool]
     events: list[dict[str, Any]] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
