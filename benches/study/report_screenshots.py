@@ -1,54 +1,43 @@
-"""Render a gymbench HTML report's figures into one PNG, in page order, for docs/images/.
-
-No headless browser can be installed here (the network reaches package registries only, and
-Playwright/pyppeteer fetch their browsers from elsewhere), so this stands in for a screenshot:
-it decodes every embedded image of the page, exactly as a browser would receive it, and stacks
-them with their section titles.
+"""Screenshot a gymbench HTML report in headless Chromium, the whole page, for docs/images/.
 
     python benches/study/report_screenshots.py REPORT.html OUT.png
+
+The page is loaded as a person's browser would load it (:mod:`gymbench.report.browser`); the
+script says what the browser saw and exits 1 when the page did not load, an image is broken or a
+script failed, so a picture of a broken report never lands in the docs unnoticed. Without Chromium
+it says how to install it (``apt-get install -y chromium``) and exits 2.
+
+``GYMBENCH_SCREENSHOTS=docs/images python -m pytest tests/report/test_browser.py`` takes every
+report kind's screenshot at once, from reports the test renders.
 """
 
 from __future__ import annotations
 
-import base64
-import io
-import re
 import sys
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.image  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-
-SECTION = re.compile(r"<h2>([^<]*)</h2>|<img alt=\"([^\"]*)\" src=\"data:image/png;base64,([^\"]+)\"")
+from gymbench.errors import GymbenchError
+from gymbench.report.browser import check_page
 
 
-def figures(text: str) -> list[tuple[str, object]]:
-    found, title = [], ""
-    for heading, alt, data in SECTION.findall(text):
-        if heading:
-            title = heading
-            continue
-        found.append((title or alt, matplotlib.image.imread(io.BytesIO(base64.b64decode(data)), format="png")))
-    return found
-
-
-def main(report: Path, out: Path) -> None:
-    images = figures(report.read_text(encoding="utf-8"))
-    heights = [image.shape[0] / image.shape[1] for _, image in images]  # type: ignore[attr-defined]
-    figure, axes = plt.subplots(len(images), 1, figsize=(10, sum(10 * h + 0.4 for h in heights)),
-                                gridspec_kw={"height_ratios": heights}, squeeze=False)  # fmt: skip
-    for ax, (title, image) in zip(axes.flat, images, strict=True):
-        ax.imshow(image)
-        ax.set_title(title, fontsize=10, loc="left")
-        ax.axis("off")
-    figure.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=90)
-    print(f"{len(images)} figures of {report} -> {out}")
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python benches/study/report_screenshots.py REPORT.html OUT.png", file=sys.stderr)
+        return 2
+    report, out = Path(argv[0]), Path(argv[1])
+    try:
+        seen = check_page(report, out)
+    except GymbenchError as exc:
+        print(f"report_screenshots: {exc}", file=sys.stderr)
+        return 2
+    print(f"{report}: {seen.images} images, {len(seen.broken_images)} broken, "
+          f"{len(seen.script_errors)} script errors; screenshot: {out}")  # fmt: skip
+    for problem in [*(f"broken image: {name}" for name in seen.broken_images), *seen.script_errors]:
+        print(f"  {problem}", file=sys.stderr)
+    if not seen.loaded:
+        print(f"  did not load: {seen.load_error or 'the page never finished loading'}", file=sys.stderr)
+    return 0 if seen.ok else 1
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    sys.exit(main(sys.argv[1:]))
