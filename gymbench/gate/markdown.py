@@ -50,7 +50,7 @@ def comparison_markdown(result: GateResult) -> str:
         lines += [f"- {reason}" for reason in view.quiet_reasons]
         lines += [f"- `{s.what}`: {s.why}" for s in quiet_notes]
         lines += ["", "</details>"]
-    lines += ["", _legend(result)]
+    lines += ["", legend(result)]
     return "\n".join(printable(line) for line in lines) + "\n"
 
 
@@ -78,7 +78,7 @@ def _md_rule(cells: tuple[str, ...]) -> str:
     return _md_row(tuple("---" for _ in cells))
 
 
-def _legend(result: GateResult) -> str:
+def legend(result: GateResult) -> str:
     s = result.suite.settings
     if result.suite.method == "ab":
         return (

@@ -86,8 +86,15 @@ def comparison_view(suite: SuiteComparison, outcome: str) -> ComparisonView:
         sections={name: found for name, found in sections.items() if found},
         quiet=quiet,
         quiet_reasons=[f"{n} metrics {why}" for why, n in Counter(map(quiet_reason, quiet_metrics)).most_common()],
-        notes=[s for s in suite.skipped if s.why != TIME_NOT_GATED],
+        notes=_notes(suite, quiet_metrics),
     )
+
+
+def _notes(suite: SuiteComparison, quiet_metrics: Sequence[MetricComparison]) -> list[Skipped]:
+    """The gate's notes, less the one on ungated time when a quiet reason already says it for all of them."""
+    quiet = {id(c) for c in quiet_metrics}
+    said = all(id(c) in quiet for c in suite.comparisons if c.noise_unknown)
+    return [s for s in suite.skipped if not (said and s.why == TIME_NOT_GATED)]
 
 
 def benchmark_rows(comparisons: Sequence[MetricComparison]) -> list[BenchmarkRow]:
