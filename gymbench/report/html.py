@@ -192,8 +192,16 @@ def changed_history(
                 marks.append(roles.get((run.record.name, run.record.created_at), ""))
         if points:
             out.append(
-                ChangeHistory(row.benchmark, shown.metric, shown.unit, shown.verdict, points, marks,
-                              shown.base_value, shown.min_effect)  # fmt: skip
+                ChangeHistory(
+                    row.benchmark,
+                    shown.metric,
+                    shown.unit,
+                    shown.verdict,
+                    points,
+                    marks,
+                    shown.base_value,
+                    shown.min_effect,
+                )  # fmt: skip
             )
     return out
 

@@ -38,7 +38,8 @@ def test_terminal_lists_what_matters_and_the_outcome() -> None:
     lines = comparison_lines(gate_result())
     text = "\n".join(lines)
     assert lines[0] == (
-        "REGRESSION — 1 regressed, 0 improved, 0 inconclusive, 6 unchanged or not gated (7 benchmarks, 7 metrics; 1 missing)"
+        "REGRESSION — 1 regressed, 0 improved, 0 inconclusive, 6 unchanged or not gated "
+        "(7 benchmarks, 7 metrics; 1 missing)"
     )
     assert "suite-wide shift: the candidate's runner is +10" in text
     assert re.search(r"Regressions \(1\):\n +benchmark .*\n +bench.py::test_1 +time .* REGRESSED", text)
