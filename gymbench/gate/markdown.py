@@ -29,7 +29,8 @@ def comparison_markdown(result: GateResult) -> str:
         "",
         f"Baseline `{suite.baseline}`, candidate `{suite.candidate}`. {shift_line(suite)}.",
     ]
-    lines += [f"> warning: {w}" for w in result.warnings]
+    warnings = [f"> warning: {w}" for w in result.warnings]
+    lines += [line + "<br>" for line in warnings[:-1]] + warnings[-1:]  # one quote, a line each
     for status, rows in view.sections.items():
         lines += ["", f"### {SECTION_TITLES[status]} ({len(rows)})", "", _md_row(ROW_HEADERS), _md_rule(ROW_HEADERS)]
         lines += [_md_row(metric_cells(row.shown, alpha, row.benchmark)) for row in rows]

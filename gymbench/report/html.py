@@ -37,7 +37,8 @@ background:#f3f3f3}
 table{border-collapse:collapse;font-size:13px;margin:.4em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;
 vertical-align:top}th{background:#f5f5f5}
 tr.regressed>td{background:#fbe3e4}tr.inconclusive>td{background:#fdf0e0}tr.improved>td{background:#e3f4e8}
-tr.fold>td{background:#fff;border-top:none;padding:0 8px 4px 24px}
+tr.fold>td{background:#fff;border-top:none;padding:0 8px 2px 24px}tr.fold details{margin:0}
+tr.fold summary{font-size:11px;color:#666}
 td.bench{font-family:ui-monospace,monospace;font-size:12px;max-width:380px}td.bench .path{color:#777}
 details{margin:.5em 0}summary{cursor:pointer;color:#333}details table{font-size:12px}
 .warn{color:#8a4b00}img{max-width:100%}code{background:#f3f3f3;padding:0 3px}
