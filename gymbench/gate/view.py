@@ -153,7 +153,7 @@ def inconclusive_reason(c: MetricComparison, alpha: float) -> str:
     if c.noise_unknown:
         return "run-to-run noise unknown (no calibration, < 3 runs a side)"
     if not c.gated and c.mde is not None:
-        return f"too noisy to gate: detects {c.mde:.0%}, the minimum effect is {c.min_effect:.0%}"
+        return f"too noisy: detects {c.mde:.0%}, the minimum effect is {c.min_effect:.0%}"
     if c.q >= alpha:
         return f"not significant (q = {c.q:.2g}, needs < {alpha:g})"
     return "short of the minimum effect"

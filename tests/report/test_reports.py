@@ -113,15 +113,15 @@ def test_report_command_writes_the_file(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_raw_columns_agree_with_the_shift_corrected_ratio() -> None:
-    from gymbench.gate.format import row
+    from gymbench.gate.view import metric_cells
 
     result = gate_result()  # the candidate's runner is 10% slower throughout
     passing = next(c for c in result.suite.comparisons if c.verdict == "pass")
-    cells = row(passing)
-    assert "(corrected " in cells[3] and " ms" in cells[2]  # human units, and the value the ratio implies
-    corrected = float(cells[3].split("(corrected ")[1].split(" ")[0])
-    baseline = float(cells[2].split(" ")[0])
-    assert corrected / baseline == pytest.approx(passing.ratio, rel=1e-3)
+    values, change = metric_cells(passing, 0.01)[2:4]
+    assert " ms → " in values  # human units
+    corrected, raw = change.split(" [")[0], change.split(", raw ")[1]
+    assert float(corrected.rstrip("%")) == pytest.approx((passing.ratio - 1) * 100, abs=0.06)
+    assert float(raw.rstrip("%")) == pytest.approx((passing.cand_value / passing.base_value - 1) * 100, abs=0.06)
 
 
 def test_each_side_measured_elsewhere_is_named_once(
