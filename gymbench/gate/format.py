@@ -61,6 +61,11 @@ def verdict(c: MetricComparison) -> str:
     return f"{mark} (raw went {raw_way} {percent(c.raw_ratio - 1)}: only after the suite-wide shift is taken out)"
 
 
+def sentence(text: str) -> str:
+    """``text`` as the start of a sentence (after a full stop in markdown and HTML)."""
+    return text[:1].upper() + text[1:]
+
+
 def shift_line(suite: SuiteComparison) -> str:
     shift = suite.shift
     if suite.method == "ab":

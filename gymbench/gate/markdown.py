@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from gymbench.gate.compare import SuiteComparison
-from gymbench.gate.format import printable, shift_line
+from gymbench.gate.format import printable, sentence, shift_line
 from gymbench.gate.gate import GateResult
 from gymbench.gate.view import QUIET_TITLE, ROW_HEADERS, SECTION_TITLES, comparison_view, metric_cells
 from gymbench.secrets import redact_output
@@ -27,7 +27,7 @@ def comparison_markdown(result: GateResult) -> str:
         "",
         f"**{view.headline}**",
         "",
-        f"Baseline `{suite.baseline}`, candidate `{suite.candidate}`. {shift_line(suite)}.",
+        f"Baseline `{suite.baseline}`, candidate `{suite.candidate}`. {sentence(shift_line(suite))}.",
     ]
     warnings = [f"> warning: {w}" for w in result.warnings]
     lines += [line + "<br>" for line in warnings[:-1]] + warnings[-1:]  # one quote, a line each

@@ -36,13 +36,13 @@ def comparison_lines(result: GateResult, verbose: bool = False) -> list[str]:
     lines += [f"warning: {w}" for w in result.warnings]
     for status, rows in view.sections.items():
         lines += ["", f"{SECTION_TITLES[status]} ({len(rows)}):"]
-        shown = _rows(rows, alpha, verbose)
-        lines += _indented(table([ROW_HEADERS, *shown]))
-        folded = None if verbose else folded_line(rows, len(shown) - len(rows))
+        cells = _rows(rows, alpha, verbose)
+        lines += _indented(table([ROW_HEADERS, *cells]))
+        folded = None if verbose else folded_line(rows, len(cells) - len(rows))
         lines += [f"{INDENT}{folded} (list them with --verbose / -v)"] if folded else []
     if view.quiet:
-        shown = "" if verbose else " (list them with --verbose / -v)"
-        lines += ["", f"{len(view.quiet)} benchmarks {QUIET_TITLE}{shown}:"]
+        hint = "" if verbose else " (list them with --verbose / -v)"
+        lines += ["", f"{len(view.quiet)} benchmarks {QUIET_TITLE}{hint}:"]
         lines += [f"{INDENT}{reason}" for reason in view.quiet_reasons]
         if verbose:
             lines += _indented(table([ROW_HEADERS, *_rows(view.quiet, alpha, verbose)]))

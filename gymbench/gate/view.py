@@ -105,14 +105,19 @@ def benchmark_rows(comparisons: Sequence[MetricComparison]) -> list[BenchmarkRow
 
 
 def _row(bench_id: str, metrics: list[MetricComparison]) -> BenchmarkRow:
-    worst = min(metrics, key=lambda c: (_RANK[c.verdict], -abs(c.badness) if math.isfinite(c.badness) else 0.0))
+    worst = min(metrics, key=lambda c: (_RANK[c.verdict], -_size(c)))
     status = worst.verdict if worst.verdict in CHANGED else "quiet"
     if status == "quiet":
         name = headline_metric([c.metric for c in metrics])
         worst = next(c for c in metrics if c.metric == name)
     elif (head := headline_metric([c.metric for c in metrics])) is not None:
         worst = next((c for c in metrics if c.metric == head and c.verdict == status), worst)
-    return BenchmarkRow(bench_id, status, worst, [c for c in metrics if c is not worst])
+    others = sorted((c for c in metrics if c is not worst), key=lambda c: (_RANK[c.verdict], -_size(c)))
+    return BenchmarkRow(bench_id, status, worst, others)
+
+
+def _size(c: MetricComparison) -> float:
+    return abs(c.badness) if math.isfinite(c.badness) else 0.0
 
 
 def _sorted(rows: list[BenchmarkRow], status: str) -> list[BenchmarkRow]:

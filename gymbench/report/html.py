@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gymbench.gate.compare import MetricComparison, Skipped
-from gymbench.gate.format import shift_line
+from gymbench.gate.format import sentence, shift_line
 from gymbench.gate.gate import GateResult
 from gymbench.gate.markdown import legend
 from gymbench.gate.store import StoredRun
@@ -68,7 +68,7 @@ def render_report(result: GateResult, history: Sequence[StoredRun], metric: str 
         f"<h1>{_e(title)}</h1>",
         f'<p class="verdict {_e(view.outcome)}">{_e(view.headline)}</p>',
         f"<p>Baseline <code>{_e(suite.baseline)}</code>, candidate <code>{_e(suite.candidate)}</code>. "
-        f"{_e(_sentence(shift_line(suite)))}.</p>",
+        f"{_e(sentence(shift_line(suite)))}.</p>",
         *(f'<p class="warn">warning: {_e(w)}</p>' for w in result.warnings),
     ]
     for status, rows in view.sections.items():
@@ -108,10 +108,6 @@ def render_report(result: GateResult, history: Sequence[StoredRun], metric: str 
         f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{STYLE}</style></head>"
         f"<body>{''.join(parts)}</body></html>\n"
     )
-
-
-def _sentence(text: str) -> str:
-    return text[:1].upper() + text[1:]
 
 
 def write_report(text: str, path: Path) -> Path:
