@@ -28,7 +28,10 @@ def printable(text: str) -> str:
 
 
 def percent(fraction: float) -> str:
-    return f"{fraction * 100:+.1f}%" if math.isfinite(fraction) else "n/a"
+    """``+20.3%``; a change that rounds to nothing reads ``+0.0%``, never ``-0.0%``."""
+    if not math.isfinite(fraction):
+        return "n/a"
+    return f"{fraction * 100 if round(fraction * 100, 1) else 0.0:+.1f}%"
 
 
 def value(x: float, unit: str) -> str:

@@ -120,7 +120,6 @@ def write_report(text: str, path: Path) -> Path:
 def _section_table(rows: Sequence[BenchmarkRow], alpha: float) -> str:
     """One row per benchmark; under it, its other metrics in a ``<details>`` (open where one of them
     regressed or improved too, so no decided change is hidden)."""
-    head = "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in ROW_HEADERS) + "</tr>"
     body = []
     for row in rows:
         body.append(_metric_row(row.shown, alpha, row.benchmark))
@@ -129,15 +128,20 @@ def _section_table(rows: Sequence[BenchmarkRow], alpha: float) -> str:
             inner = "".join(_metric_row(c, alpha) for c in row.others)
             body.append(
                 f'<tr class="fold"><td colspan="{len(ROW_HEADERS)}"><details{opened}><summary>'
-                f"{len(row.others)} other metrics of this benchmark</summary><table>{head}{inner}</table>"
-                "</details></td></tr>"
+                f"{len(row.others)} other metrics of this benchmark</summary><table>{_head(ROW_HEADERS[1:])}"
+                f"{inner}</table></details></td></tr>"
             )
-    return f"<table>{head}{''.join(body)}</table>"
+    return f"<table>{_head(ROW_HEADERS)}{''.join(body)}</table>"
 
 
-def _metric_row(c: MetricComparison, alpha: float, benchmark: str = "") -> str:
-    cells = metric_cells(c, alpha, benchmark)
-    first = f'<td class="bench">{breakable(cells[0])}</td>'
+def _head(headers: Sequence[str]) -> str:
+    return "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in headers) + "</tr>"
+
+
+def _metric_row(c: MetricComparison, alpha: float, benchmark: str | None = None) -> str:
+    """A benchmark's row (its id first) or, with ``benchmark=None``, one of its folded metrics."""
+    cells = metric_cells(c, alpha, benchmark or "")
+    first = f'<td class="bench">{breakable(cells[0])}</td>' if benchmark is not None else ""
     return f'<tr class="{c.verdict}">{first}' + "".join(f"<td>{_e(cell)}</td>" for cell in cells[1:]) + "</tr>"
 
 
