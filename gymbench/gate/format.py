@@ -15,7 +15,6 @@ VERDICT_MARK = {
     "inconclusive": "inconclusive",
     "ungated": "ungated",
 }
-HEADERS = ("benchmark", "metric", "baseline", "candidate", "ratio", "interval", "min effect", "q", "verdict")
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -29,7 +28,10 @@ def printable(text: str) -> str:
 
 
 def percent(fraction: float) -> str:
-    return f"{fraction * 100:+.1f}%" if math.isfinite(fraction) else "n/a"
+    """``+20.3%``; a change that rounds to nothing reads ``+0.0%``, never ``-0.0%``."""
+    if not math.isfinite(fraction):
+        return "n/a"
+    return f"{fraction * 100 if round(fraction * 100, 1) else 0.0:+.1f}%"
 
 
 def value(x: float, unit: str) -> str:
@@ -37,53 +39,7 @@ def value(x: float, unit: str) -> str:
 
 
 SHIFT_SHOWN = 0.005
-"""A candidate whose corrected value differs from its raw one by more than this shows both."""
-
-
-def candidate(c: MetricComparison) -> str:
-    """The raw candidate value and, where the ratio column (suite-shift corrected, a ratio of
-    bootstrapped medians) differs from raw / baseline, the value it implies: columns that agree."""
-    raw = value(c.cand_value, c.unit)
-    corrected = c.base_value * c.ratio
-    if not (math.isfinite(corrected) and c.cand_value) or abs(corrected / c.cand_value - 1) <= SHIFT_SHOWN:
-        return raw
-    return f"{raw} (corrected {value(corrected, c.unit)})"
-
-
-def interval(c: MetricComparison) -> str:
-    low, high = c.interval
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return "too few samples"
-    return f"[{low:.3f}, {high:.3f}]"
-
-
-def min_effect(c: MetricComparison) -> str:
-    text = f"{c.min_effect:.0%}"
-    if not c.gated and c.mde is not None:
-        text += f" (ungated: MDE {c.mde:.0%})"
-    return text
-
-
-def row(c: MetricComparison) -> tuple[str, ...]:
-    return (
-        c.benchmark,
-        c.metric,
-        value(c.base_value, c.unit),
-        candidate(c),
-        ratio(c),
-        interval(c),
-        min_effect(c),
-        f"{c.q:.2g}",
-        verdict(c),
-    )
-
-
-def ratio(c: MetricComparison) -> str:
-    """The corrected ratio, with the raw one beside it wherever the suite-wide shift moved it."""
-    raw, corrected = c.raw_ratio, c.ratio
-    if not (math.isfinite(raw) and raw) or abs(corrected / raw - 1) <= SHIFT_SHOWN:
-        return f"{corrected:.3f}"
-    return f"{raw:.3f} raw, {corrected:.3f} corrected"
+"""A change whose shift-corrected ratio differs from its raw one by more than this shows both."""
 
 
 def reversed_by_shift(c: MetricComparison) -> bool:
@@ -100,7 +56,7 @@ def reversed_by_shift(c: MetricComparison) -> bool:
 def verdict(c: MetricComparison) -> str:
     """The verdict; a change that the shift correction turned against the raw change says so.
 
-    A pass names no direction, so it reverses nothing: the ratio column shows raw and corrected."""
+    A pass names no direction, so it reverses nothing: the change column shows raw and corrected."""
     mark = VERDICT_MARK[c.verdict]
     if c.verdict not in ("improved", "regressed") or not reversed_by_shift(c):
         return mark
@@ -108,10 +64,9 @@ def verdict(c: MetricComparison) -> str:
     return f"{mark} (raw went {raw_way} {percent(c.raw_ratio - 1)}: only after the suite-wide shift is taken out)"
 
 
-def ordered(suite: SuiteComparison) -> list[MetricComparison]:
-    """Worst first: regressions, then inconclusive, ungated, improvements, passes."""
-    rank = {"regressed": 0, "inconclusive": 1, "ungated": 2, "improved": 3, "pass": 4}
-    return sorted(suite.comparisons, key=lambda c: (rank[c.verdict], -c.badness))
+def sentence(text: str) -> str:
+    """``text`` as the start of a sentence (after a full stop in markdown and HTML)."""
+    return text[:1].upper() + text[1:]
 
 
 def shift_line(suite: SuiteComparison) -> str:

@@ -6,26 +6,61 @@ import os
 import sys
 from pathlib import Path
 
-from gymbench.gate.format import HEADERS, ordered, printable, row, shift_line, summary_line
+from gymbench.gate.compare import SuiteComparison
+from gymbench.gate.format import printable, sentence, shift_line
 from gymbench.gate.gate import GateResult
+from gymbench.gate.view import QUIET_TITLE, ROW_HEADERS, SECTION_TITLES, comparison_view, metric_cells
 from gymbench.secrets import redact_output
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 
 def comparison_markdown(result: GateResult) -> str:
+    """The verdict first; a table per section of what changed, each benchmark's other metrics in a
+    ``<details>`` block under it; everything else in one collapsed block, its reasons said once. With
+    nothing changed it stays within :data:`MAX_QUIET_LINES` lines, so a PR comment is a glance."""
     suite = result.suite
+    view = comparison_view(suite, result.outcome.value)
+    alpha = suite.settings.alpha
     lines = [
         "## gymbench comparison",
         "",
-        f"**{summary_line(suite, result.outcome.value)}**",
+        f"**{view.headline}**",
         "",
-        f"Baseline `{suite.baseline}`, candidate `{suite.candidate}`. {shift_line(suite)}.",
-        "",
+        f"Baseline `{suite.baseline}`, candidate `{suite.candidate}`. {sentence(shift_line(suite))}.",
     ]
-    lines += [f"> warning: {w}" for w in result.warnings]
-    lines += ["", _md_row(HEADERS), _md_row(tuple("---" for _ in HEADERS))]
-    lines += [_md_row(row(c)) for c in ordered(suite)]
+    warnings = [f"> warning: {w}" for w in result.warnings]
+    lines += [line + "<br>" for line in warnings[:-1]] + warnings[-1:]  # one quote, a line each
+    for status, rows in view.sections.items():
+        lines += ["", f"### {SECTION_TITLES[status]} ({len(rows)})", "", _md_row(ROW_HEADERS), _md_rule(ROW_HEADERS)]
+        lines += [_md_row(metric_cells(row.shown, alpha, row.benchmark)) for row in rows]
+        folded = [(row.benchmark, other) for row in rows for other in row.others]
+        if folded:
+            lines += ["", f"<details><summary>Their other {len(folded)} metrics</summary>", ""]
+            lines += [_md_row(ROW_HEADERS), _md_rule(ROW_HEADERS)]
+            lines += [_md_row(metric_cells(other, alpha, bench)) for bench, other in folded]
+            lines += ["", "</details>"]
+    lines += _unmatched(suite)
+    inconclusive_notes = [s for s in view.notes if s.inconclusive]
+    if inconclusive_notes:
+        lines += ["", "**Not compared**", "", *(f"- `{s.what}`: {s.why}" for s in inconclusive_notes)]
+    quiet_notes = [s for s in view.notes if not s.inconclusive]
+    if view.quiet or quiet_notes:
+        summary = f"{len(view.quiet)} benchmarks {QUIET_TITLE}" + (f"; {len(quiet_notes)} notes" if quiet_notes else "")
+        lines += ["", f"<details><summary>{summary}</summary>", ""]
+        lines += [f"- {reason}" for reason in view.quiet_reasons]
+        lines += [f"- `{s.what}`: {s.why}" for s in quiet_notes]
+        lines += ["", "</details>"]
+    lines += ["", legend(result)]
+    return "\n".join(printable(line) for line in lines) + "\n"
+
+
+MAX_QUIET_LINES = 20
+"""The most lines the markdown takes when nothing changed (a PR comment read at a glance)."""
+
+
+def _unmatched(suite: SuiteComparison) -> list[str]:
+    lines = []
     for title, items in (
         ("New benchmarks (not compared)", suite.match.new),
         ("Missing from the candidate", suite.match.missing),
@@ -33,17 +68,18 @@ def comparison_markdown(result: GateResult) -> str:
     ):
         if items:
             lines += ["", f"**{title}**", "", *(f"- `{item}`" for item in items)]
-    if suite.skipped:
-        lines += ["", "**Not compared**", "", *(f"- `{s.what}`: {s.why}" for s in suite.skipped)]
-    lines += ["", _legend(result)]
-    return "\n".join(printable(line) for line in lines) + "\n"
+    return lines
 
 
 def _md_row(cells: tuple[str, ...]) -> str:
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
-def _legend(result: GateResult) -> str:
+def _md_rule(cells: tuple[str, ...]) -> str:
+    return _md_row(tuple("---" for _ in cells))
+
+
+def legend(result: GateResult) -> str:
     s = result.suite.settings
     if result.suite.method == "ab":
         return (

@@ -10,15 +10,33 @@ import base64
 import io
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from gymbench.gate.compare import MetricComparison
 from gymbench.gate.format import VERDICT_MARK
+from gymbench.labels import label
 from gymbench.units import time_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+
+@dataclass(frozen=True)
+class ChangeHistory:
+    """One changed benchmark's metric across the stored runs, and which runs the comparison used."""
+
+    benchmark: str
+    metric: str
+    unit: str
+    verdict: str
+    points: list[tuple[str, float]]
+    """(run label, median), oldest first."""
+    roles: list[str]
+    """Per point: ``baseline``, ``candidate`` or empty."""
+    baseline: float | None = None
+    min_effect: float = 0.0
 
 
 COLOURS = {
@@ -84,7 +102,8 @@ def ratio_figure(comparisons: Sequence[MetricComparison]) -> Figure:
     if comparisons:
         band = comparisons[0].min_effect
         axes.axvspan(1 / (1 + band), 1 + band, color="grey", alpha=0.12)
-    axes.set_yticks(range(len(comparisons)), [f"{c.benchmark} · {c.metric}" for c in comparisons], fontsize=7)
+    axes.set_yticks(range(len(comparisons)), [f"{short_name(c.benchmark)} · {label(c.metric)}" for c in comparisons],
+                    fontsize=7)  # fmt: skip
     axes.invert_yaxis()
     axes.set_xlabel("candidate / baseline (shift-corrected), with interval")
     handles, labels = axes.get_legend_handles_labels()
@@ -166,12 +185,12 @@ def history_figure(history: dict[str, list[tuple[str, float]]], metric: str, uni
     return figure
 
 
-def run_label(label: str) -> str:
+def run_label(text: str) -> str:
     """``name 0102T0000`` (a stored run's label) as ``01-02\n00:00``; other labels unchanged."""
-    stamp = label.rsplit(" ", 1)[-1]
+    stamp = text.rsplit(" ", 1)[-1]
     if len(stamp) == 9 and stamp[4] == "T" and (stamp[:4] + stamp[5:]).isdigit():
         return f"{stamp[:2]}-{stamp[2:4]}\n{stamp[5:7]}:{stamp[7:9]}"
-    return label
+    return text
 
 
 def wrapped(title: str, width: int = 34) -> str:
@@ -211,5 +230,49 @@ def distribution_figure(samples: Mapping[str, tuple[Sequence[float], Sequence[fl
         axes.tick_params(labelsize=6)
     for axes in list(grid.flat)[len(items) :]:
         axes.axis("off")
+    figure.tight_layout()
+    return figure
+
+
+ROLE_MARKERS = {"baseline": ("s", "#222222", "baseline"), "candidate": ("*", None, "candidate")}
+
+
+def change_history_plot(change: ChangeHistory) -> str:
+    return to_base64_png(change_history_figure(change))
+
+
+def change_history_figure(change: ChangeHistory) -> Figure:
+    """One changed benchmark's metric over the stored runs, oldest first, read at a glance (asv's
+    history, Bencher's threshold band): the baseline's run marked with a square, the candidate's
+    with a star in the verdict's colour, the band the minimum effect spans around the baseline,
+    and one unit on the value axis (``ms``, not seconds times 1e-3)."""
+    plt = pyplot()
+    values = [v for _, v in change.points]
+    scale, shown_unit = _axis_unit(values, change.unit)
+    figure, axes = plt.subplots(figsize=(6.4, 3.0))
+    xs = range(len(values))
+    axes.plot(xs, [v / scale for v in values], "o-", color="#4c72b0", markersize=4, linewidth=1.2)
+    for x, role in enumerate(change.roles):
+        if role in ROLE_MARKERS:
+            marker, colour, name = ROLE_MARKERS[role]
+            axes.plot([x], [values[x] / scale], marker, color=colour or COLOURS[change.verdict], markersize=11,
+                      label=name, zorder=3)  # fmt: skip
+    if change.baseline is not None and math.isfinite(change.baseline):
+        middle = change.baseline / scale
+        axes.axhspan(middle * (1 - change.min_effect), middle * (1 + change.min_effect), color="grey", alpha=0.15,
+                     label=f"baseline ± {change.min_effect:.0%}")  # fmt: skip
+    axes.ticklabel_format(axis="y", useOffset=False)
+    axes.set_title(wrapped(short_name(change.benchmark), 60), fontsize=9)
+    name = label(change.metric)
+    axes.set_ylabel(name if name == shown_unit else f"{name} ({shown_unit})", fontsize=8)
+    axes.set_xlabel("stored runs, oldest first (date, UTC time)", fontsize=8)
+    ticks = list(range(0, len(values), max(1, math.ceil(len(values) / 6))))
+    axes.set_xticks(ticks, [run_label(change.points[i][0]) for i in ticks], fontsize=7)
+    axes.tick_params(axis="y", labelsize=7)
+    axes.grid(axis="y", alpha=0.3)
+    handles, names = axes.get_legend_handles_labels()
+    if handles:
+        unique = dict(zip(names, handles, strict=True))
+        axes.legend(unique.values(), unique.keys(), fontsize=7, loc="best")
     figure.tight_layout()
     return figure

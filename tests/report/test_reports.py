@@ -18,11 +18,12 @@ from gymbench.gate.noise import noise_to_dict
 from gymbench.gate.settings import CompareSettings
 from gymbench.gate.store import BaselineStore, save_json
 from gymbench.gate.terminal import comparison_lines
+from gymbench.gate.view import comparison_view
 from gymbench.record import Metric, ResultsRecord
 from gymbench.report.html import history_of, render_report, sample_pairs
 from tests.gate.synthetic import calibration, save_run, suite
 
-VOID = {"meta", "img", "br", "hr", "link", "input"}
+VOID = {"meta", "img", "br", "hr", "link", "input", "wbr"}
 
 
 def gate_result() -> GateResult:
@@ -36,19 +37,27 @@ def gate_result() -> GateResult:
 def test_terminal_lists_what_matters_and_the_outcome() -> None:
     lines = comparison_lines(gate_result())
     text = "\n".join(lines)
+    assert lines[0] == (
+        "REGRESSION — 1 regressed, 0 improved, 0 inconclusive, 6 unchanged or not gated "
+        "(7 benchmarks, 7 metrics; 1 missing)"
+    )
     assert "suite-wide shift: the candidate's runner is +10" in text
-    assert re.search(r"bench.py::test_1 +time .* REGRESSED", text)
+    assert re.search(r"Regressions \(1\):\n +benchmark .*\n +bench.py::test_1 +time .* REGRESSED", text)
+    assert "6 benchmarks unchanged or not gated (list them with --verbose / -v):" in text
     assert "missing from the candidate: 1\n  bench.py::test_7" in text
     assert lines[-1].startswith("gate: REGRESSION — 7 gated, 0 ungated (6 pass, 1 regressed)")
     assert "warning: a warning" in text
+    verbose = comparison_lines(gate_result(), verbose=True)
+    assert sum(line.lstrip().startswith("bench.py::test_") for line in verbose) == 7 + 1  # every row, and the missing
 
 
 def test_markdown_table_is_well_formed() -> None:
     text = comparison_markdown(gate_result())
     rows = [line for line in text.splitlines() if line.startswith("| ")]
-    assert len(rows) == 2 + 7
-    assert {row.count(" | ") for row in rows} == {8}
+    assert len(rows) == 2 + 1  # the regression; the six passes are one line in a collapsed block
+    assert {row.count(" | ") for row in rows} == {4}
     assert "- `bench.py::test_7`" in text and "Benjamini–Hochberg" in text
+    assert "<details><summary>6 benchmarks unchanged or not gated</summary>" in text
 
 
 class _Checker(HTMLParser):
@@ -84,7 +93,7 @@ def test_html_report_is_self_contained_with_three_plots(tmp_path: Path) -> None:
         save_run(tmp_path, suite(index, benchmarks=3, name=f"r{index}"), stamp)
     text = render_report(gate_result(), BaselineStore(tmp_path).runs())
     checker = check_html(text)
-    assert len(checker.images) == 3
+    assert len(checker.images) == 4  # the regression's history, the ratios, the samples, every history
     assert '<tr class="regressed">' in text and "http" not in text.replace("http-equiv", "")
 
 
@@ -96,7 +105,7 @@ def test_report_command_writes_the_file(tmp_path: Path, monkeypatch: pytest.Monk
     out = tmp_path / "out" / "report.html"
     noise = ["--calibration", "quiet.json"]  # one run against one gates time only when calibrated
     assert main(["report", "-o", str(out), "--results-dir", "results", "--fail-on", "none", *noise]) == 0
-    assert len(check_html(out.read_text()).images) == 3
+    assert len(check_html(out.read_text()).images) == 4  # the regression's history, and the three overviews
     # the same verdict and exit code as `gymbench compare` on the same inputs
     assert main(["report", "-o", str(out), "--results-dir", "results", *noise]) == 1
     assert main(["compare", "a", "b", "--results-dir", "results", *noise]) == 1
@@ -104,15 +113,15 @@ def test_report_command_writes_the_file(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_raw_columns_agree_with_the_shift_corrected_ratio() -> None:
-    from gymbench.gate.format import row
+    from gymbench.gate.view import metric_cells
 
     result = gate_result()  # the candidate's runner is 10% slower throughout
     passing = next(c for c in result.suite.comparisons if c.verdict == "pass")
-    cells = row(passing)
-    assert "(corrected " in cells[3] and " ms" in cells[2]  # human units, and the value the ratio implies
-    corrected = float(cells[3].split("(corrected ")[1].split(" ")[0])
-    baseline = float(cells[2].split(" ")[0])
-    assert corrected / baseline == pytest.approx(passing.ratio, rel=1e-3)
+    values, change = metric_cells(passing, 0.01)[2:4]
+    assert " ms → " in values  # human units
+    corrected, raw = change.split(" [")[0], change.split(", raw ")[1]
+    assert float(corrected.rstrip("%")) == pytest.approx((passing.ratio - 1) * 100, abs=0.06)
+    assert float(raw.rstrip("%")) == pytest.approx((passing.cand_value / passing.base_value - 1) * 100, abs=0.06)
 
 
 def test_each_side_measured_elsewhere_is_named_once(
@@ -152,7 +161,8 @@ def test_the_default_plots_show_every_benchmark_not_only_timed_ones(tmp_path: Pa
     history = history_of(runs, None)
     assert len(history) == 3 and "bench.py::test_0 (rollouts_per_s)" in history
     assert all(points[0][1] == 1.0 for points in history.values())  # relative to the first run
-    assert len(check_html(render_report(gate, runs)).images) == 3
+    changed = len(comparison_view(result, gate.outcome.value).changed)  # 5% slower: each its own history
+    assert len(check_html(render_report(gate, runs)).images) == 3 + changed
 
 
 def test_report_on_a_single_record_says_there_is_nothing_to_compare(

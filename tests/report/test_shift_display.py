@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from gymbench.gate.compare import MetricComparison
-from gymbench.gate.format import row
 from gymbench.gate.stats import Effect
+from gymbench.gate.view import metric_cells
 
 
 def latency(base: float, cand: float, corrected_ratio: float, verdict: str) -> MetricComparison:
@@ -18,18 +18,21 @@ def latency(base: float, cand: float, corrected_ratio: float, verdict: str) -> M
     )  # fmt: skip
 
 
+def cells(c: MetricComparison) -> tuple[str, ...]:
+    return metric_cells(c, 0.01)
+
+
 def test_a_change_the_correction_reverses_is_said_with_both_ratios() -> None:
-    cells = row(latency(0.106, 0.126, 0.49, "improved"))
-    ratio, verdict = cells[4], cells[-1]
-    assert ratio == "1.189 raw, 0.490 corrected"
+    change, verdict = cells(latency(0.106, 0.126, 0.49, "improved"))[3:]
+    assert change == "-51.0% [-53.4%, -48.5%], raw +18.9%"
     assert verdict.startswith("improved (raw went up +18.9%") and "suite-wide shift" in verdict
 
 
 def test_an_uncorrected_change_reads_as_before() -> None:
-    cells = row(latency(0.100, 0.110, 0.110 / 0.100, "regressed"))
-    assert cells[4] == "1.100" and cells[-1] == "REGRESSED"
+    change, verdict = cells(latency(0.100, 0.110, 0.110 / 0.100, "regressed"))[3:]
+    assert change == "+10.0% [+4.6%, +15.6%]" and verdict == "REGRESSED"
 
 
 def test_a_pass_names_no_direction_so_it_is_not_annotated_as_reversed() -> None:
-    cells = row(latency(0.100, 0.168, 0.99, "pass"))  # raw +68%, corrected -1%: within the noise
-    assert cells[4] == "1.680 raw, 0.990 corrected" and cells[-1] == "pass"
+    change, verdict = cells(latency(0.100, 0.168, 0.99, "pass"))[3:]  # raw +68%, corrected -1%: within the noise
+    assert change.endswith(", raw +68.0%") and change.startswith("-1.0%") and verdict == "pass"
