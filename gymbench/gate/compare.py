@@ -42,6 +42,8 @@ UNMEASURED_PREFIX = "benchmark "
 COUNTS_EXTRA = "instructions"
 """Where a record says how a benchmark was counted, or why not (:mod:`gymbench.gate.instructions`)."""
 MIN_SHIFT_METRICS = 5
+UNCOUNTED_SEEDS = 10_000
+"""Bootstrap seeds of uncounted benchmarks' timed changes start here, apart from the compared metrics'."""
 MIN_RUNS_AS_UNIT = 3
 TIME_NOT_GATED = (
     "shown but not gated: no calibration knows their run-to-run noise and fewer than "
@@ -326,9 +328,10 @@ def _how_counted(
 
 
 def _helpers(records: Sequence[ResultsRecord], bench_id: str) -> int:
-    """Threads besides the caller that worked during the benchmark's calls in a side's timed session."""
-    value = _extra(records, bench_id).get(THREADS_EXTRA) or 0
-    return int(value) if isinstance(value, (int, float)) else 0
+    """The most threads besides the caller that worked during the benchmark's calls in any timed
+    session of a side (several runs a side: a pool caught in one of them is a pool)."""
+    found = [b.extra.get(THREADS_EXTRA) for r in records for b in r.benchmarks if b.id == bench_id]
+    return max((int(v) for v in found if isinstance(v, (int, float)) and not isinstance(v, bool)), default=0)
 
 
 def _threads_how(candidate_how: str, base: int, cand: int) -> str:
@@ -358,7 +361,7 @@ def _uncounted(
         names = sorted(_metric_names(baseline, bench_id) & _metric_names(candidate, bench_id))
         speed = [name for name in names if _timed_alike(baseline, candidate, bench_id, name)]
         timed = [
-            _timed_change(bench_id, name, sides, settings, noise, 10_000 + index * 10 + offset)
+            _timed_change(bench_id, name, sides, settings, noise, UNCOUNTED_SEEDS + index * 10 + offset)
             for offset, name in enumerate(speed)
         ]
         why = str(_extra(candidate, bench_id).get(COUNTS_EXTRA, "")) or "not counted"

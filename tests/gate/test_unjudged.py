@@ -61,7 +61,9 @@ def test_two_samples_a_side_give_their_ratios_not_an_interval_and_none_say_so() 
     """A quick run times two samples a side: too few to resample, so the note gives their spread."""
     quick = compare_runs([with_loop(counted_suite(1), samples=2)], [with_loop(counted_suite(2), 1.3, 2)], COUNTS)
     assert "(2 samples a side, too few for an interval; sample ratios +" in loop_note(quick)
-    untimed = compare_runs([with_loop(counted_suite(1), timed=False)], [with_loop(counted_suite(2), timed=False)], COUNTS)
+    untimed = compare_runs(
+        [with_loop(counted_suite(1), timed=False)], [with_loop(counted_suite(2), timed=False)], COUNTS
+    )
     assert loop_note(untimed).endswith("; timed change in these runs (not gated): no timed samples")
     timed_only = compare_runs([with_loop(counted_suite(1))], [with_loop(counted_suite(2), 1.34)])
     assert timed_only.uncounted == []  # a comparison of every metric judges the loop's time itself
@@ -96,6 +98,13 @@ def test_a_pool_that_worked_on_either_side_is_named(base: int, cand: int, said: 
     other = "candidate's" if said == "baseline's" else "baseline's"
     assert f"{max(base, cand)} more thread" in named and f"in the {said} timed session, none in the {other}" in named
     assert "threads forced to 1" not in notes["how counted (2 benchmarks)"]
+
+
+def test_a_pool_caught_in_one_of_several_runs_a_side_is_named() -> None:
+    runs = [threads_on(counted_suite(seed), 2 if seed == 3 else 0) for seed in (1, 3, 5)]
+    suite = compare_runs(runs, [threads_on(counted_suite(2), 0)], COUNTS)
+    named = {s.what: s.why for s in suite.skipped}["how counted: bench.py::test_0"]
+    assert "2 more threads worked during its calls in the baseline's timed session, none in the candidate's" in named
 
 
 # The real gate, once: an A/A commit of the toy project, its asyncio benchmark uncounted.
