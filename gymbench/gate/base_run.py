@@ -38,6 +38,8 @@ class CountedRun:
 
     selection: Selection
     seconds: float
+    import_check: str = ""
+    """The proof that the run measured its own checkout, in one line (:func:`import_check_line`)."""
 
 
 def gate_against_base(
@@ -83,7 +85,20 @@ def _count_side(side: Side, name: str, pytest_args: Sequence[str], store_dir: Pa
         raise GymbenchError(f"the {name} run ({side.label}) failed: pytest exit {done.returncode} ({tail})")
     selection = BaselineStore(store_dir).select(name, machine_info()["key"])
     _check_measured_own_code(selection, side, name)
-    return CountedRun(Selection(selection.records[-1:], side.label, selection.paths[-1:]), seconds)
+    code = selection.records[-1].fingerprint["code"]
+    checked = import_check_line(side, code["imported"], code.get("counted") or {})
+    return CountedRun(Selection(selection.records[-1:], side.label, selection.paths[-1:]), seconds, checked)
+
+
+def import_check_line(side: Side, timed: dict[str, str], counted: dict[str, str]) -> str:
+    """What :func:`_check_measured_own_code` proved, for the console: the record alone held it, and a
+    reader of ``counted base: 5ebd347f59 in 57 s`` had to trust that the base measured the base."""
+    where = ", ".join(f"{package} from {directory}" for package, directory in sorted(timed.items()))
+    commit = f"commit {side.commit[:10]}" if side.commit else "the working tree"
+    child = "; the callgrind child too" if counted and counted == timed else ""
+    if counted and counted != timed:  # another directory of the same checkout (a src/ copy): both said
+        child = "; the callgrind child " + ", ".join(f"{p} from {d}" for p, d in sorted(counted.items()))
+    return f"{side.label.split(':')[0]} run imported {where} ({commit}){child}: checked"
 
 
 def _check_measured_own_code(selection: Selection, side: Side, name: str) -> None:

@@ -16,7 +16,7 @@ from gymbench.fingerprint import machine_info
 from gymbench.gate.calibrate import learn_noise, rerun_suite
 from gymbench.gate.command_settings import CalibrateCommand, CompareCommand, GateCommand, Published, VerdictSettings
 from gymbench.gate.compare import detectable_change
-from gymbench.gate.gate import GateResult, noise_for, run_gate
+from gymbench.gate.gate import GateResult, Outcome, noise_for, run_gate
 from gymbench.gate.guarded import gate_or_explain
 from gymbench.gate.markdown import comparison_markdown, write_step_summary
 from gymbench.gate.noise import NoiseTable
@@ -118,8 +118,20 @@ def run_gate_command(args: argparse.Namespace) -> int:
     )  # fmt: skip
     for run in runs:
         print(f"counted {run.selection.label} in {run.seconds:.0f} s")
+        print(run.import_check)
     publish(result, settings)
-    return result.enforced.cli_code
+    return _uncounted_exit(result, settings.fail_on_uncounted)
+
+
+def _uncounted_exit(result: GateResult, fail_on_uncounted: bool) -> int:
+    """The counts' exit status, or 3 (inconclusive) with ``--fail-on-uncounted`` when a benchmark
+    went uncounted: its timed change is shown, but no count vouches for it."""
+    uncounted = result.suite.uncounted
+    if not (fail_on_uncounted and uncounted) or result.enforced.cli_code != 0:
+        return result.enforced.cli_code
+    names = ", ".join(u.benchmark for u in uncounted)
+    print(f"exit {Outcome.INCONCLUSIVE.cli_code}: {len(uncounted)} not counted (--fail-on-uncounted): {names}")
+    return Outcome.INCONCLUSIVE.cli_code
 
 
 def run_calibrate(args: argparse.Namespace) -> int:

@@ -70,6 +70,13 @@ class GateCommand(Suite, VerdictSettings, BenchSelection):
     brackets: int = field(
         default=5, metadata=doc("counted brackets per benchmark (default 5, at least 3 uncalibrated)", metavar="N")
     )
+    fail_on_uncounted: bool = field(
+        default=False,
+        metadata=doc(
+            "exit 3 (inconclusive) when a benchmark went uncounted (asyncio, no measure() call); default: "
+            "each is named with its timed change and the exit stays what the counts decide"
+        ),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

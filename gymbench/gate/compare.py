@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from gymbench.gate.callgrind import ALLOCATOR_HOW
 from gymbench.gate.counts import counts_mismatch
 from gymbench.gate.matching import SuiteMatch, match_benchmarks, unlike_work
 from gymbench.gate.noise import NoiseTable
@@ -29,7 +30,7 @@ from gymbench.gate.stats import (
 )
 from gymbench.measure import INSTRUCTIONS_UNIT
 from gymbench.record import Metric, ResultsRecord
-from gymbench.threads import THREADS_EXTRA
+from gymbench.threads import THREADS_EXTRA, forced_note
 from gymbench.types import Direction
 
 Verdict = Literal["pass", "regressed", "improved", "inconclusive", "ungated"]
@@ -41,6 +42,8 @@ UNMEASURED_PREFIX = "benchmark "
 COUNTS_EXTRA = "instructions"
 """Where a record says how a benchmark was counted, or why not (:mod:`gymbench.gate.instructions`)."""
 MIN_SHIFT_METRICS = 5
+UNCOUNTED_SEEDS = 10_000
+"""Bootstrap seeds of uncounted benchmarks' timed changes start here, apart from the compared metrics'."""
 MIN_RUNS_AS_UNIT = 3
 TIME_NOT_GATED = (
     "shown but not gated: no calibration knows their run-to-run noise and fewer than "
@@ -133,6 +136,51 @@ class Skipped:
 
 
 @dataclass(frozen=True)
+class TimedChange:
+    """One speed metric of an uncounted benchmark, compared as an ungated metric is."""
+
+    comparison: MetricComparison
+    samples: tuple[int, int]
+    """Samples on the baseline's side and the candidate's."""
+    sample_span: tuple[float, float]
+    """The lowest and highest ratio of a candidate sample to a baseline sample: what a quick run's
+    two samples a side can say where a bootstrap interval needs three."""
+
+    @property
+    def text(self) -> str:
+        """``time +34.0% [+20.1%, +49.3%]``, or the samples' span where there is no interval."""
+        c = self.comparison
+        low, high = c.interval
+        if math.isfinite(low) and math.isfinite(high):
+            return f"{c.metric} {_signed(c.ratio)} [{_signed(low)}, {_signed(high)}]"
+        span = f"{_signed(self.sample_span[0])} to {_signed(self.sample_span[1])}"
+        base, cand = self.samples
+        counts = f"{base} samples a side" if base == cand else f"{base} and {cand} samples"
+        return f"{c.metric} {_signed(c.ratio)} ({counts}, too few for an interval; sample ratios {span})"
+
+
+def _signed(ratio: float) -> str:
+    return f"{ratio - 1:+.1%}" if math.isfinite(ratio) else "n/a"
+
+
+@dataclass(frozen=True)
+class Uncounted:
+    """A benchmark of both sides whose instructions were not compared (asyncio, no measure() call,
+    counting failed on a side), with its change in the same runs' timings: one run a side, no
+    shift taken out, never gated, but a slowdown the counts could not see is not hidden behind
+    a pass (``gate --fail-on-uncounted`` fails the exit on any)."""
+
+    benchmark: str
+    why: str
+    timed: list[TimedChange] = field(default_factory=list)
+    """Each speed metric both sides timed; empty: no timed samples."""
+
+    @property
+    def timed_change(self) -> str:
+        return "; ".join(t.text for t in self.timed) or "no timed samples"
+
+
+@dataclass(frozen=True)
 class SuiteComparison:
     baseline: str
     candidate: str
@@ -145,6 +193,8 @@ class SuiteComparison:
     skipped: list[Skipped] = field(default_factory=list)
     method: Literal["stored", "ab"] = "stored"
     """How the effects were measured: stored runs compared, or interleaved A/B rounds."""
+    uncounted: list[Uncounted] = field(default_factory=list)
+    """In a comparison of instruction counts, the benchmarks it could not count, with their timed change."""
 
     def with_verdict(self, verdict: Verdict) -> list[MetricComparison]:
         return [c for c in self.comparisons if c.verdict == verdict]
@@ -196,7 +246,8 @@ def compare_runs(
     shift = _estimate_shift(raw, settings)
     corrected = [_correct(c, shift, settings.confidence) if is_speed_unit(c.unit) else c for c in raw]
     decided = decide(corrected, settings)
-    skipped += _how_measured(match.common, pairs, (baseline, candidate), settings)
+    uncounted = _uncounted(match.common, pairs, (baseline, candidate), settings, noise)
+    skipped += _how_measured(match.common, pairs, (baseline, candidate), settings, uncounted)
     ungated = sum(c.noise_unknown for c in decided)
     if ungated:
         skipped.append(Skipped(f"time ({ungated} metrics)", TIME_NOT_GATED, inconclusive=False))
@@ -209,6 +260,7 @@ def compare_runs(
         settings=settings,
         noise_source=noise.source if noise else "",
         skipped=skipped,
+        uncounted=uncounted,
     )
 
 
@@ -230,12 +282,15 @@ def _how_measured(
     pairs: list[tuple[str, str]],
     sides: tuple[Sequence[ResultsRecord], Sequence[ResultsRecord]],
     settings: CompareSettings,
+    uncounted: Sequence[Uncounted] = (),
 ) -> list[Skipped]:
     """Every benchmark of the suite appears in the verdict: those with none of the compared metrics
-    say why (not counted: asyncio ...), and a comparison of counts says how they were counted. A
-    metric measured on one side only (counting failed there) makes the outcome inconclusive."""
+    say why (not counted: asyncio ...) and, in a comparison of counts, their timed change; a
+    comparison of counts says how they were counted. A metric measured on one side only (counting
+    failed there) makes the outcome inconclusive."""
     baseline, candidate = sides
     compared = {bench_id for bench_id, _ in pairs}
+    timed = {u.benchmark: f"; timed change in these runs (not gated): {u.timed_change}" for u in uncounted}
     notes = []
     for bench_id in common:
         if bench_id in compared:
@@ -244,19 +299,101 @@ def _how_measured(
         one_sided = [name for name in one_sided if not settings.metrics or name in settings.metrics]
         if one_sided:
             why = str(_extra(candidate, bench_id).get(COUNTS_EXTRA, "")) or "measured on one side only"
-            notes.append(Skipped(f"{UNMEASURED_PREFIX}{bench_id}", f"{', '.join(one_sided)} on one side only: {why}"))
+            why = f"{', '.join(one_sided)} on one side only: {why}{timed.get(bench_id, '')}"
+            notes.append(Skipped(f"{UNMEASURED_PREFIX}{bench_id}", why))
             continue
         why = str(_extra(candidate, bench_id).get(COUNTS_EXTRA, "")) if INSTRUCTIONS_UNIT in settings.metrics else ""
         wanted = ", ".join(settings.metrics) or "any metric"
-        notes.append(Skipped(f"{UNMEASURED_PREFIX}{bench_id}", why or f"has no {wanted} on both sides", False))
+        why = (why or f"has no {wanted} on both sides") + timed.get(bench_id, "")
+        notes.append(Skipped(f"{UNMEASURED_PREFIX}{bench_id}", why, False))
+    return notes + _how_counted(pairs, sides)
+
+
+def _how_counted(
+    pairs: list[tuple[str, str]], sides: tuple[Sequence[ResultsRecord], Sequence[ResultsRecord]]
+) -> list[Skipped]:
+    """How the compared benchmarks were counted: one line for those that ran on the caller alone,
+    and one naming each benchmark that used more threads in the timed session of either side (a
+    pool that worked only in the baseline's run is as hidden by the forced thread as the reverse)."""
+    baseline, candidate = sides
     counted = sorted({b for b, m in pairs if _unit(candidate, b, m) == INSTRUCTIONS_UNIT})
     hows = {b: str(_extra(candidate, b).get(COUNTS_EXTRA, "")) for b in counted}
-    threaded = [b for b in counted if _extra(candidate, b).get(THREADS_EXTRA)]
-    notes += [Skipped(f"how counted: {b}", hows[b], False) for b in threaded if hows[b]]
+    helpers = {b: (_helpers(baseline, b), _helpers(candidate, b)) for b in counted}
+    threaded = [b for b in counted if any(helpers[b])]
+    notes = [Skipped(f"how counted: {b}", _threads_how(hows[b], *helpers[b]), False) for b in threaded if hows[b]]
     rest = [b for b in counted if b not in threaded]
     if rest and (common_how := {hows[b] for b in rest} - {""}):
         notes.append(Skipped(f"how counted ({len(rest)} benchmarks)", "; ".join(sorted(common_how)), False))
     return notes
+
+
+def _helpers(records: Sequence[ResultsRecord], bench_id: str) -> int:
+    """The most threads besides the caller that worked during the benchmark's calls in any timed
+    session of a side (several runs a side: a pool caught in one of them is a pool)."""
+    found = [b.extra.get(THREADS_EXTRA) for r in records for b in r.benchmarks if b.id == bench_id]
+    return max((int(v) for v in found if isinstance(v, (int, float)) and not isinstance(v, bool)), default=0)
+
+
+def _threads_how(candidate_how: str, base: int, cand: int) -> str:
+    """The candidate's own words when both sides saw the same threads, else both sides' counts."""
+    if base == cand:
+        return candidate_how
+    (more, first), (fewer, second) = sorted([(base, "baseline"), (cand, "candidate")], reverse=True)
+    where = f"in the {first}'s timed session, {fewer or 'none'} in the {second}'s"
+    return f"counted under callgrind with {ALLOCATOR_HOW}; {forced_note(more, where)}"
+
+
+def _uncounted(
+    common: Sequence[str],
+    pairs: list[tuple[str, str]],
+    sides: tuple[Sequence[ResultsRecord], Sequence[ResultsRecord]],
+    settings: CompareSettings,
+    noise: NoiseTable | None,
+) -> list[Uncounted]:
+    """In a comparison of instruction counts, each benchmark of both sides left uncounted, with the
+    change of every speed metric the same runs timed on both sides (ungated: one run a side)."""
+    if INSTRUCTIONS_UNIT not in settings.metrics:
+        return []
+    baseline, candidate = sides
+    compared = {bench_id for bench_id, _ in pairs}
+    found = []
+    for index, bench_id in enumerate(b for b in common if b not in compared):
+        names = sorted(_metric_names(baseline, bench_id) & _metric_names(candidate, bench_id))
+        speed = [name for name in names if _timed_alike(baseline, candidate, bench_id, name)]
+        timed = [
+            _timed_change(bench_id, name, sides, settings, noise, UNCOUNTED_SEEDS + index * 10 + offset)
+            for offset, name in enumerate(speed)
+        ]
+        why = str(_extra(candidate, bench_id).get(COUNTS_EXTRA, "")) or "not counted"
+        found.append(Uncounted(bench_id, why, timed))
+    return found
+
+
+def _timed_change(
+    bench_id: str,
+    metric: str,
+    sides: tuple[Sequence[ResultsRecord], Sequence[ResultsRecord]],
+    settings: CompareSettings,
+    noise: NoiseTable | None,
+    index: int,
+) -> TimedChange:
+    baseline, candidate = sides
+    base, cand = (_pooled(_runs(side, bench_id, metric)) for side in sides)
+    span = (min(cand) / max(base), max(cand) / min(base)) if min(base) > 0 else (math.nan, math.nan)
+    measured = _measure(bench_id, metric, baseline, candidate, settings, noise, index)
+    return TimedChange(measured, (len(base), len(cand)), span)
+
+
+def _timed_alike(
+    baseline: Sequence[ResultsRecord], candidate: Sequence[ResultsRecord], bench_id: str, metric: str
+) -> bool:
+    """A speed metric in the same unit on both sides, with at least one sample on each."""
+    unit = _unit(candidate, bench_id, metric)
+    return (
+        is_speed_unit(unit)
+        and unit == _unit(baseline, bench_id, metric)
+        and all(_pooled(_runs(side, bench_id, metric)) for side in (baseline, candidate))
+    )
 
 
 def _extra(records: Sequence[ResultsRecord], bench_id: str) -> dict[str, object]:
