@@ -68,7 +68,7 @@ class Schema:
         (["extra=[1, 2]"], "setting 'extra'"),
         (["name=a\x00b"], "setting 'name': unacceptable character"),
         (["name=\udcff"], "setting 'name': '\\udcff' is not UTF-8 text"),
-        (["limit=${x}"], "setting 'limit': Value '${x}'"),
+        (["limit=${x}"], "setting 'limit': got text (${x})"),
     ],
 )
 def test_a_bad_value_names_its_setting(dotlist: list[str], message: str) -> None:

@@ -39,6 +39,8 @@ CORE = {
     "gymbench.units",
     "gymbench.engine_metrics",
     "gymbench.client_cycles",
+    "gymbench.console",
+    "gymbench.labels",
 }
 ROOMS = ("builtin", "rollout", "sim", "train", "gate", "engine")
 
