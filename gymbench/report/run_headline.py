@@ -127,7 +127,14 @@ def percentiles_text(table: Mapping[str, Any]) -> str:
 def goodput_sentence(goodput: Mapping[str, Any] | None) -> str:
     if not goodput or goodput.get("share") is None:
         return ""
-    return f"Goodput {percent(goodput['share'])}: rollouts within the SLO out of {goodput['attempted']}."
+    within = f"{goodput['within_slo']} of " if goodput.get("within_slo") is not None else ""
+    return (f"Goodput {percent(goodput['share'])}: {within}{goodput['attempted']} rollouts within the SLO "
+            f"({slo_text(goodput.get('slo') or {})}).")  # fmt: skip
+
+
+def slo_text(slo: Mapping[str, float | None]) -> str:
+    names = (("TTFT", "ttft_s"), ("e2e", "e2e_s"), ("ITL", "itl_s"), ("TPOT", "tpot_s"))
+    return " and ".join(f"{name} ≤ {duration(slo[key])}" for name, key in names if slo.get(key) is not None)
 
 
 def stage_sentence(summary: Mapping[str, Any]) -> str:

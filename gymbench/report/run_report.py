@@ -83,11 +83,6 @@ def collect_parts(bench: BenchmarkResult) -> list[str]:
     if tables:
         parts += ["<h2>Latency percentiles (95% interval)</h2>", _percentile_table(tables),
                   _img(png(percentile_figure(tables)), "latency percentiles")]  # fmt: skip
-    goodput = summary.get("goodput")
-    if goodput:
-        share = "-" if goodput["share"] is None else f"{goodput['share']:.1%}"
-        parts.append(f"<p>Goodput: <b>{share}</b> of {goodput['attempted']} rollouts within the SLO "
-                     f"({_e(_slo_text(goodput['slo']))}).</p>")  # fmt: skip
     timeline = summary.get("timeline")
     if timeline and timeline.get("start_s"):
         parts += ["<h2>Over time</h2>", _img(png(over_time_figure(timeline)), "throughput and latency over time")]
@@ -231,11 +226,6 @@ def _percentile_table(tables: Mapping[str, Mapping[str, Any]]) -> str:
         rows.append((LATENCY_TITLES.get(name, LATENCY_NAMES.get(name, name)), str(table["count"]), *cells))
     note = "<p>* too few rollouts for a 95% interval on that percentile.</p>"
     return _table(("latency", "n", *columns), rows) + (note if any("*" in c for r in rows for c in r) else "")
-
-
-def _slo_text(slo: Mapping[str, float | None]) -> str:
-    names = (("TTFT", "ttft_s"), ("e2e", "e2e_s"), ("ITL", "itl_s"), ("TPOT", "tpot_s"))
-    return " and ".join(f"{name} ≤ {duration(slo[key])}" for name, key in names if slo.get(key) is not None)
 
 
 def _table(headers: tuple[str, ...], rows: Sequence[Sequence[str]]) -> str:
