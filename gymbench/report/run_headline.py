@@ -213,9 +213,9 @@ def train_headline(bench: BenchmarkResult) -> Headline:
     p, m, extra = bench.params, bench.metrics, bench.extra
     size = f" ({p['size']})" if p.get("size") else ""
     shape = f"batch {p.get('batch', '?')} × seq {p['seq_len']}" if p.get("seq_len") else f"batch {p.get('batch', '?')}"
-    title = f"train: {p.get('model', bench.name)}{size} {str(p.get('step', '')).upper()} step, " + ", ".join(
-        str(x) for x in (p.get("precision"), shape, _checkpointing(p)) if x
-    )
+    step = f" {str(p['step']).upper()} step" if p.get("step") else ""
+    details = ", ".join(str(x) for x in (p.get("precision"), shape, _checkpointing(p)) if x)
+    title = f"train: {p.get('model', bench.name)}{size}{step}, {details}"
     answer = []
     if "step_time" in m:
         step = m["step_time"]

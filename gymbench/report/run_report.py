@@ -62,7 +62,8 @@ def render_run_report(record: ResultsRecord) -> str:
 
 
 def answer_html(found: Headline) -> str:
-    lines = [f"<p>{_e(sentence)}</p>" for sentence in found.answer]
+    sentences = found.answer or ["The record holds none of this kind's headline figures: every metric is below."]
+    lines = [f"<p>{_e(sentence)}</p>" for sentence in sentences]
     lines += [f'<p class="warn">{_e(note)}</p>' for note in found.notes]
     return f'<div class="answer">{"".join(lines)}</div>'
 

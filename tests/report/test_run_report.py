@@ -188,3 +188,18 @@ def test_a_saved_runs_name_alone_is_a_report_on_that_run_not_on_it_against_itsel
     out = capsys.readouterr().out
     assert out.count("report on tune run sweep written to") == 2 and "nothing to compare" not in out
     assert "<td>8</td>" in (tmp_path / "named.html").read_text() and (tmp_path / "only.html").is_file()
+
+
+def test_a_record_without_the_usual_figures_still_opens_with_what_ran(tmp_path: Path) -> None:
+    """A batch search has no step time; an old tune record no recommendation: the page still says
+    what ran and answers with what it has, rather than failing or opening on a blank."""
+    found = {"largest_fit": Metric(512.0, "samples", "higher"), "chosen_batch": Metric(448.0, "samples", "higher")}
+    search = BenchmarkResult("train", {"model": "mlp", "batch": 64}, found)
+    for kind, bench, first, said in (
+        ("train", search, "train: mlp, batch 64", "Batch search: largest fit 512, chosen batch 448."),
+        ("tune", BenchmarkResult("tune", {}, {}), "tune: sweep of the input against a server", "headline figures"),
+    ):
+        path = save_record(ResultsRecord("r", [bench], fingerprint(), kind=kind), tmp_path / f"{kind}.json")
+        assert main(["report", str(path), "-o", str(tmp_path / f"{kind}.html")]) == 0
+        title, answer = opening((tmp_path / f"{kind}.html").read_text())
+        assert title == first and said in answer
