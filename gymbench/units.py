@@ -19,7 +19,7 @@ def duration(seconds: float | None, digits: int = 3) -> str:
     if not seconds:
         return "0 s"
     scale, unit = duration_scale(seconds, digits)
-    return f"{seconds / scale:.{digits}g} {unit}"
+    return f"{plain(seconds / scale, digits)} {unit}"
 
 
 def duration_scale(seconds: float, digits: int = 3) -> tuple[float, str]:
@@ -32,9 +32,24 @@ def duration_scale(seconds: float, digits: int = 3) -> tuple[float, str]:
 
 
 def interval(value: float, low: float, high: float, digits: int = 3) -> str:
-    """``24 ms [23–25]``: the interval in the value's unit, written once."""
+    """``24 ms [23–25]``: the interval in the value's unit, written once.
+
+    A bound in the same unit may need a fourth digit (``992 ms [991–1,020]``); it gets it rather
+    than reading ``1.02e+03``."""
     scale, unit = duration_scale(value, digits)
-    return f"{value / scale:.{digits}g} {unit} [{low / scale:.{digits}g}–{high / scale:.{digits}g}]"
+    bounds = f"{plain(low / scale, digits)}–{plain(high / scale, digits)}"
+    return f"{plain(value / scale, digits)} {unit} [{bounds}]"
+
+
+def plain(value: float, digits: int = 3) -> str:
+    """``digits`` significant digits without an exponent: ``1,020`` rather than ``1.02e+03``,
+    ``0.00012`` rather than ``1.2e-04``, for the figures of a duration already in its unit."""
+    text = f"{value:.{digits}g}"
+    if "e" not in text:
+        return text
+    if abs(value) >= 1:
+        return f"{value:,.0f}"
+    return f"{value:.{digits + 6}f}".rstrip("0").rstrip(".") or "0"
 
 
 BYTE_SCALES = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))

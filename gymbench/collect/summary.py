@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gymbench.labels import label
 from gymbench.rollout.client_delay import ClientDelaySummary
 from gymbench.rollout.server_timings import COMPARISON_HEADERS, ServerComparison, comparison_rows
 from gymbench.rollout.stats import CollectSummary, Goodput
@@ -33,7 +34,7 @@ def format_summary(summary: CollectSummary, output: Path) -> str:
         *client_delay_lines(summary.get("client_delay")),
         *narrow_interval_lines(summary.get("latency_percentiles_s", {}), summary.get("client_delay")),
         *goodput_lines(summary.get("goodput")),
-        "stages (mean): " + "  ".join(f"{name} {duration(value)}" for name, value in summary["stage_mean_s"].items()),
+        stage_line(summary["stage_mean_s"]),
         f"verification: {summary['verification_failures']} could not judge, {summary['verification_skipped']} "
         f"skipped by fast mode, cache {cache['hits']} hits / {cache['misses']} misses",
         *server_lines(summary.get("server_metrics")),
@@ -41,6 +42,18 @@ def format_summary(summary: CollectSummary, output: Path) -> str:
         f"rollouts: {output}",
     ]
     return "\n".join(lines)
+
+
+def stage_line(stage_mean_s: dict[str, float | None]) -> str:
+    """Where a rollout's time went, each stage by its label (a stage not measured, such as TTFT
+    without streaming, is left out rather than shown as ``-``)."""
+    shown = [
+        f"{label('stage_' + name).removesuffix(' per rollout')} {duration(value)}"
+        for name, value in stage_mean_s.items()
+        if value is not None and name != "total"
+    ]
+    total = stage_mean_s.get("total")
+    return "time per rollout (mean): " + duration(total) + (f": {', '.join(shown)}" if shown else "")
 
 
 def run_shape_lines(summary: CollectSummary) -> list[str]:

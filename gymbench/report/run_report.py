@@ -12,60 +12,90 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gymbench.errors import GymbenchError
+from gymbench.labels import label
 from gymbench.record import BenchmarkResult, ResultsRecord
 from gymbench.report.html import STYLE
-from gymbench.report.run_plots import over_time_figure, percentile_figure, png, server_figure, stage_figure, tune_figure
+from gymbench.report.run_headline import LATENCY_NAMES, Headline, headline, shown
+from gymbench.report.run_plots import (
+    bar_figure,
+    over_time_figure,
+    percentile_figure,
+    png,
+    server_figure,
+    step_time_figure,
+    tune_figure,
+)
 from gymbench.rollout.server_timings import COMPARISON_HEADERS, comparison_rows
-from gymbench.units import duration, interval, quantity
+from gymbench.units import duration, interval
 
-RUN_KINDS = ("collect", "tune")
-LATENCY_NAMES = {
-    "ttft": "TTFT",
+RUN_KINDS = ("collect", "tune", "diagnose", "train")
+LATENCY_TITLES = {
+    "ttft": "TTFT (time to first token)",
     "ttst": "TTST (second token)",
     "itl": "ITL (inter-token)",
     "tpot": "TPOT (per output token)",
-    "e2e": "e2e",
+    "e2e": "e2e (whole request)",
 }
+RUN_STYLE = """
+.answer{font-size:17px;line-height:1.5;border-left:4px solid #2b6cb0;padding:4px 12px;margin:0 0 12px 0}
+.answer p{margin:4px 0}.meta{color:#666;font-size:13px}img.figure{display:block;margin:8px 0}
+"""
 
 
 def render_run_report(record: ResultsRecord) -> str:
+    """The answer first (what ran, in the title; the figures a reader came for), then the detail."""
     if record.kind not in RUN_KINDS:
         raise GymbenchError(
-            f"a single-record report is for a collect or tune record; this one is {record.kind!r}. "
-            "Compare two runs with `gymbench report BASELINE CANDIDATE`"
+            f"a single-record report is for a collect, tune, diagnose or train record; this one is "
+            f"{record.kind!r}. Compare two runs with `gymbench report BASELINE CANDIDATE`"
         )
-    machine = record.fingerprint.get("machine", {})
-    parts = [
-        f"<h1>gymbench report: {_e(record.kind)} {_e(record.name)}</h1>",
-        f"<p>{_e(record.created_at)} on {_e(machine.get('cpu_model', '?'))} (machine {_e(machine.get('key', '?'))})."
-        "</p>",
-    ]
-    for bench in record.benchmarks:
-        parts += collect_parts(bench) if record.kind == "collect" else tune_parts(bench)
+    heads = [headline(record.kind, bench) for bench in record.benchmarks]
+    first = heads[0] if heads else Headline(f"{record.kind}: {record.name}", ["The record holds no benchmark."])
+    parts = [f"<h1>{_e(first.title)}</h1>", answer_html(first), f'<p class="meta">{_e(meta_text(record))}</p>']
+    for index, bench in enumerate(record.benchmarks):
+        if index:
+            parts += [f"<h1>{_e(heads[index].title)}</h1>", answer_html(heads[index])]
+        parts += DETAIL[record.kind](bench)
     body = "".join(parts)
-    return f"<!doctype html><html><head><meta charset='utf-8'><title>gymbench report</title><style>{STYLE}</style></head><body>{body}</body></html>\n"  # noqa: E501
+    head = f"<meta charset='utf-8'><title>{_e(first.title)}</title><style>{STYLE}{RUN_STYLE}</style>"
+    return f"<!doctype html><html><head>{head}</head><body>{body}</body></html>\n"
+
+
+def answer_html(found: Headline) -> str:
+    sentences = found.answer or ["The record holds none of this kind's headline figures: every metric is below."]
+    lines = [f"<p>{_e(sentence)}</p>" for sentence in sentences]
+    lines += [f'<p class="warn">{_e(note)}</p>' for note in found.notes]
+    return f'<div class="answer">{"".join(lines)}</div>'
+
+
+def meta_text(record: ResultsRecord) -> str:
+    """When, where and from which commit: who ran it, not what it found, so below the answer."""
+    machine = record.fingerprint.get("machine", {})
+    commit = (record.fingerprint.get("commit") or {}).get("id")
+    at = f", commit {str(commit)[:10]}" if commit else ""
+    return (f"Run {record.name!r} at {record.created_at} on {machine.get('cpu_model', '?')} "
+            f"(machine {machine.get('key', '?')}{at}).")  # fmt: skip
 
 
 def collect_parts(bench: BenchmarkResult) -> list[str]:
     summary = bench.extra.get("summary", {})
-    parts = ["<h2>Summary</h2>", _metrics_table(bench)]
+    parts = []
     tables = summary.get("latency_percentiles_s") or {}
     if tables:
         parts += ["<h2>Latency percentiles (95% interval)</h2>", _percentile_table(tables),
                   _img(png(percentile_figure(tables)), "latency percentiles")]  # fmt: skip
-    parts += client_delay_parts(summary.get("client_delay"))
-    goodput = summary.get("goodput")
-    if goodput:
-        share = "-" if goodput["share"] is None else f"{goodput['share']:.1%}"
-        parts.append(f"<p>Goodput: <b>{share}</b> of {goodput['attempted']} rollouts within the SLO "
-                     f"({_e(_slo_text(goodput['slo']))}).</p>")  # fmt: skip
     timeline = summary.get("timeline")
     if timeline and timeline.get("start_s"):
         parts += ["<h2>Over time</h2>", _img(png(over_time_figure(timeline)), "throughput and latency over time")]
-    if summary.get("stage_mean_s"):
-        parts += ["<h2>Stage breakdown</h2>", _img(png(stage_figure(summary["stage_mean_s"])), "stage breakdown")]
+    stages = {name: value for name, value in (summary.get("stage_mean_s") or {}).items() if name != "total"}
+    if any(value is not None for value in stages.values()):
+        named = {label(f"stage_{name}").removesuffix(" per rollout"): value for name, value in stages.items()}
+        figure = bar_figure(named, "where a rollout's time goes (mean per rollout)", "mean per rollout")
+        parts += ["<h2>Stage breakdown</h2>", _img(png(figure), "stage breakdown")]
+    parts += client_delay_parts(summary.get("client_delay"))
     parts += server_parts(summary.get("server_metrics"))
     parts += server_timing_parts(summary.get("server_timings"))
+    parts += ["<h2>Every metric recorded</h2>", _metrics_table(bench)]
     return parts
 
 
@@ -122,19 +152,62 @@ def server_parts(server: Mapping[str, Any] | None) -> list[str]:
 
 def tune_parts(bench: BenchmarkResult) -> list[str]:
     table = bench.extra.get("table") or []
-    parts = ["<h2>Summary</h2>", _metrics_table(bench)]
+    parts = []
     if table:
-        rows = [(str(p["parallelism"]), f"{p['rollouts_per_s']:.2f}", f"{p['output_tokens_per_s']:.1f}",
+        rows = [(str(p["parallelism"]), _rate_cell(p), f"{p['output_tokens_per_s']:.1f}",
                  duration(p["latency_p50_s"]), duration(p["latency_p99_s"]), f"{p['error_rate']:.1%}")
                 for p in sorted(table, key=lambda p: p["parallelism"])]  # fmt: skip
-        headers = ("parallelism", "rollouts/s", "output tokens/s", "p50 latency", "p99 latency", "errors")
-        figure = tune_figure(table, bench.extra.get("knee_ci"))
-        parts += ["<h2>Probes</h2>", _table(headers, rows), _img(png(figure), "throughput against parallelism")]
+        headers = ("parallelism", "rollouts/s (95% interval)", "output tokens/s", "p50 latency", "p99 latency",
+                   "errors")  # fmt: skip
+        recommended = bench.metrics.get("recommended_parallelism")
+        figure = tune_figure(table, bench.extra.get("knee_ci"), recommended.value if recommended else None)
+        parts += ["<h2>Throughput against parallelism</h2>", _img(png(figure), "throughput against parallelism"),
+                  "<h2>Every level measured</h2>", _table(headers, rows)]  # fmt: skip
+    parts += _list_parts("Notes", bench.extra.get("notes") or [])
+    parts += ["<h2>Every metric recorded</h2>", _metrics_table(bench)]
     return parts
 
 
+def _rate_cell(probe: Mapping[str, Any]) -> str:
+    ci = probe.get("rollouts_per_s_ci")
+    rate = f"{probe['rollouts_per_s']:.3g}"
+    return f"{rate} [{ci[0]:.3g}–{ci[1]:.3g}]" if ci and len(ci) == 2 else rate
+
+
+def diagnose_parts(bench: BenchmarkResult) -> list[str]:
+    parts = _list_parts("Evidence", bench.extra.get("evidence") or [])
+    parts += _list_parts("Symptoms", bench.extra.get("symptoms") or [])
+    return [*parts, "<h2>Every metric recorded</h2>", _metrics_table(bench)]
+
+
+def train_parts(bench: BenchmarkResult) -> list[str]:
+    phases = {label(name): m.value for name, m in bench.metrics.items() if name.startswith("phase_") and m.unit == "s"}
+    parts = []
+    step = bench.metrics.get("step_time")
+    if step is not None and len(step.samples) > 1:
+        parts += ["<h2>Step time, step by step</h2>", _img(png(step_time_figure(step.samples)), "step time per step")]
+    if phases:
+        figure = bar_figure(phases, "where a training step's time goes (median per step)", "median per step")
+        parts += ["<h2>Phases of a step</h2>", _img(png(figure), "phases of a training step")]
+    parts += ["<h2>Every metric recorded</h2>", _metrics_table(bench)]
+    config = bench.extra.get("config") or {}
+    if config:
+        rows = [(str(key), str(value)) for key, value in config.items()]
+        parts.append(f"<details><summary>Settings</summary>{_table(('setting', 'value'), rows)}</details>")
+    return parts
+
+
+DETAIL = {"collect": collect_parts, "tune": tune_parts, "diagnose": diagnose_parts, "train": train_parts}
+
+
+def _list_parts(title: str, items: Sequence[str]) -> list[str]:
+    if not items:
+        return []
+    return [f"<h2>{_e(title)}</h2>", "<ul>" + "".join(f"<li>{_e(item)}</li>" for item in items) + "</ul>"]
+
+
 def _metrics_table(bench: BenchmarkResult) -> str:
-    rows = [(name, quantity(m.value, m.unit)) for name, m in bench.metrics.items()]
+    rows = [(label(name), shown(name, m)) for name, m in bench.metrics.items()]
     return _table(("metric", "value"), rows)
 
 
@@ -151,14 +224,9 @@ def _percentile_table(tables: Mapping[str, Mapping[str, Any]]) -> str:
                 cells.append(f"{duration(p['value'])} *")
             else:
                 cells.append(interval(p["value"], p["low"], p["high"]))
-        rows.append((LATENCY_NAMES.get(name, name), str(table["count"]), *cells))
+        rows.append((LATENCY_TITLES.get(name, LATENCY_NAMES.get(name, name)), str(table["count"]), *cells))
     note = "<p>* too few rollouts for a 95% interval on that percentile.</p>"
     return _table(("latency", "n", *columns), rows) + (note if any("*" in c for r in rows for c in r) else "")
-
-
-def _slo_text(slo: Mapping[str, float | None]) -> str:
-    names = (("TTFT", "ttft_s"), ("e2e", "e2e_s"), ("ITL", "itl_s"), ("TPOT", "tpot_s"))
-    return " and ".join(f"{name} ≤ {duration(slo[key])}" for name, key in names if slo.get(key) is not None)
 
 
 def _table(headers: tuple[str, ...], rows: Sequence[Sequence[str]]) -> str:
@@ -168,7 +236,7 @@ def _table(headers: tuple[str, ...], rows: Sequence[Sequence[str]]) -> str:
 
 
 def _img(data: str, alt: str) -> str:
-    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+    return f'<img class="figure" alt="{_e(alt)}" src="data:image/png;base64,{data}">'
 
 
 def _e(text: object) -> str:

@@ -200,6 +200,7 @@ def diagnose_result(diagnosis: Diagnosis, params: dict[str, Any]) -> BenchmarkRe
     metrics["gain"] = Metric(diagnosis.gain, "ratio", "higher")
     extra: dict[str, Any] = {
         "verdict": diagnosis.verdict,
+        "next_step": diagnosis.next_step,  # the run report's answer: what to do about the verdict
         "evidence": diagnosis.evidence,
         "symptoms": diagnosis.symptoms,
     }

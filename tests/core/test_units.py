@@ -28,6 +28,21 @@ def test_interval_and_axis_share_the_values_unit() -> None:
     assert time_axis([1e-6, 2e-6, 3e-3]) == (1e-6, "µs")
 
 
+@pytest.mark.parametrize(
+    ("value", "low", "high", "text"),
+    [(0.992, 0.991, 1.02, "992 ms [991–1,020]"), (999.0, 990.0, 1020.0, "999 s [990–1,020]"),
+     (1e-3, 1e-8, 1.2e-3, "1 ms [0.00001–1.2]"), (1.5, 1.4, 1.6, "1.5 s [1.4–1.6]")],
+)  # fmt: skip
+def test_an_interval_never_reads_with_an_exponent(value: float, low: float, high: float, text: str) -> None:
+    """The collect summary printed ``e2e p90 992 ms [991–1.02e+03]`` (issue 42)."""
+    assert interval(value, low, high) == text
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(1200.0, "1,200 s"), (999.7, "1,000 s"), (86400.0, "86,400 s")])
+def test_a_long_duration_keeps_its_digits(seconds: float, text: str) -> None:
+    assert duration(seconds) == text and quantity(seconds, "s", 3) == text
+
+
 def test_bytes_and_large_counts_read_as_people_read_them() -> None:
     assert quantity(4.29e8, "B") == "409.1 MiB"
     assert quantity(512, "B") == "512 B"
