@@ -218,10 +218,11 @@ def train_headline(bench: BenchmarkResult) -> Headline:
     title = f"train: {p.get('model', bench.name)}{size}{step}, {details}"
     answer = []
     if "step_time" in m:
-        step = m["step_time"]
+        step_time = m["step_time"]
         iqr = extra.get("step_time_iqr_s")
-        spread = f" (IQR {duration(iqr)}" + (f", {len(step.samples)} steps)" if step.samples else ")") if iqr else ""
-        answer.append(f"Step time {duration(step.value)} median{spread}.")
+        steps = f", {len(step_time.samples)} steps)" if step_time.samples else ")"
+        spread = f" (IQR {duration(iqr)}{steps}" if iqr else ""
+        answer.append(f"Step time {duration(step_time.value)} median{spread}.")
     rates = [quantity(m[name].value, m[name].unit) for name in ("samples_per_s", "tokens_per_s") if name in m]
     if rates:
         answer.append("Throughput " + ", ".join(rates) + ".")

@@ -65,6 +65,37 @@ def bar_figure(values_s: Mapping[str, float | None], title: str, measure: str) -
     return figure
 
 
+def diagnose_figure(
+    parallelism: tuple[int, int], rates: tuple[float, float], latencies_s: tuple[float | None, float | None]
+) -> Figure:
+    """diagnose's two probes side by side: throughput against what perfect scaling from the low
+    level would give (the gap is the verdict's evidence), and the median latency at each."""
+    plt = pyplot()
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    labels = [f"parallelism {p}" for p in parallelism]
+    left.bar(labels, rates, color="tab:blue", label="measured")
+    ideal = rates[0] * parallelism[1] / parallelism[0]
+    left.hlines(ideal, 0.6, 1.4, colors="tab:red", linestyles="--", label=f"perfect scaling from {parallelism[0]}")
+    left.set_ylim(0, max(ideal, *rates) * 1.18)
+    for x, rate in enumerate(rates):
+        left.annotate(f"{rate:.3g}", (x, rate), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=9)
+    left.set_ylabel("rollouts/s")
+    left.set_title("throughput")
+    left.legend(loc="upper left", fontsize=8)
+    plain_axis(left.yaxis)
+    known = [(name, value) for name, value in zip(labels, latencies_s, strict=True) if value is not None]
+    scale, unit = time_axis([value for _, value in known] or [1.0])
+    right.bar([name for name, _ in known], [value / scale for _, value in known], color="tab:gray")
+    for x, (_, value) in enumerate(known):
+        right.annotate(duration(value), (x, value / scale), xytext=(0, 3), textcoords="offset points",
+                       ha="center", fontsize=9)  # fmt: skip
+    right.set_ylabel(f"latency p50 ({unit})")
+    right.set_title("median latency")
+    plain_axis(right.yaxis)
+    figure.tight_layout()
+    return figure
+
+
 def step_time_figure(steps_s: Sequence[float]) -> Figure:
     """Each timed step's duration in order (warm-up excluded), its median dashed: drift and outliers show."""
     plt = pyplot()

@@ -18,6 +18,7 @@ from gymbench.report.html import STYLE
 from gymbench.report.run_headline import LATENCY_NAMES, Headline, headline, shown
 from gymbench.report.run_plots import (
     bar_figure,
+    diagnose_figure,
     over_time_figure,
     percentile_figure,
     png,
@@ -175,7 +176,15 @@ def _rate_cell(probe: Mapping[str, Any]) -> str:
 
 
 def diagnose_parts(bench: BenchmarkResult) -> list[str]:
-    parts = _list_parts("Evidence", bench.extra.get("evidence") or [])
+    parts = []
+    low, high = bench.params.get("low"), bench.params.get("high")
+    rates = bench.metrics.get("low_rollouts_per_s"), bench.metrics.get("high_rollouts_per_s")
+    if isinstance(low, int) and isinstance(high, int) and rates[0] is not None and rates[1] is not None:
+        latencies = tuple(m.value if m is not None else None for m in (bench.metrics.get("low_latency_p50"),
+                                                                    bench.metrics.get("high_latency_p50")))  # fmt: skip
+        figure = diagnose_figure((low, high), (rates[0].value, rates[1].value), latencies)  # type: ignore[arg-type]
+        parts += ["<h2>The two probes</h2>", _img(png(figure), "throughput and latency at the two parallelism levels")]
+    parts += _list_parts("Evidence", bench.extra.get("evidence") or [])
     parts += _list_parts("Symptoms", bench.extra.get("symptoms") or [])
     return [*parts, "<h2>Every metric recorded</h2>", _metrics_table(bench)]
 
