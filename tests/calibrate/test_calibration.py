@@ -154,7 +154,7 @@ def test_sim_server_describe_reads_the_profile(tmp_path: Path, capsys: pytest.Ca
         ({"step_base_s": 1.0e308}, {}, r"engine\.yaml: sim\.step_base_s: .*must be at most 60 s, got 1e\+308"),
         ({"step_curve_s": {1: 0.001, 2: 1.0e9}}, {}, r"engine\.yaml: sim\.step_curve_s: .*at most 60 s"),
         ({"max_seqs": 3}, {}, r"engine\.yaml: sim\.max_seqs: unknown simulator setting"),
-        ({"max_num_seqs": "many"}, {}, r"engine\.yaml: sim\.max_num_seqs: .*'many'"),
+        ({"max_num_seqs": "many"}, {}, r"engine\.yaml: sim\.max_num_seqs: .*\(many\), expected a whole number"),
         (PROFILE, {"format": "other/9"}, r"engine\.yaml: format: expected"),
         (PROFILE, {"extra": 1}, r"engine\.yaml: unknown key 'extra'"),
     ],

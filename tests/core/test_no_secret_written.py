@@ -254,6 +254,8 @@ UNFILTERED_WRITES_ALLOWED = {
     "gymbench/engine/build.py": "the build lock, and its log: pip (masks index credentials), cmake, the compiler",
     "gymbench/engine/server.py": "llama-server's own log: the engine's output, not gymbench's",
     "gymbench/console.py": "a fixed line on stderr (Ctrl-C before the filter is installed): no data in it",
+    "gymbench/report/browser.py": "chromium's own log in a private scratch folder, and the screenshot's PNG "
+    "pixels (an image, no text to redact); the child runs with a restricted environment",
     "gymbench/train/data_parallel.py": "torchrun's log and the pickled model factory, in a private scratch "
     "folder removed after the run; only the last error line is shown, through the filtered stderr",
 }
