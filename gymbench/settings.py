@@ -676,6 +676,7 @@ _KINDS = {
     "str": "text",
     "int": "a whole number",
     "float": "a number",
+    "bool": "a boolean",
 }
 _TARGETS = {"Integer": "a whole number", "Float": "a number", "Boolean": "true or false", "String": "text"}
 
