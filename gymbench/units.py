@@ -78,10 +78,11 @@ def byte_size(value: float, digits: int = 4) -> str:
 
 
 def number(value: float, digits: int = 4) -> str:
-    """``.4g``, except that a large value keeps its digits (``1,190``, not ``1.19e+03``)."""
-    if 10 ** (digits - 1) <= abs(value) < 1e15:
+    """``digits`` significant digits, except that a large value keeps its digits (``1,190``, not
+    ``1.19e+03``) and a small one is written out (``0.00008579``, not ``8.579e-05``)."""
+    if 10 ** (digits - 1) <= abs(value):
         return f"{value:,.0f}"
-    return f"{value:.{digits}g}"
+    return plain(value, digits)
 
 
 def time_axis(values_s: list[float]) -> tuple[float, str]:

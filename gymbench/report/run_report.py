@@ -27,7 +27,7 @@ from gymbench.report.run_plots import (
     tune_figure,
 )
 from gymbench.rollout.server_timings import COMPARISON_HEADERS, comparison_rows
-from gymbench.units import duration, interval
+from gymbench.units import duration, interval, plain
 
 RUN_KINDS = ("collect", "tune", "diagnose", "train")
 LATENCY_TITLES = {
@@ -201,7 +201,7 @@ def train_parts(bench: BenchmarkResult) -> list[str]:
     parts += ["<h2>Every metric recorded</h2>", _metrics_table(bench)]
     config = bench.extra.get("config") or {}
     if config:
-        rows = [(str(key), str(value)) for key, value in config.items()]
+        rows = [(str(key), plain(v, 6) if isinstance(v, float) else str(v)) for key, v in config.items()]
         parts.append(f"<details><summary>Settings</summary>{_table(('setting', 'value'), rows)}</details>")
     return parts
 

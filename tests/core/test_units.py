@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gymbench.units import duration, interval, quantity, time_axis
+from gymbench.units import duration, interval, number, quantity, time_axis
 
 
 @pytest.mark.parametrize(
@@ -51,3 +51,12 @@ def test_bytes_and_large_counts_read_as_people_read_them() -> None:
     assert quantity(8.3551e-05, "s") == "83.55 µs"
     for shown in (quantity(4.29e8, "B"), quantity(1190.4, "x"), quantity(9.437e7, "FLOP")):
         assert "e+" not in shown
+
+
+def test_a_small_or_huge_number_is_written_without_an_exponent() -> None:
+    # A train report on a CPU shows 8.579e-05 TFLOP/s unless number() writes it out.
+    assert number(8.579e-05) == "0.00008579"
+    assert number(-3e-9, 3) == "-0.000000003"
+    assert number(1.5e20) == "150,000,000,000,000,000,000"
+    assert number(12.3456) == "12.35" and number(1234.5) == "1,234"
+    assert not any("e" in number(v) for v in (1e-12, 7.7e-7, 1e15, 123456789.0))
