@@ -6,17 +6,19 @@ Pool limits are named as in NeMo Gym (``global_aiohttp_connector_limit``,
 measured per request by the connector itself, and the request's clock starts when it has one, so
 the pool wait is counted once: in ``connection_wait``, not again in ``ttft`` or ``generation``.
 
-The client's own delay is measured per request too (:class:`RequestClock`): how late the event
-loop ran a callback scheduled when the request went out and while the answer came in, and the time
-from the socket read that carried the first token (or the whole answer) to its timestamp. These
-are in every latency the client reports and belong to no server.
+The client's own delay is measured too (:class:`RequestClock`): how late the event loop ran a
+callback scheduled when the request went out and while the answer came in, and the time from the
+socket read that carried the first token (or the whole answer) to its timestamp. These are in
+every latency the client reports and belong to no server. They are measured on a sample: every
+request on one pooled connection in :data:`PROBED_CONNECTION_EVERY` (the first one always), since
+the loop's lag is the process's, not the connection's; three scheduled callbacks on every request
+were about a quarter of the client's CPU over a minimal aiohttp loop (issue 38).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -38,6 +40,8 @@ PREFLIGHT_TRIES = 3
 CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 PROBED_READS = 2
 """Socket reads of an answer whose event-loop lag is probed (after its headers: the first token's)."""
+PROBED_CONNECTION_EVERY = 8
+"""One pooled connection in this many (the 1st, 9th, ...) measures the client delay of its requests."""
 
 
 @dataclass(slots=True)
@@ -47,8 +51,10 @@ class PoolClock:
     waited: float = 0.0
     connected_at: float | None = None
     protocol: StampedResponseHandler | None = None
-    """The last try's connection's protocol (the response may have let the connection go by the
-    time the reader runs: an answer read whole with its headers)."""
+    """The last try's connection's protocol when it is a probed one (the response may have let the
+    connection go by the time the reader runs: an answer read whole with its headers)."""
+    send_probe: LagProbe | None = None
+    """The last try's send-lag probe, scheduled once it had a probed connection."""
 
 
 _POOL_CLOCK: ContextVar[PoolClock | None] = ContextVar("gymbench_pool_clock", default=None)
@@ -118,7 +124,16 @@ class TimedConnector(aiohttp.TCPConnector):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._factory = functools.partial(StampedResponseHandler, loop=self._loop)  # type: ignore[assignment]
+        self._opened = 0
+        self._factory = self._protocol  # type: ignore[assignment]
+
+    def _protocol(self) -> ResponseHandler:
+        """A probed protocol for one new connection in :data:`PROBED_CONNECTION_EVERY`, aiohttp's own
+        for the others (no per-read cost)."""
+        self._opened += 1
+        if self._opened % PROBED_CONNECTION_EVERY == 1 or PROBED_CONNECTION_EVERY == 1:
+            return StampedResponseHandler(self._loop)
+        return ResponseHandler(self._loop)
 
     async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
         started = time.perf_counter()
@@ -128,7 +143,9 @@ class TimedConnector(aiohttp.TCPConnector):
             clock.connected_at = time.perf_counter()
             clock.waited += clock.connected_at - started
             protocol = connection.protocol
-            clock.protocol = protocol if isinstance(protocol, StampedResponseHandler) else None
+            if isinstance(protocol, StampedResponseHandler):
+                clock.protocol = protocol
+                clock.send_probe = LagProbe(self._loop)
         return connection
 
 
@@ -315,13 +332,12 @@ class RetryingClient:
         pool: PoolClock,
     ) -> tuple[T, RequestClock] | Refusal:
         assert self.session is not None
-        pool.connected_at, pool.protocol = None, None
-        send_probe = LagProbe(asyncio.get_running_loop())
+        pool.connected_at, pool.protocol, pool.send_probe = None, None, None
         started = time.perf_counter()
         try:
             async with self.session.post(url, data=body) as answer:
                 if answer.status == 200:
-                    clock = RequestClock(pool.connected_at or started, pool.protocol, send_probe)
+                    clock = RequestClock(pool.connected_at or started, pool.protocol, pool.send_probe)
                     return await read(answer, clock), clock
                 return await _refusal(answer, explain)
         except GenerationFailed as exc:  # the reader found the answer unusable: asking again won't help

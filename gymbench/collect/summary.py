@@ -152,7 +152,7 @@ def client_delay_lines(found: ClientDelaySummary | None) -> list[str]:
             f", waited for a CPU {queue:.0%} of the run" if queue is not None else ""
         )
     head = f"client delay per request: p50 {duration(found['p50_s'])}  p99 {duration(found['p99_s'])}"
-    head += f" ({parts}, p50 / p99){cpu}"
+    head += f" ({parts}, p50 / p99; {found['requests']:,} requests sampled){cpu}"
     return [head, *(f"  {note}" for note in found["notes"])]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gymbench.builtin.backend_settings import OpenAISettings
 from gymbench.builtin.exact_match import ExactMatchVerifier
+from gymbench.builtin.http_client import PROBED_CONNECTION_EVERY, StampedResponseHandler, TimedConnector
 from gymbench.builtin.openai_backend import OpenAIBackend
 from gymbench.builtin.semaphore import SemaphoreStrategy
 from gymbench.collect.summary import format_summary
@@ -57,12 +58,13 @@ async def collect_with(tmp_path: Path, block: bool) -> tuple[CollectStats, list[
 def test_rows_carry_the_client_delay_and_a_held_up_loop_reads_client_bound(tmp_path: Path) -> None:
     stats, rows = asyncio.run(collect_with(tmp_path, block=True))
     assert len(rows) == ROLLOUTS
-    for row in rows:
-        delay = row["client_delay"]
+    sampled = [row["client_delay"] for row in rows if "client_delay" in row]
+    assert sampled  # the first pooled connection is always probed
+    for delay in sampled:
         assert set(delay) == set(COMPONENTS) and all(value >= 0 for value in delay.values())
         assert delay["send_lag_s"] >= BLOCK_S  # scheduled at send, it waited behind a block
     found = stats.summary()["client_delay"]
-    assert found["requests"] == ROLLOUTS and found["client_bound"]
+    assert found["requests"] == len(sampled) and found["client_bound"]
     assert found["p50_s"] >= BLOCK_S
     text = format_summary(stats.summary(), tmp_path / "out.jsonl")
     assert "client delay per request: p50" in text and "client-bound: figures include >= " in text
@@ -70,8 +72,20 @@ def test_rows_carry_the_client_delay_and_a_held_up_loop_reads_client_bound(tmp_p
 
 def test_an_idle_client_measures_its_delay_without_blaming_itself(tmp_path: Path) -> None:
     stats, rows = asyncio.run(collect_with(tmp_path, block=False))
-    assert all(set(row["client_delay"]) == set(COMPONENTS) for row in rows)
-    assert stats.summary()["client_delay"]["requests"] == ROLLOUTS
+    sampled = [row["client_delay"] for row in rows if "client_delay" in row]
+    assert sampled and all(set(delay) == set(COMPONENTS) for delay in sampled)
+    assert stats.summary()["client_delay"]["requests"] == len(sampled)
+
+
+async def test_one_pooled_connection_in_eight_measures_the_client_delay() -> None:
+    """The probes' cost is paid on a sample: the 1st, 9th, 17th... connection a connector opens."""
+    connector = TimedConnector()
+    try:
+        made = [connector._protocol() for _ in range(3 * PROBED_CONNECTION_EVERY)]
+    finally:
+        await connector.close()
+    probed = [index for index, protocol in enumerate(made) if isinstance(protocol, StampedResponseHandler)]
+    assert probed == [0, PROBED_CONNECTION_EVERY, 2 * PROBED_CONNECTION_EVERY]
 
 
 def test_a_client_short_of_cpu_says_so_and_names_num_workers() -> None:
