@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from gymbench.console import printable
 from gymbench.errors import GymbenchError, ResultsFileError
 from gymbench.gate.noise import NoiseTable, noise_from_dict, noise_to_dict
 from gymbench.jsonio import AtomicFile
@@ -113,7 +114,7 @@ class BaselineStore:
 
     def _nothing_found(self, spec: str) -> str:
         names = sorted({run.name for run in self.runs()})
-        known = ", ".join(names[-10:]) if names else "none yet"
+        known = printable(", ".join(names[-10:])) if names else "none yet"  # file names may hold anything
         return (
             f"no baseline {spec!r} in {self.root}/: it is not a results file, a saved run name, "
             f"a glob over names or a git ref with saved runs. Saved names: {known}. Save one with "
