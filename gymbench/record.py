@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import statistics
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -232,9 +233,37 @@ def save_to_store(record: ResultsRecord, results_dir: str | os.PathLike[str], na
     return target.commit_new(store_names(record, results_dir, name))
 
 
+_NOT_A_FILE = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO (a named pipe, or <(...))",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def refuse_irregular_file(path: str | os.PathLike[str], what: str) -> None:
+    """Anything but a regular file where a ``what`` file is expected is refused in one line, before
+    it is opened: a FIFO nobody writes to blocked ``gymbench compare`` (it reads a record whole, and
+    a gymbench record twice, which a pipe cannot give); a socket or a device is no record either.
+    A missing path passes: the caller's open says so in its own words."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # ValueError: a NUL in the name
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = _NOT_A_FILE.get(stat.S_IFMT(mode), "not a regular file")
+    raise ResultsFileError(
+        f"{path}: {kind}, not a {what} file; pass a regular file (save what a pipe writes to a file first)"
+    )
+
+
 def read_results_json(path: str | os.PathLike[str], what: str = "results", *, allow_nan: bool = False) -> JSONValue:
-    """A results file's JSON (a gymbench record, a pytest-benchmark file); any problem names the file."""
+    """A results file's JSON (a gymbench record, a pytest-benchmark file); any problem names the file.
+    Only a regular file is opened (:func:`refuse_irregular_file`), and at most ``MAX_JSON_FILE_BYTES``."""
     source = Path(path)
+    refuse_irregular_file(source, what)
     try:
         raw = read_capped(source, what)
     except GymbenchError as exc:  # a device, or far too large

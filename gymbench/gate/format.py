@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from gymbench.gate.compare import UNMEASURED_PREFIX, MetricComparison, SuiteComparison
+from gymbench.gate.compare import UNIT_CHANGED, UNMEASURED_PREFIX, MetricComparison, SuiteComparison
 from gymbench.units import quantity
 
 VERDICT_MARK = {
@@ -82,4 +82,7 @@ def summary_line(suite: SuiteComparison, outcome: str) -> str:
     unmeasured = sum(not s.inconclusive and s.what.startswith(UNMEASURED_PREFIX) for s in suite.skipped)
     if unmeasured:
         extra.append(f"{unmeasured} not measured")
+    unit_changed = sum(s.why.startswith(UNIT_CHANGED) for s in suite.skipped)
+    if unit_changed:
+        extra.append(f"{unit_changed} not compared (unit changed)")
     return f"gate: {outcome.upper()} — {head}" + (f" ({verdicts})" if verdicts else "") + "; " + ", ".join(extra)
