@@ -290,14 +290,14 @@ def record_from_data(data: Any, source: str) -> ResultsRecord:
     except (KeyError, TypeError, ValueError, ArithmeticError, RecursionError) as exc:
         # ArithmeticError: an integer too large for a float, in a metric
         raise ResultsFileError(f"{source}: invalid results file ({type(exc).__name__}: {exc})") from None
-    _refuse_repeated_benchmarks(record, source)
+    refuse_repeated_benchmarks(record, source)
     return record
 
 
-def _refuse_repeated_benchmarks(record: ResultsRecord, source: str) -> None:
+def refuse_repeated_benchmarks(record: ResultsRecord, source: str) -> None:
     """A benchmark listed twice (an edit, a concatenation) is read as one or the other depending on
-    the reader: a comparison passed silently on whichever it met. Checked where a record is read,
-    not where one is saved, so a session's results are never lost to it."""
+    the reader: a comparison passed silently on whichever it met. Checked where a record (or a
+    pytest-benchmark file) is read, not where one is saved, so a session's results are never lost to it."""
     seen: dict[str, int] = {}
     for index, bench in enumerate(record.benchmarks):
         if bench.id in seen:

@@ -128,3 +128,48 @@ def test_a_huge_record_or_calibration_is_refused_by_its_size_before_it_is_read(t
     assert done.returncode == 2, done.stdout + done.stderr
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"gymbench: error: {huge}: 300 MiB, larger than any ") and "check the path" in line, line
+
+
+def pytest_benchmark_file(path: Path, fullnames: list[str]) -> Path:
+    import json
+
+    stats = {"min": 0.9, "max": 1.1, "mean": 1.0, "median": 1.0, "stddev": 0.1, "rounds": 3, "iterations": 1,
+             "data": [1.0, 1.1, 0.9]}  # fmt: skip
+    benches = [{"name": n.split("::")[-1], "fullname": n, "group": None, "params": None, "param": None,
+                "options": {}, "extra_info": {}, "stats": {**stats, "data": [x * (i + 1) for x in stats["data"]]}}
+               for i, n in enumerate(fullnames)]  # fmt: skip
+    machine = {"node": "n", "processor": "p", "machine": "x86_64", "python_version": "3.11", "release": "r",
+               "system": "Linux", "cpu": {"brand_raw": "cpu", "count": 2}}  # fmt: skip
+    data = {"machine_info": machine, "commit_info": {}, "benchmarks": benches, "datetime": "2026-01-01T00:00:00"}
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "command"),
+    [
+        (kind, side)
+        for kind in ("gymbench record", "pytest-benchmark")
+        for side in ("compare-baseline", "compare-candidate")
+    ]
+    + [("pytest-benchmark", "import")],  # import reads pytest-benchmark files only
+)
+def test_a_benchmark_listed_twice_is_refused_naming_it_and_the_file(tmp_path: Path, kind: str, command: str) -> None:
+    """Read as one or the other, a repeated entry compared silently; a pytest-benchmark file's
+    repeats were compared and imported (the store then held a record no command could read)."""
+    if kind == "gymbench record":
+        good = save_run(tmp_path, suite(1, benchmarks=3), "20260101T000000")
+        record = suite(2, benchmarks=3)
+        bad = save_run(tmp_path, replace(record, benchmarks=[*record.benchmarks, record.benchmarks[1]]), "20260102T0")
+    else:
+        good = pytest_benchmark_file(tmp_path / "good.json", ["t.py::test_a", "t.py::test_b"])
+        bad = pytest_benchmark_file(tmp_path / "bad.json", ["t.py::test_a", "t.py::test_b", "t.py::test_a"])
+    words = {"compare-baseline": ["compare", bad, good], "compare-candidate": ["compare", good, bad],
+             "import": ["import", bad, "--results-dir", tmp_path / "store"]}[command]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "gymbench.cli", *map(str, words)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.splitlines()
+    name = "t.py::test_a" if kind == "pytest-benchmark" else "bench.py::test_1"
+    assert line.startswith(f"gymbench: error: {bad}: benchmark {name!r} is listed twice (entries "), line
+    assert not (tmp_path / "store").exists()
