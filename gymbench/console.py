@@ -12,6 +12,7 @@ SIGINT has Python's default handler (a job started with SIGINT ignored keeps it 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 
@@ -47,4 +48,30 @@ def warn(message: str) -> None:
 
     from gymbench.secrets import redact
 
-    tqdm.write(f"gymbench: warning: {redact(message)}", file=sys.stderr)
+    tqdm.write(f"gymbench: warning: {printable(redact(message))}", file=sys.stderr)
+
+
+_UNSHOWABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f"  # C0, DEL, C1: cursor moves, screen clears, OSC titles, bells, CSI (0x9b)
+    "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # bidi marks, embeddings, overrides, isolates
+    "\u2028\u2029"  # line and paragraph separators: a new line to some terminals and editors
+    "\ud800-\udfff]"  # lone surrogates (JSON allows them): printing one is a UnicodeEncodeError
+)
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that would act on a terminal or reorder what it shows written
+    as its escape (``\\x1b``, ``\\u202e``). Benchmark, metric and unit names come from records
+    anyone can write: a name holding ``\\x1b[2J`` cleared the terminal a comparison printed to, and a
+    right-to-left override made ``test_a`` and a name spelled backwards look alike. Every place that
+    shows data-derived text (the terminal, markdown, HTML) passes it through here."""
+    return _UNSHOWABLE.sub(_escaped, text) if _UNSHOWABLE.search(text) else text
+
+
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escaped(found: re.Match[str]) -> str:
+    char = found.group()
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import statistics
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -232,9 +233,37 @@ def save_to_store(record: ResultsRecord, results_dir: str | os.PathLike[str], na
     return target.commit_new(store_names(record, results_dir, name))
 
 
+_NOT_A_FILE = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO (a named pipe, or <(...))",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def refuse_irregular_file(path: str | os.PathLike[str], what: str) -> None:
+    """Anything but a regular file where a ``what`` file is expected is refused in one line, before
+    it is opened: a FIFO nobody writes to blocked ``gymbench compare`` (it reads a record whole, and
+    a gymbench record twice, which a pipe cannot give); a socket or a device is no record either.
+    A missing path passes: the caller's open says so in its own words."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # ValueError: a NUL in the name
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = _NOT_A_FILE.get(stat.S_IFMT(mode), "not a regular file")
+    raise ResultsFileError(
+        f"{path}: {kind}, not a {what} file; pass a regular file (save what a pipe writes to a file first)"
+    )
+
+
 def read_results_json(path: str | os.PathLike[str], what: str = "results", *, allow_nan: bool = False) -> JSONValue:
-    """A results file's JSON (a gymbench record, a pytest-benchmark file); any problem names the file."""
+    """A results file's JSON (a gymbench record, a pytest-benchmark file); any problem names the file.
+    Only a regular file is opened (:func:`refuse_irregular_file`), and at most ``MAX_JSON_FILE_BYTES``."""
     source = Path(path)
+    refuse_irregular_file(source, what)
     try:
         raw = read_capped(source, what)
     except GymbenchError as exc:  # a device, or far too large
@@ -261,14 +290,14 @@ def record_from_data(data: Any, source: str) -> ResultsRecord:
     except (KeyError, TypeError, ValueError, ArithmeticError, RecursionError) as exc:
         # ArithmeticError: an integer too large for a float, in a metric
         raise ResultsFileError(f"{source}: invalid results file ({type(exc).__name__}: {exc})") from None
-    _refuse_repeated_benchmarks(record, source)
+    refuse_repeated_benchmarks(record, source)
     return record
 
 
-def _refuse_repeated_benchmarks(record: ResultsRecord, source: str) -> None:
+def refuse_repeated_benchmarks(record: ResultsRecord, source: str) -> None:
     """A benchmark listed twice (an edit, a concatenation) is read as one or the other depending on
-    the reader: a comparison passed silently on whichever it met. Checked where a record is read,
-    not where one is saved, so a session's results are never lost to it."""
+    the reader: a comparison passed silently on whichever it met. Checked where a record (or a
+    pytest-benchmark file) is read, not where one is saved, so a session's results are never lost to it."""
     seen: dict[str, int] = {}
     for index, bench in enumerate(record.benchmarks):
         if bench.id in seen:

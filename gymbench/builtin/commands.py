@@ -69,20 +69,22 @@ def _configure_show(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_show(args: argparse.Namespace, plugins: Plugins) -> int:
+    from gymbench.console import printable
     from gymbench.settings import settings_from_args
     from gymbench.units import quantity
 
     record = load_record(str(settings_from_args(_show_settings(), args).path))
     machine = record.fingerprint["machine"]
-    print(f"{record.name} ({record.kind}) at {record.created_at}")
-    print(f"machine {machine['key']}: {machine['cpu_model']}, {machine['gpu_note']}")
-    print(_commit_line(record.fingerprint.get("commit") or {}))
+    lines = [f"{record.name} ({record.kind}) at {record.created_at}",
+             f"machine {machine['key']}: {machine['cpu_model']}, {machine['gpu_note']}",
+             _commit_line(record.fingerprint.get("commit") or {})]  # fmt: skip
     for bench in record.benchmarks:
         for metric_name, metric in bench.metrics.items():
             count = len(metric.samples)
             samples = f", {count} samples" if count > 1 else ""
             shown = quantity(metric.value, metric.unit)
-            print(f"  {bench.id}  {metric_name} = {shown} ({metric.direction} is better{samples})")
+            lines.append(f"  {bench.id}  {metric_name} = {shown} ({metric.direction} is better{samples})")
+    print("\n".join(printable(line) for line in lines))  # every string in a record is anyone's to write
     return 0
 
 

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import TypeVar
 
+from gymbench.console import printable
 from gymbench.errors import GymbenchError
 from gymbench.fingerprint import machine_info
 from gymbench.gate.calibrate import learn_noise, rerun_suite
@@ -117,8 +118,8 @@ def run_gate_command(args: argparse.Namespace) -> int:
         settings.calibration,
     )  # fmt: skip
     for run in runs:
-        print(f"counted {run.selection.label} in {run.seconds:.0f} s")
-        print(run.import_check)
+        print(printable(f"counted {run.selection.label} in {run.seconds:.0f} s"))
+        print(printable(run.import_check))
     publish(result, settings)
     return _uncounted_exit(result, settings.fail_on_uncounted)
 
@@ -130,7 +131,9 @@ def _uncounted_exit(result: GateResult, fail_on_uncounted: bool) -> int:
     if not (fail_on_uncounted and uncounted) or result.enforced.cli_code != 0:
         return result.enforced.cli_code
     names = ", ".join(u.benchmark for u in uncounted)
-    print(f"exit {Outcome.INCONCLUSIVE.cli_code}: {len(uncounted)} not counted (--fail-on-uncounted): {names}")
+    print(
+        printable(f"exit {Outcome.INCONCLUSIVE.cli_code}: {len(uncounted)} not counted (--fail-on-uncounted): {names}")
+    )
     return Outcome.INCONCLUSIVE.cli_code
 
 
@@ -192,7 +195,7 @@ def _run_calibrate_ab(settings: CalibrateCommand, ref: str, suite: list[str]) ->
     path = save_calibration(noise, Path(settings.results_dir), str(settings.save), utc_now(), AB_CALIBRATION_DIR)
     _print_noise(noise, settings, repeats=ABSettings().repeats)
     for skipped in data.skipped:
-        print(f"not measured: {skipped.what}: {skipped.why}")
+        print(printable(f"not measured: {skipped.what}: {skipped.why}"))
     print(f"A/B calibration from {ab.repeats} A/A worker pairs saved to {path}")
     return 0
 
@@ -211,4 +214,4 @@ def _print_noise(noise: NoiseTable, settings: CompareSettings, repeats: int | No
             unit = INSTRUCTIONS_UNIT if metric.split("_")[-1] == INSTRUCTIONS_UNIT else "s"
             gated = "yes" if mde <= settings.min_effect_for(bench_id, {}, unit) else "no (too noisy)"
             rows.append((bench_id, metric, f"{found.run_sd:.2%}", f"{sd:.2%}", f"{mde:.1%}", gated))
-    print("\n".join(table(rows)))
+    print("\n".join(printable(line) for line in table(rows)))  # benchmark ids come from records

@@ -10,7 +10,7 @@ all metrics then go through Benjamini–Hochberg so the suite's false discoverie
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -41,6 +41,8 @@ UNMEASURED_PREFIX = "benchmark "
 """Skipped entries naming one benchmark of the suite that has none of the compared metrics."""
 COUNTS_EXTRA = "instructions"
 """Where a record says how a benchmark was counted, or why not (:mod:`gymbench.gate.instructions`)."""
+UNIT_CHANGED = "its unit changed"
+"""How a metric whose unit differs between (or within) the sides is noted: not compared, counted apart."""
 MIN_SHIFT_METRICS = 5
 UNCOUNTED_SEEDS = 10_000
 """Bootstrap seeds of uncounted benchmarks' timed changes start here, apart from the compared metrics'."""
@@ -229,10 +231,9 @@ def compare_runs(
     unlike = unlike_work(baseline, candidate, match.common)
     pairs = [pair for pair in pairs if pair[0] not in unlike]
     skipped += [Skipped(bench_id, why) for bench_id, why in unlike.items()]
-    changed = {(b, m): f"{_unit(baseline, b, m)} -> {_unit(candidate, b, m)}" for b, m in pairs
-               if _unit(baseline, b, m) != _unit(candidate, b, m)}  # fmt: skip
+    changed = _unit_changes(pairs, baseline, candidate)
     pairs = [pair for pair in pairs if pair not in changed]
-    skipped += [Skipped(f"{b} {m}", f"its unit changed ({units}); a ratio across units means nothing")
+    skipped += [Skipped(f"{b} {m}", f"{UNIT_CHANGED} ({units}); a ratio across units means nothing")
                 for (b, m), units in changed.items()]  # fmt: skip
     mismatch = counts_mismatch(baseline, candidate)
     if mismatch is not None:
@@ -247,7 +248,8 @@ def compare_runs(
     corrected = [_correct(c, shift, settings.confidence) if is_speed_unit(c.unit) else c for c in raw]
     decided = decide(corrected, settings)
     uncounted = _uncounted(match.common, pairs, (baseline, candidate), settings, noise)
-    skipped += _how_measured(match.common, pairs, (baseline, candidate), settings, uncounted)
+    explained = {bench_id for bench_id, _ in changed}  # its unit change is its note
+    skipped += _how_measured(match.common, pairs, (baseline, candidate), settings, uncounted, explained)
     ungated = sum(c.noise_unknown for c in decided)
     if ungated:
         skipped.append(Skipped(f"time ({ungated} metrics)", TIME_NOT_GATED, inconclusive=False))
@@ -262,6 +264,25 @@ def compare_runs(
         skipped=skipped,
         uncounted=uncounted,
     )
+
+
+def _unit_changes(
+    pairs: list[tuple[str, str]], baseline: Sequence[ResultsRecord], candidate: Sequence[ResultsRecord]
+) -> dict[tuple[str, str], str]:
+    """Each compared metric not in one unit across every run of both sides, with its units (``s ->
+    furlongs``; ``s/ms -> ms`` when the runs of a side disagree): a ratio across units is no change,
+    and which side held which unit decided whether it passed or gated. Not compared, either way."""
+    changed = {}
+    for bench_id, metric in pairs:
+        base, cand = _units(baseline, bench_id, metric), _units(candidate, bench_id, metric)
+        if len({*base, *cand}) > 1:
+            changed[(bench_id, metric)] = f"{'/'.join(base)} -> {'/'.join(cand)}"
+    return changed
+
+
+def _units(records: Sequence[ResultsRecord], bench_id: str, metric: str) -> list[str]:
+    """A side's units of one metric, each once, in the order its runs hold them."""
+    return list(dict.fromkeys(m.unit for m in _runs(records, bench_id, metric)))
 
 
 def _pairs(
@@ -283,11 +304,13 @@ def _how_measured(
     sides: tuple[Sequence[ResultsRecord], Sequence[ResultsRecord]],
     settings: CompareSettings,
     uncounted: Sequence[Uncounted] = (),
+    explained: Collection[str] = (),
 ) -> list[Skipped]:
     """Every benchmark of the suite appears in the verdict: those with none of the compared metrics
     say why (not counted: asyncio ...) and, in a comparison of counts, their timed change; a
     comparison of counts says how they were counted. A metric measured on one side only (counting
-    failed there) makes the outcome inconclusive."""
+    failed there) makes the outcome inconclusive. A benchmark in ``explained`` (its metrics' units
+    changed, each said on its own) gets no second note."""
     baseline, candidate = sides
     compared = {bench_id for bench_id, _ in pairs}
     timed = {u.benchmark: f"; timed change in these runs (not gated): {u.timed_change}" for u in uncounted}
@@ -302,8 +325,10 @@ def _how_measured(
             why = f"{', '.join(one_sided)} on one side only: {why}{timed.get(bench_id, '')}"
             notes.append(Skipped(f"{UNMEASURED_PREFIX}{bench_id}", why))
             continue
+        if bench_id in explained:  # both sides have its metrics, in other units: said per metric
+            continue
         why = str(_extra(candidate, bench_id).get(COUNTS_EXTRA, "")) if INSTRUCTIONS_UNIT in settings.metrics else ""
-        wanted = ", ".join(settings.metrics) or "any metric"
+        wanted = ", ".join(settings.metrics) or "metric"
         why = (why or f"has no {wanted} on both sides") + timed.get(bench_id, "")
         notes.append(Skipped(f"{UNMEASURED_PREFIX}{bench_id}", why, False))
     return notes + _how_counted(pairs, sides)

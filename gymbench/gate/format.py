@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import math
-import re
 
-from gymbench.gate.compare import UNMEASURED_PREFIX, MetricComparison, SuiteComparison
+from gymbench.gate.compare import UNIT_CHANGED, UNMEASURED_PREFIX, MetricComparison, SuiteComparison
 from gymbench.units import quantity
 
 VERDICT_MARK = {
@@ -15,16 +14,6 @@ VERDICT_MARK = {
     "inconclusive": "inconclusive",
     "ungated": "ungated",
 }
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """``text`` with every control character shown as its escape (``\\x1b``): benchmark names and
-    notes come from records anyone can write, and a name holding ``\\x1b[2J`` cleared the terminal
-    the comparison printed to (and reached ``--markdown`` raw)."""
-    return _CONTROL.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def percent(fraction: float) -> str:
@@ -93,4 +82,7 @@ def summary_line(suite: SuiteComparison, outcome: str) -> str:
     unmeasured = sum(not s.inconclusive and s.what.startswith(UNMEASURED_PREFIX) for s in suite.skipped)
     if unmeasured:
         extra.append(f"{unmeasured} not measured")
+    unit_changed = sum(s.why.startswith(UNIT_CHANGED) for s in suite.skipped)
+    if unit_changed:
+        extra.append(f"{unit_changed} not compared (unit changed)")
     return f"gate: {outcome.upper()} — {head}" + (f" ({verdicts})" if verdicts else "") + "; " + ", ".join(extra)

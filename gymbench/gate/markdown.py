@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
+from gymbench.console import printable
 from gymbench.gate.compare import SuiteComparison
-from gymbench.gate.format import printable, sentence, shift_line
+from gymbench.gate.format import sentence, shift_line
 from gymbench.gate.gate import GateResult
 from gymbench.gate.view import QUIET_TITLE, ROW_HEADERS, SECTION_TITLES, comparison_view, metric_cells
 from gymbench.secrets import redact_output
@@ -27,9 +29,9 @@ def comparison_markdown(result: GateResult) -> str:
         "",
         f"**{view.headline}**",
         "",
-        f"Baseline `{suite.baseline}`, candidate `{suite.candidate}`. {sentence(shift_line(suite))}.",
+        f"Baseline {code(suite.baseline)}, candidate {code(suite.candidate)}. {sentence(shift_line(suite))}.",
     ]
-    warnings = [f"> warning: {w}" for w in result.warnings]
+    warnings = [f"> warning: {no_tags(w)}" for w in result.warnings]
     lines += [line + "<br>" for line in warnings[:-1]] + warnings[-1:]  # one quote, a line each
     for status, rows in view.sections.items():
         lines += ["", f"### {SECTION_TITLES[status]} ({len(rows)})", "", _md_row(ROW_HEADERS), _md_rule(ROW_HEADERS)]
@@ -43,13 +45,13 @@ def comparison_markdown(result: GateResult) -> str:
     lines += _unmatched(suite)
     inconclusive_notes = [s for s in view.notes if s.inconclusive]
     if inconclusive_notes:
-        lines += ["", "**Not compared**", "", *(f"- `{s.what}`: {s.why}" for s in inconclusive_notes)]
+        lines += ["", "**Not compared**", "", *(f"- {code(s.what)}: {no_tags(s.why)}" for s in inconclusive_notes)]
     quiet_notes = [s for s in view.notes if not s.inconclusive]
     if view.quiet or quiet_notes:
         summary = f"{len(view.quiet)} benchmarks {QUIET_TITLE}" + (f"; {len(quiet_notes)} notes" if quiet_notes else "")
         lines += ["", f"<details><summary>{summary}</summary>", ""]
         lines += [f"- {reason}" for reason in view.quiet_reasons]
-        lines += [f"- `{s.what}`: {s.why}" for s in quiet_notes]
+        lines += [f"- {code(s.what)}: {no_tags(s.why)}" for s in quiet_notes]
         lines += ["", "</details>"]
     lines += ["", legend(result)]
     return "\n".join(printable(line) for line in lines) + "\n"
@@ -67,12 +69,32 @@ def _unmatched(suite: SuiteComparison) -> list[str]:
         ("Probably renamed (not compared)", [f"{a} → {b}" for a, b in suite.match.renamed]),
     ):
         if items:
-            lines += ["", f"**{title}**", "", *(f"- `{item}`" for item in items)]
+            lines += ["", f"**{title}**", "", *(f"- {code(item)}" for item in items)]
     return lines
 
 
 def _md_row(cells: tuple[str, ...]) -> str:
-    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+    """A table row; a ``|`` in a cell (a benchmark's parameters) would end the cell, so it is escaped."""
+    return "| " + " | ".join(no_tags(cell).replace("|", "\\|") for cell in cells) + " |"
+
+
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def no_tags(text: str) -> str:
+    """``text`` with every ``<`` that could open an HTML tag or comment written ``&lt;``: GitHub
+    renders inline HTML in markdown, so a benchmark named ``<img src=...>`` or ``</details>`` would
+    load an image or break the summary. ``q < 0.01`` is left as it is."""
+    return _TAG_START.sub("&lt;", text)
+
+
+def code(text: str) -> str:
+    """``text`` as an inline code span whose fence is longer than any run of backticks in it, so a
+    name holding a backtick cannot close the span early and let the rest render as markdown or HTML."""
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _md_rule(cells: tuple[str, ...]) -> str:

@@ -17,7 +17,15 @@ from typing import Any, TypedDict
 
 from gymbench.errors import ResultsFileError
 from gymbench.fingerprint import machine_info, machine_key
-from gymbench.record import SCHEMA_ID, BenchmarkResult, Metric, ResultsRecord, load_record, read_results_json
+from gymbench.record import (
+    SCHEMA_ID,
+    BenchmarkResult,
+    Metric,
+    ResultsRecord,
+    load_record,
+    read_results_json,
+    refuse_repeated_benchmarks,
+)
 from gymbench.types import JSONObject, JSONValue
 
 EXTRA_KEY = "pytest_benchmark"
@@ -61,13 +69,15 @@ def record_from_pytest_benchmark(data: Any, source: str) -> ResultsRecord:
                 f"{source}: benchmarks[{index}] {reason}; expected benchmarks[].fullname and "
                 "benchmarks[].stats.median (or .data) as pytest-benchmark writes them"
             ) from None
-    return ResultsRecord(
+    record = ResultsRecord(
         name=Path(source).stem,
         benchmarks=benchmarks,
         fingerprint=_fingerprint(data, source),
         created_at=str(data.get("datetime") or "1970-01-01T00:00:00+00:00"),
         kind="pytest-benchmark",
     )
+    refuse_repeated_benchmarks(record, source)  # compared silently on one of them; imported, unreadable
+    return record
 
 
 def _benchmark(entry: Mapping[str, Any]) -> BenchmarkResult:

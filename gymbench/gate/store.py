@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from gymbench.console import printable
 from gymbench.errors import GymbenchError, ResultsFileError
 from gymbench.gate.noise import NoiseTable, noise_from_dict, noise_to_dict
 from gymbench.jsonio import AtomicFile
@@ -76,8 +77,8 @@ class BaselineStore:
     def select(self, spec: str, machine_key: str, cwd: Path | None = None) -> Selection:
         """Resolve ``spec`` (path, ``latest``, name, name glob or git ref) to records."""
         path = Path(spec)
-        if path.suffix == ".json" or _is_file(path):
-            return self._from_file(path, machine_key)
+        if path.suffix == ".json" or _is_file(path) or _is_special(path):
+            return self._from_file(path, machine_key)  # a FIFO, socket or device: refused there, in one line
         runs = self._matching(spec, machine_key, cwd)
         if not runs:
             raise GymbenchError(self._nothing_found(spec))
@@ -113,9 +114,10 @@ class BaselineStore:
 
     def _nothing_found(self, spec: str) -> str:
         names = sorted({run.name for run in self.runs()})
-        known = ", ".join(names[-10:]) if names else "none yet"
+        known = printable(", ".join(names[-10:])) if names else "none yet"  # file names may hold anything
+        here = f" ({spec} here is a directory; name a results file in it)" if _is_dir(spec) else ""
         return (
-            f"no baseline {spec!r} in {self.root}/: it is not a results file, a saved run name, "
+            f"no baseline {spec!r} in {self.root}/{here}: it is not a results file, a saved run name, "
             f"a glob over names or a git ref with saved runs. Saved names: {known}. Save one with "
             "`pytest benches/ --gymbench-save NAME`, or list them with `gymbench baselines`."
         )
@@ -140,6 +142,22 @@ def _is_file(path: Path) -> bool:
     """False for a spec that cannot be a path at all (too long, a NUL byte): it is a name then."""
     try:
         return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _is_dir(spec: str) -> bool:
+    try:
+        return bool(spec) and Path(spec).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def _is_special(path: Path) -> bool:
+    """A FIFO, socket or device: never a run's name, so it is read as a file (and refused there),
+    not reported as 'no baseline' as if it did not exist. A directory may share a run's name."""
+    try:
+        return path.exists() and not path.is_dir() and not path.is_file()
     except (OSError, ValueError):
         return False
 
@@ -172,8 +190,16 @@ def save_json(data: Mapping[str, object], path: Path) -> Path:
 
 
 def read_json(path: Path, what: str) -> dict[str, object]:
+    """A calibration file's JSON: a regular file only (a FIFO as ``--calibration`` blocked forever),
+    and no larger than any JSON file gymbench reads."""
+    from gymbench.jsonio import read_capped
+    from gymbench.record import refuse_irregular_file
+
+    refuse_irregular_file(path, what)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_capped(path, what).decode("utf-8"))
+    except GymbenchError as exc:  # far too large
+        raise ResultsFileError(str(exc)) from None
     except FileNotFoundError:
         raise ResultsFileError(f"{path}: no such {what} file") from None
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON, a number too long

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gymbench.gate.format import printable, shift_line, summary_line
+from gymbench.console import printable
+from gymbench.gate.format import shift_line, summary_line
 from gymbench.gate.gate import GateResult
 from gymbench.gate.view import (
     QUIET_TITLE,

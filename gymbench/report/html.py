@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from gymbench.console import printable
 from gymbench.gate.compare import MetricComparison, Skipped
 from gymbench.gate.format import sentence, shift_line
 from gymbench.gate.gate import GateResult
@@ -292,4 +293,4 @@ def _img(png: str, alt: str) -> str:
 
 
 def _e(text: str) -> str:
-    return html.escape(str(text))
+    return html.escape(printable(str(text)))  # a control character would reach whoever cats the file

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from gymbench.console import printable
 from gymbench.gate.compare import MetricComparison
 from gymbench.gate.format import VERDICT_MARK
 from gymbench.labels import label
@@ -50,14 +51,18 @@ MAX_PANELS = 48
 
 
 def short_name(bench_id: str) -> str:
-    """The test and its parameters without the file path, which repeats in every panel."""
-    return bench_id.rsplit("::", 1)[-1]
+    """The test and its parameters without the file path, which repeats in every panel; control
+    characters escaped, as everywhere a record's text is shown."""
+    return printable(bench_id.rsplit("::", 1)[-1])
 
 
 def pyplot() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg")
+    # Text is data (benchmark and run names), never mathtext: a name holding ``$\\frac{$`` was a
+    # ParseSyntaxException traceback when the figure was drawn.
+    matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt
 
     return plt

@@ -11,6 +11,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gymbench.console import printable
 from gymbench.errors import GymbenchError
 from gymbench.labels import label
 from gymbench.record import BenchmarkResult, ResultsRecord
@@ -249,4 +250,4 @@ def _img(data: str, alt: str) -> str:
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text))
+    return html.escape(printable(str(text)))  # a control character would reach whoever cats the file

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gymbench.console import printable
 from gymbench.errors import GymbenchError, ResultsFileError
 from gymbench.fingerprint import machine_info
 from gymbench.gate.command_runs import command_settings, gate_stored_runs, publish
@@ -39,7 +40,7 @@ def _run_report(args: argparse.Namespace, plugins: Plugins) -> int:
     single = _single_run(settings)
     if single is not None:
         path = write_report(render_run_report(single), output)
-        print(f"report on {single.kind} run {single.name} written to {path}")
+        print(printable(f"report on {single.kind} run {single.name} written to {path}"))
         return 0
     store = BaselineStore(Path(settings.results_dir))
     key = machine_info()["key"]
@@ -96,7 +97,8 @@ def _run_baselines(args: argparse.Namespace, plugins: Plugins) -> int:
     runs = store.runs(None if settings.all_machines else machine_info()["key"])
     rows = [("stamp", "name", "machine", "commit", "path")]
     rows += [(r.stamp, r.name, r.machine_key, _commit(r)[:10], str(r.path)) for r in runs]
-    print("\n".join(table(rows)) if runs else f"no saved runs in {settings.results_dir}/ for this machine")
+    listing = "\n".join(printable(line) for line in table(rows))  # a commit id is whatever the record says
+    print(listing if runs else f"no saved runs in {settings.results_dir}/ for this machine")
     return 0
 
 
@@ -105,7 +107,7 @@ def _commit(run: StoredRun) -> str:
     try:
         return run.commit or "-"
     except ResultsFileError as exc:
-        print(f"gymbench: warning: {exc}", file=sys.stderr)
+        print(f"gymbench: warning: {printable(str(exc))}", file=sys.stderr)
         return "(unreadable)"
 
 
@@ -131,11 +133,11 @@ def _run_export(args: argparse.Namespace, plugins: Plugins) -> int:
     data, skipped = to_pytest_benchmark(record, metric), left_out(record, metric)
     for bench_id, metrics in skipped.items():
         others = f"; it has {', '.join(metrics)} (export one with --metric NAME)" if metrics else ""
-        print(f"gymbench: warning: left out {bench_id}: no {metric!r} metric{others}", file=sys.stderr)
+        print(printable(f"gymbench: warning: left out {bench_id}: no {metric!r} metric{others}"), file=sys.stderr)
     if not data["benchmarks"]:
         raise GymbenchError(
             f"{source}: no benchmark has a {metric!r} metric, so nothing was exported; "
-            f"choose one of its metrics with --metric ({', '.join(_metric_names(skipped)) or 'it has none'})"
+            f"choose one of its metrics with --metric ({printable(', '.join(_metric_names(skipped))) or 'it has none'})"
         )
     with AtomicFile(output, text=True, then="; choose another -o") as out:  # never half an export
         out.write(json.dumps(data, indent=1) + "\n")

@@ -1,6 +1,8 @@
 """Issue 24's smaller things and the gate's inputs, made hostile: ``gymbench compare`` and
 ``gymbench calibrate`` given bad option values, bad specs, bad calibrations and a bad
-``[tool.gymbench.compare]``; ``--gymbench-save`` names; ``merge-rollouts --input`` paths.
+``[tool.gymbench.compare]``; records and calibrations that are no regular file or list a
+benchmark twice; ``gymbench gate --base`` on refs that name no commit (issue 41);
+``--gymbench-save`` names; ``merge-rollouts --input`` paths.
 
 Every case is its own test (marked ``hostile``, counted in the issue's note). What each outcome
 must satisfy is :mod:`.cases`: no traceback, a documented status, and on an input error one
@@ -10,7 +12,10 @@ must satisfy is :mod:`.cases`: no traceback, a documented status, and on an inpu
 from __future__ import annotations
 
 import json
+import os
 import random
+import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,14 +39,36 @@ def _store(workdir: Path, runs: int = 0, damaged: int | None = None) -> list[str
     return ["--results-dir", str(workdir / "results")]
 
 
+def _special(workdir: Path) -> dict[str, Path]:
+    """Paths that are no regular file (FIFOs nobody writes to, a socket, devices) and a record that
+    lists a benchmark twice, made only when a case names them (issue 41)."""
+    return {"FIFOJSON": workdir / "fifo.json", "BAREFIFO": workdir / "fifo", "SOCKET": workdir / "record.sock",
+            "DEVZERO": Path("/dev/zero"), "DEVNULL": Path("/dev/null"), "TWICE": workdir / "twice.json"}  # fmt: skip
+
+
+def _make_special(token: str, path: Path) -> None:
+    if path.exists() or token.startswith("DEV"):
+        return
+    if token == "TWICE":
+        data = record("twice")
+        data["benchmarks"].append(data["benchmarks"][0])
+        path.write_text(json.dumps(data))
+    else:
+        os.mknod(path, 0o600 | (stat.S_IFSOCK if token == "SOCKET" else stat.S_IFIFO))
+
+
 def _words(words: list[str], workdir: Path) -> list[str]:
     (workdir / "file").write_text("in the way")
     (workdir / "dir").mkdir(exist_ok=True)
     (workdir / "empty.json").write_text("")
     (workdir / "deep.json").write_text(DEEP)
+    special = _special(workdir)
+    for token, path in special.items():
+        if any(token in word for word in words):
+            _make_special(token, path)
     places = {"BASE": workdir / "base.json", "CAND": workdir / "cand.json", "FILE": workdir / "file",
               "DIR": workdir / "dir", "EMPTY": workdir / "empty.json", "DEEPFILE": workdir / "deep.json",
-              "MISSING": workdir / "missing.json"}  # fmt: skip
+              "MISSING": workdir / "missing.json", **special}  # fmt: skip
     out = []
     for word in words:
         for key, place in places.items():
@@ -99,7 +126,29 @@ COMPARE_OPTIONS: list[tuple[str, list[str], tuple[int, ...], str]] = [
     ("candidate-deep", ["BASE", "DEEPFILE"], INPUT_ERROR, "DEEPFILE"),
     ("itself", ["BASE", "BASE"], ANY_VERDICT, ""),
     ("load-shift-uncalibrated", ["BASE", "CAND", "--fail-on", "regression"], (0,), ""),
+    # issue 41: no regular file (a FIFO blocked: --calibration forever, a record 30 s), a benchmark twice
+    *[(f"{side}-{name}", words, INPUT_ERROR, said)
+      for name, token, said in (("fifo-json", "FIFOJSON", "a FIFO"), ("fifo", "BAREFIFO", "a FIFO"),
+                                ("socket", "SOCKET", "a socket"), ("dev-zero", "DEVZERO", "a character device"),
+                                ("dev-null", "DEVNULL", "a character device"), ("twice", "TWICE", "listed twice"))
+      for side, words in (("baseline", [token, "CAND"]), ("candidate", ["BASE", token]),
+                          ("calibration", ["BASE", "CAND", "--calibration", token]))
+      if not (token == "TWICE" and side == "calibration")],
 ]  # fmt: skip
+
+GATE_REFS: list[tuple[str, list[str], str]] = [
+    ("empty", ["--base", ""], "got an empty ref"),
+    ("blank", ["--base", "  "], "got an empty ref"),
+    ("an-option", ["--base=--all"], "got an option"),
+    ("far-back", ["--base", "HEAD~99999"], "past the history of HEAD, 1 commit long: it is the first commit"),
+    ("parent-of-the-first", ["--base", "HEAD^"], "it is the first commit, with no parent"),
+    ("a-blob", ["--base", "BLOB"], "it names a blob, not a commit"),
+    ("a-tree", ["--base", "TREE"], "it names a tree, not a commit"),
+    ("unknown", ["--base", "no-such-branch"], "no branch, tag or commit has that name"),
+    ("long", ["--base", "x" * 5000], "..."),
+    ("control-characters", ["--base", "HEAD\x1b[2J\u202e"], "'HEAD\\x1b[2J\\u202e'"),
+]
+"""``gymbench gate`` words on odd refs (issue 41), in a repository of one commit: one line saying why."""
 
 PYPROJECT_TABLES: list[tuple[str, str, tuple[int, ...]]] = [
     ("invalid-toml", "[tool.gymbench.compare\nmin_effect = 0.1\n", INPUT_ERROR),
@@ -123,6 +172,25 @@ PYPROJECT_TABLES: list[tuple[str, str, tuple[int, ...]]] = [
     ("gymbench-not-a-table", "[tool]\ngymbench = [1]\n", ANY_VERDICT),
     ("not-utf8", b"[tool.gymbench.compare]\nmin_effect = 0.1 # \xff\n".decode("latin-1"), INPUT_ERROR),
 ]
+
+
+def gate_ref_case(name: str, words: list[str], mention: str) -> Case:
+    """``gymbench gate`` in a real repository of one commit, on a ref that names no commit."""
+
+    def build(workdir: Path, env: Env) -> Prepared:
+        def git(*args: str) -> str:
+            done = subprocess.run(["git", "-c", "user.email=f@example.com", "-c", "user.name=f", *args], cwd=workdir,
+                                  capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+            return done.stdout.strip()
+
+        git("init", "-q")
+        (workdir / "README.md").write_text("first\n")
+        git("add", "README.md")
+        git("commit", "-qm", "first")
+        ids = {"BLOB": git("rev-parse", "HEAD:README.md"), "TREE": git("rev-parse", "HEAD^{tree}")}
+        return Prepared(["gate", *(ids.get(word, word) for word in words)], mentions=[mention])
+
+    return Case("gate", f"gate-base:{name}", build)
 
 
 def pyproject_case(name: str, content: str, statuses: tuple[int, ...]) -> Case:
@@ -225,6 +293,7 @@ def save_names(rng: random.Random) -> Iterator[tuple[str, str]]:
 def gate_input_cases(seed: int = 24) -> list[Case]:
     rng = random.Random(seed)
     cases = [compare_case(*spec) for spec in COMPARE_OPTIONS]
+    cases += [gate_ref_case(*spec) for spec in GATE_REFS]
     cases += [pyproject_case(*spec) for spec in PYPROJECT_TABLES]
     cases += [calibrate_case(*spec) for spec in CALIBRATE]
     cases += [merge_input_case(*spec) for spec in MERGE_INPUTS]

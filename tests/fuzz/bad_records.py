@@ -202,6 +202,49 @@ def record_case(name: str, edit: Edit, valid: bool | None, command: str, base: C
     return Case("records", f"{command}:{name}", build, statuses=statuses)
 
 
+UNSHOWABLE = "\x1b[2J\x1b]0;owned\x07\x9b31m\x00\x7f\x85\u202e\u2066\u2028"
+"""Terminal escapes, C0 and C1 controls, a bidi override and isolate, a line separator (issue 41)."""
+SHOWN_EDITS: list[tuple[str, Edit]] = [
+    ("benchmark-id", lambda d: at("benchmarks/0/id", "t.py::test_a" + UNSHOWABLE)(d)),
+    ("metric-name", lambda d: {**d, "benchmarks": [{**d["benchmarks"][0], "metrics": {
+        "ti" + UNSHOWABLE: d["benchmarks"][0]["metrics"]["time"]}}, d["benchmarks"][1]]}),
+    ("unit", at("benchmarks/0/metrics/time/unit", "s" + UNSHOWABLE)),
+    ("record-name-and-machine", lambda d: at("fingerprint/machine/cpu_model", UNSHOWABLE)(at("name", UNSHOWABLE)(d))),
+    ("commit", at("fingerprint/commit", {"id": "a" + UNSHOWABLE, "dirty": False, "branch": UNSHOWABLE})),
+]  # fmt: skip
+"""Strings of a valid record, from data, that every command shows: escaped, never raw."""
+
+
+def shown_case(name: str, edit: Edit, command: str) -> Case:
+    """A valid record holding :data:`UNSHOWABLE` in one string, through a command that shows it: no
+    control character in its output, its ``--markdown`` or its HTML report."""
+
+    def build(workdir: Path, env: Env) -> Prepared:
+        bad, good = workdir / "bad.json", workdir / "good.json"
+        bad.write_text(json.dumps(edit(record("bad", 1.5))))
+        good.write_text(json.dumps(record("good", 1.0)))
+        store = ["--results-dir", str(workdir / "results")]
+        outputs = {"markdown": workdir / "summary.md", "html": workdir / "r.html"}
+        argv = {
+            "show": ["show", str(bad)],
+            "compare-baseline": ["compare", str(bad), str(good), "-v", "--markdown", str(outputs["markdown"]), *store],
+            "compare-candidate": ["compare", str(good), str(bad), "-v", "--markdown", str(outputs["markdown"]), *store],
+            "report": ["report", str(good), str(bad), *store, "-o", str(outputs["html"])],
+            "export": ["export", str(bad), "--metric", "nothing", "-o", str(workdir / "exported.json")],
+        }[command]
+
+        def nothing_raw(status: int | None, out: str, err: str) -> str | None:
+            written = [p.read_text(errors="surrogateescape") for p in outputs.values() if p.exists()]
+            raw = sorted(
+                {repr(ch) for text in (out, err, *written) for ch in UNSHOWABLE if ch in text and not ch.isprintable()}
+            )
+            return f"passed raw: {', '.join(raw)}" if raw else None
+
+        return Prepared(argv, check=nothing_raw)
+
+    return Case("records", f"shown-{command}:{name}", build, statuses=(0, 1, 2, 3))
+
+
 PB_EDITS: list[tuple[str, Edit, bool | None]] = [
     ("machine-info-list", at("machine_info", []), False),
     ("machine-info-text", at("machine_info", "x"), False),
@@ -331,6 +374,8 @@ def record_cases(seed: int = 11) -> list[Case]:
             cases.append(record_case(name, edit, valid, command))
         if rng.random() < 0.12:
             cases.append(record_case(name, edit, valid, "report"))
+    for name, edit in SHOWN_EDITS:
+        cases += [shown_case(name, edit, command) for command in STATUSES]
     for name, edit, valid in PB_EDITS:
         cases.append(record_case(f"pytest-benchmark-{name}", edit, valid, "import", pytest_benchmark))
         cases.append(record_case(f"pytest-benchmark-{name}", edit, valid, "compare-baseline", pytest_benchmark))

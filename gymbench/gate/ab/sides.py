@@ -13,6 +13,7 @@ whether the installed ones fit both; compiled extensions are not rebuilt.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,10 +25,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from gymbench.console import printable
 from gymbench.errors import GymbenchError
 from gymbench.types import JSONObject
 
 WORKING_TREE = "working tree"
+DIRTY = " (uncommitted changes included)"
+"""Said after the working tree's label when tracked files differ from its commit: they are measured."""
 
 
 @dataclass(frozen=True)
@@ -49,8 +53,10 @@ class Side:
 def git(repo: Path, *args: str) -> str:
     try:
         done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=120, check=False)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in an argument (a ref from --config)
         raise GymbenchError(f"cannot run git ({exc}); the A/B comparison needs git") from None
+    except subprocess.TimeoutExpired:
+        raise GymbenchError(f"git {args[0]} did not finish in 120 s in {repo}; is the repository locked?") from None
     if done.returncode != 0:
         raise GymbenchError(f"git {' '.join(args)} failed in {repo}: {done.stderr.strip() or done.stdout.strip()}")
     return done.stdout.strip()
@@ -85,18 +91,52 @@ class Checkouts:
     def side(self, label: str, ref: str | None, env: Mapping[str, str] | None = None) -> Side:
         """``ref`` checked out (once per commit), or the working tree itself when ``ref`` is ``None``."""
         if ref is None:
-            root, commit, name = self.repo, None, WORKING_TREE
+            root, commit, name = self.repo, None, WORKING_TREE + (DIRTY if self.dirty() else "")
         else:
             commit = self.resolve(ref)
             root = self.made.get(commit) or self._add_worktree(commit)
             name = f"{ref} ({commit[:10]})" if not commit.startswith(ref) else commit[:10]
         return Side(f"{label}: {name}", root, root / self.relative, {**code_path(root), **(env or {})}, commit)
 
+    def dirty(self) -> bool:
+        """Tracked files changed and not committed: the working tree side measures them as they are."""
+        try:
+            return bool(git(self.repo, "status", "--porcelain", "--untracked-files=no"))
+        except GymbenchError:
+            return False
+
     def resolve(self, ref: str) -> str:
+        """``ref``'s commit id, or one line saying why it names none (empty, a blob, past the history)."""
+        shown = ref if len(ref) <= 100 else ref[:97] + "..."  # shown with !r: control characters escaped
+        if not ref.strip() or ref.startswith("-") or "\x00" in ref:
+            what = "an empty ref" if not ref.strip() else ("an option" if ref.startswith("-") else "a NUL byte")
+            raise GymbenchError(
+                f"{shown!r}: expected a git ref (a branch, a tag or a commit id), got {what}; "
+                "name the commit to compare against, e.g. origin/main"
+            )
         try:
             return git(self.repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
         except GymbenchError:
-            raise GymbenchError(f"{ref!r} is not a commit of {self.repo} (git rev-parse found nothing)") from None
+            raise GymbenchError(f"{shown!r} is not a commit of {self.repo}: {self._why_not(ref)}") from None
+
+    def _why_not(self, ref: str) -> str:
+        """Why ``ref`` names no commit, in words a CI log reader can act on."""
+        kind = _quiet_git(self.repo, "cat-file", "-t", ref)
+        if kind and kind != "commit":
+            return f"it names a {kind}, not a commit; give a commit (a branch, a tag or a commit id)"
+        if _quiet_git(self.repo, "rev-parse", "--verify", "--quiet", "HEAD^{commit}") is None:
+            return "the repository has no commits yet; commit first"
+        back = re.fullmatch(r"(.+?)((?:[~^][0-9]*)+)", ref)
+        anchor = back.group(1) if back else None
+        if anchor and _quiet_git(self.repo, "rev-parse", "--verify", "--quiet", f"{anchor}^{{commit}}"):
+            count = _quiet_git(self.repo, "rev-list", "--count", "--first-parent", anchor) or "?"
+            first = ": it is the first commit, with no parent" if count == "1" else ""
+            commits = "1 commit" if count == "1" else f"{count} commits"
+            shallow = _quiet_git(self.repo, "rev-parse", "--is-shallow-repository") == "true"
+            fetch = (" This clone is shallow: fetch the history (git fetch --unshallow; actions/checkout with "
+                     "fetch-depth: 0).") if shallow else ""  # fmt: skip
+            return f"it goes back past the history of {printable(anchor)}, {commits} long{first}.{fetch}"
+        return "no branch, tag or commit has that name (git rev-parse found nothing); fetch it, or check its spelling"
 
     def _add_worktree(self, commit: str) -> Path:
         path = self.tmp / commit[:12]
@@ -127,6 +167,14 @@ class Checkouts:
             subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=self.repo, capture_output=True)
         subprocess.run(["git", "worktree", "prune"], cwd=self.repo, capture_output=True)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _quiet_git(repo: Path, *args: str) -> str | None:
+    """``git args``'s output, or ``None`` when it fails (a question whose answer may be no)."""
+    try:
+        return git(repo, *args)
+    except GymbenchError:
+        return None
 
 
 def _exit_on_terminate(signum: int, frame: Any) -> None:
