@@ -107,6 +107,7 @@ def _caused_by_ctrl_c(exc: BaseException) -> bool:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    from gymbench.console import printable
     from gymbench.errors import GymbenchError
     from gymbench.plugins import Plugins
     from gymbench.secrets import install_output_filter, redact
@@ -126,7 +127,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return 2
         return plugins.commands[args.command].item.run(args, plugins)
     except GymbenchError as exc:
-        print(f"gymbench: error: {redact(str(exc))}", file=sys.stderr)
+        lines = redact(str(exc)).split("\n")  # a deliberate multi-line error keeps its lines
+        print("gymbench: error: " + "\n".join(printable(line) for line in lines), file=sys.stderr)
         return int(getattr(exc, "exit_status", 2))  # a server outage is not bad input: 1
     except BrokenPipeError:
         # The reader went away (``gymbench show ... | head``): stop quietly, as other tools do.

@@ -106,3 +106,27 @@ def test_plugins_and_report_help_say_what_they_cover(capsys: pytest.CaptureFixtu
         main(["report", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "-o FILE, --output FILE the HTML file to write" in text
+
+
+def test_an_error_holding_control_characters_reaches_the_terminal_escaped(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Any command's error may quote data (a file name, a server's text): the CLI escapes what would
+    act on a terminal, line by line, so a deliberate multi-line error keeps its lines."""
+    import gymbench.plugins
+    from gymbench.errors import GymbenchError
+
+    def fail(args: argparse.Namespace, plugins: object) -> int:
+        raise GymbenchError("bad \x1b[2J name \u202eeman\nsecond line")
+
+    class Loud:
+        @hookimpl
+        def gymbench_register_commands(self) -> list[Command]:
+            return [Command("loud", "fail loudly", lambda parser: None, fail)]
+
+    real = gymbench.plugins.get_plugin_manager
+    monkeypatch.setattr(gymbench.plugins, "get_plugin_manager", lambda *a, **k: real([Loud()], *a[1:], **k))
+    assert main(["loud"]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\u202e" not in err
+    assert "gymbench: error: bad \\x1b[2J name \\u202eeman\nsecond line" in err
