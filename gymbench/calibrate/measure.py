@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from gymbench.builtin.http_client import PREFLIGHT_TRIES, RetryingClient
+from gymbench.builtin.http_client import PREFLIGHT_TRIES, REACH_TIMEOUT_S, RetryingClient
 from gymbench.calibrate.loadgen import (
     Answer,
     LoadResult,
@@ -102,7 +102,9 @@ def root_of(base_url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-async def read_facts(client: RetryingClient, base_url: str, model: str | None, slots: int | None) -> EngineFacts:
+async def read_facts(
+    client: RetryingClient, base_url: str, model: str | None, slots: int | None, timeout_s: float = REACH_TIMEOUT_S
+) -> EngineFacts:
     """The engine's slots and context from ``/props`` and its model from ``/v1/models``.
 
     An endpoint that is missing (or answers something that is not JSON) is read as absent: another
@@ -110,7 +112,7 @@ async def read_facts(client: RetryingClient, base_url: str, model: str | None, s
     llama.cpp's is refused, naming the URL and the shape expected: read loosely, a wrong slot count
     or model would be fitted and written into a profile without a word."""
     root = root_of(base_url)
-    props = await _get_json(client, root, "/props")
+    props = await _get_json(client, root, "/props", timeout_s)
     found_slots, context = _props_facts(props, f"{public_url(root)}/props")
     if slots is None and found_slots is None:
         raise GymbenchError(
@@ -118,7 +120,7 @@ async def read_facts(client: RetryingClient, base_url: str, model: str | None, s
             "give the engine's slot count (max running sequences) as +engine_slots=N"
         )
     if model is None:
-        model = _served_model(await _get_json(client, root, "/v1/models"), f"{public_url(root)}/v1/models")
+        model = _served_model(await _get_json(client, root, "/v1/models", timeout_s), f"{public_url(root)}/v1/models")
     build = props.get("build_info") if isinstance(props, dict) else None
     unknown = "llama.cpp" if props is not None else "unknown OpenAI-compatible engine"
     engine = f"llama.cpp {build}" if build else unknown
@@ -179,16 +181,16 @@ def _kind(value: object) -> str:
     return "null" if value is None else kinds.get(type(value), type(value).__name__)
 
 
-async def _get_json(client: RetryingClient, root: str, path: str) -> object:
+async def _get_json(client: RetryingClient, root: str, path: str, timeout_s: float) -> object:
     """The JSON at ``root + path``; None when the server has no such endpoint or answers it with no JSON (one
     that does not answer at all is raised: the engine is not there)."""
     url = root + path
     try:
-        reached = await client.reach(url, "engine")  # its tries, its 401/403 message
+        reached = await client.reach(url, "engine", timeout_s)  # its tries, its 401/403 message
     except ServerUnreachable:
         raise GymbenchError(
             f"cannot measure the engine at {public_url(root)}: {public_url(url)} gave no answer "
-            f"after {PREFLIGHT_TRIES} tries; is it running?"
+            f"in {PREFLIGHT_TRIES} tries of {timeout_s:g} s; is it running?"
         ) from None
     if reached.status != 200:
         return None
@@ -257,7 +259,8 @@ async def measure(
     began = time.perf_counter()
     assert settings.base_url is not None
     where = _where(settings.base_url)
-    say(f"reading the engine's slots and model from {where}/props and /v1/models (up to {PREFLIGHT_TRIES} tries each)")
+    reads = f"up to {PREFLIGHT_TRIES} tries of {facts_timeout_s(settings):g} s each"
+    say(f"reading the engine's slots and model from {where}/props and /v1/models ({reads})")
     facts = await _facts(settings)
     # The backend's requests go to the engine's /v1 with the model it serves, ignore_eos added.
     engine = dataclasses.replace(
@@ -296,7 +299,7 @@ async def first_answer(settings: CalibrateSettings, say: Callable[[str], None]) 
         async with load_backend(settings) as backend:
             endpoint, timeout_s = public_url(backend.url), settings.request_timeout_s
             say(f"waiting for a first answer from {endpoint} (up to {timeout_s:g} s, +request_timeout_s)")
-            request = GenerationRequest(0, 0, workload_params(settings.prompt_words, settings.output_tokens, "first"))
+            request = GenerationRequest(0, 0, workload_params(settings.prompt_words, settings.output_tokens))
             try:
                 await asyncio.wait_for(backend.generate(request), timeout_s)
             except (asyncio.TimeoutError, GenerationFailed) as exc:
@@ -318,6 +321,11 @@ def _no_first_answer(exc: BaseException, endpoint: str, settings: CalibrateSetti
     return f"the engine at {_where(str(settings.base_url))} refused a request: {exc.reason}"
 
 
+def facts_timeout_s(settings: CalibrateSettings) -> float:
+    """Each read of ``/props`` and ``/v1/models``: a reachability check's, or a request's if shorter."""
+    return min(REACH_TIMEOUT_S, settings.request_timeout_s)
+
+
 async def _facts(settings: CalibrateSettings) -> EngineFacts:
     """The engine's slots, context and model, read through the backend's client."""
     assert settings.base_url is not None
@@ -325,7 +333,9 @@ async def _facts(settings: CalibrateSettings) -> EngineFacts:
     where = _where(settings.base_url)
     try:
         await client.open(None)
-        return await read_facts(client, settings.base_url, settings.model, settings.engine_slots)
+        return await read_facts(
+            client, settings.base_url, settings.model, settings.engine_slots, facts_timeout_s(settings)
+        )
     except GymbenchError as exc:  # the client's own message names the URL, credentials and all
         raise GymbenchError(str(exc).replace(root_of(settings.base_url), where)) from None
     finally:
