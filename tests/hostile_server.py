@@ -41,7 +41,25 @@ RAW_MODES = (
     "status_garbage",  # a line that is not HTTP at all, then the key in a header-like line
 )
 MODES = HTTP_MODES + RAW_MODES
+"""The key-echo modes (every one is tried for a leaked key); the modes below echo nothing."""
+SHAPE_MODES = (
+    "props_settings_list",  # /props: default_generation_settings a list, not an object
+    "props_not_object",  # /props: a JSON list
+    "models_data_dict",  # /v1/models: data an object, not a list
+    "models_data_strings",  # /v1/models: data a list of model names, not of objects
+    "chat_list",  # the chat (and responses) endpoint answers [] with status 200
+)
+STALL_MODES = (
+    "props_stall",  # /props accepts the request and never answers
+    "models_stall",  # /v1/models never answers (/props does)
+    "chat_stall",  # the chat (and responses) endpoint never answers (/props and /v1/models do)
+)
+"""Wrong JSON shapes, and a hang at each stage of a calibration (llama.cpp's /props, the model
+list, the first request); /props answers as llama.cpp's in these modes and is absent in the others."""
+SERVED_MODES = MODES + SHAPE_MODES + STALL_MODES
 SENTINELS = web.AppKey("sentinels", list)
+STOPPING = web.AppKey("stopping", asyncio.Event)
+LLAMA_PROPS = {"total_slots": 2, "default_generation_settings": {"n_ctx": 512}, "build_info": "b0-hostile"}
 
 
 def _key(request: web.Request) -> str:
@@ -95,6 +113,8 @@ def _handlers(mode_of: Callable[[web.Request], str]) -> web.Application:
         mode, key = mode_of(request), _key(request)
         if mode == "unauthorized_401":
             return web.Response(status=401, text=f"invalid key {key}")
+        if mode in ("models_data_dict", "models_data_strings", "models_stall"):
+            return await _odd_models(request, mode)
         ids = [key, f"Bearer {key}"] if mode == "models_echo" else ["m"]
         return web.json_response({"object": "list", "data": [{"id": i, "object": "model"} for i in ids]})
 
@@ -108,9 +128,24 @@ def _handlers(mode_of: Callable[[web.Request], str]) -> web.Application:
         )
         return web.Response(text=text, content_type="text/plain")
 
+    async def props(request: web.Request) -> web.StreamResponse:
+        mode = mode_of(request)
+        if mode not in SHAPE_MODES + STALL_MODES:
+            raise web.HTTPNotFound()
+        if mode == "props_stall":
+            return await _never_answer(request)
+        if mode == "props_not_object":
+            return web.json_response([LLAMA_PROPS])
+        settings = [512] if mode == "props_settings_list" else LLAMA_PROPS["default_generation_settings"]
+        return web.json_response({**LLAMA_PROPS, "default_generation_settings": settings})
+
     async def generate(request: web.Request) -> web.StreamResponse:
         mode, key = mode_of(request), _key(request)
         await request.read()
+        if mode == "chat_stall":
+            return await _never_answer(request)
+        if mode == "chat_list":
+            return web.json_response([])
         error = {"error": {"message": f"Incorrect API key provided: {key}", "auth": f"Bearer {key}"}}
         if mode == "json_error_400":
             return web.json_response(error, status=400)
@@ -136,11 +171,25 @@ def _handlers(mode_of: Callable[[web.Request], str]) -> web.Application:
         return web.json_response(_answer(key, f"Here is your key: {key}" if mode == "answer_text" else None))
 
     app = web.Application()
+    app.router.add_get("/props", props)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/responses", generate)
     app.router.add_post("/v1/chat/completions", generate)
     return app
+
+
+async def _odd_models(request: web.Request, mode: str) -> web.StreamResponse:
+    if mode == "models_stall":
+        return await _never_answer(request)
+    data: object = {"m": {"id": "m"}} if mode == "models_data_dict" else ["m", "n"]
+    return web.json_response({"object": "list", "data": data})
+
+
+async def _never_answer(request: web.Request) -> web.StreamResponse:
+    """Hold the request until the server stops (then a 503 nobody is waiting for any more)."""
+    await request.app[STOPPING].wait()
+    return web.Response(status=503)
 
 
 async def _stream(request: web.Request, key: str) -> web.StreamResponse:
@@ -181,11 +230,12 @@ async def _serve(server: HostileServer, sentinels: list[str], ready: threading.E
     server.stop_event = asyncio.Event()
     app = _handlers(lambda request: by_port[request.transport.get_extra_info("sockname")[1]])  # type: ignore[union-attr]
     app[SENTINELS] = sentinels
+    app[STOPPING] = server.stop_event
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     by_port: dict[int, str] = {}
     raw_servers = []
-    for mode in HTTP_MODES:
+    for mode in HTTP_MODES + SHAPE_MODES + STALL_MODES:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]

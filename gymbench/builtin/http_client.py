@@ -37,6 +37,8 @@ from gymbench.types import GenerationFailed
 
 T = TypeVar("T")
 PREFLIGHT_TRIES = 3
+REACH_TIMEOUT_S = 10.0
+"""A reachability check's deadline for each of its tries, unless its caller gives one."""
 CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 PROBED_READS = 2
 """Socket reads of an answer whose event-loop lag is probed (after its headers: the first token's)."""
@@ -274,7 +276,7 @@ class RetryingClient:
             await self.session.close()
             self.session = None
 
-    async def reach(self, url: str, what: str | None = None) -> Reached:
+    async def reach(self, url: str, what: str | None = None, timeout_s: float = REACH_TIMEOUT_S) -> Reached:
         """GET ``url`` until something answers; fail in seconds with one clear line, not after
         every rollout has spent its retries. Any status will do (servers share no health route)
         except 401/403, which no retry fixes. Every reachability check of every built-in backend,
@@ -285,7 +287,7 @@ class RetryingClient:
             if retry:
                 await self.sleep(self.retry.delay(retry - 1, None, self._rng))
             try:
-                async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as answer:
+                async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as answer:
                     if answer.status in (401, 403):
                         raise GymbenchError(
                             f"{url} refused the credentials (HTTP {answer.status}); "

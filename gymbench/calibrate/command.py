@@ -7,6 +7,7 @@ a file, and none of the simulator's own settings apply to it.
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -69,11 +70,23 @@ class CalibrateSettings(OpenAISettings):
         return parse_concurrencies(self.concurrencies)
 
 
-CalibrateSettings = with_defaults(CalibrateSettings, api="chat", max_retries=1, backoff_base_s=0.0)  # type: ignore[misc]
+CalibrateSettings = with_defaults(  # type: ignore[misc]
+    CalibrateSettings,
+    {"request_timeout_s": "seconds a calibration request may take, the first one included (> 0)"},
+    api="chat",
+    max_retries=1,
+    backoff_base_s=0.0,
+    request_timeout_s=60.0,
+)
 """llama.cpp reports its per-request ``timings`` on chat completions: the calibration asks there
 unless told otherwise (``+api=responses``). One immediate retry: llama.cpp closes a connection after
 a streamed answer, and a pooled one reused just then fails before the request is sent; a request
-that fails twice counts as failed, and no backoff wait lands in a client's measured cycle."""
+that fails twice counts as failed, and no backoff wait lands in a client's measured cycle.
+
+60 s a request, not collect's 300: a request that takes longer than a load's longest window
+(``window_s`` doubled up to 8 times, 64 s by default) can never be measured, and a load waits for
+the requests it has in flight; an engine that stops answering is then found within a minute or two,
+not ten."""
 
 
 def parse_concurrencies(text: str | None) -> list[int] | None:
@@ -110,14 +123,15 @@ def calibrate(settings: CalibrateSettings, plugins: Plugins) -> int:
     from gymbench.sim.profile import write_profile
 
     assert settings.base_url is not None
-    check_writable_file(settings.output, "the profile", "output")
-    bar = _bar(settings, settings.passes * len(settings.points() or default_concurrencies(settings.engine_slots or 4)))
+    check_writable_file(settings.output, "profile", "+output")
+    phases = settings.passes * len(settings.points() or default_concurrencies(settings.engine_slots or 4))
+    progress = Progress(settings.progress, phases + 1)
     try:
         measured = asyncio.run(
-            measure(settings, on_phase=lambda label, _: _advance(bar, label), engines=plugins.engine_metrics())
+            measure(settings, on_phase=progress.phase, say=progress.say, engines=plugins.engine_metrics())
         )
     finally:
-        bar.close()
+        progress.close()
     sim, record = build_profile(
         measured,
         base_url=settings.base_url,
@@ -130,15 +144,29 @@ def calibrate(settings: CalibrateSettings, plugins: Plugins) -> int:
     return 0
 
 
-def _bar(settings: CalibrateSettings, points: int) -> tqdm[NoReturn]:
-    from tqdm import tqdm
+class Progress:
+    """The calibration's progress: a bar on a terminal, a line per phase elsewhere (a log, CI), and
+    before each wait on the engine, a line saying what it waits for; nothing with ``+progress=false``."""
 
-    return tqdm(total=points + 1, desc="calibrating", unit="phase", disable=None if settings.progress else True)
+    def __init__(self, shown: bool, phases: int) -> None:
+        from tqdm import tqdm
 
+        self.shown, self.phases, self.done = shown, phases, 0
+        self.bar: tqdm[NoReturn] = tqdm(total=phases, desc="calibrating", unit="phase", disable=None if shown else True)
 
-def _advance(bar: tqdm[NoReturn], label: str) -> None:
-    bar.set_postfix_str(label)
-    bar.update(1)
+    def say(self, text: str) -> None:
+        if self.shown:
+            self.bar.write(f"calibrate-sim: {text}", file=sys.stderr)
+
+    def phase(self, label: str, seconds: float) -> None:
+        self.done += 1
+        if self.bar.disable:  # no terminal: a line for each phase instead of the bar
+            self.say(f"{label} ({self.done} of {self.phases} phases)")
+        self.bar.set_postfix_str(label)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _summary(sim: dict[str, Any], record: dict[str, Any], path: str) -> None:

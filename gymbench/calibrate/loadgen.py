@@ -61,6 +61,8 @@ class LoadResult:
     """Output tokens the server reports generating inside the window (when its /metrics is read)."""
     started: float = 0.0
     """The window's start on the loop's clock."""
+    last_error: str | None = None
+    """The reason the last failed request gave (a load where nothing finished says it)."""
 
     @property
     def completed(self) -> int:
@@ -178,8 +180,8 @@ async def closed_loop(
             sent = loop.time()
             try:
                 generation: Generation | None = await backend.generate(request)
-            except GenerationFailed:
-                generation = None
+            except GenerationFailed as exc:
+                generation, result.last_error = None, exc.reason
                 await asyncio.sleep(ERROR_PAUSE_S)
             done = loop.time()
             if start <= done < stop:

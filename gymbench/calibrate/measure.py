@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from gymbench.builtin.http_client import PREFLIGHT_TRIES, RetryingClient
+from gymbench.builtin.http_client import PREFLIGHT_TRIES, REACH_TIMEOUT_S, RetryingClient
 from gymbench.calibrate.loadgen import (
     Answer,
     LoadResult,
@@ -48,6 +48,7 @@ from gymbench.calibrate.loadgen import (
 )
 from gymbench.engine_metrics import EngineMetrics
 from gymbench.errors import GymbenchError, ServerUnreachable
+from gymbench.sim.profile import public_url
 from gymbench.types import GenerationFailed, GenerationRequest
 
 if TYPE_CHECKING:
@@ -101,48 +102,106 @@ def root_of(base_url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-async def read_facts(client: RetryingClient, base_url: str, model: str | None, slots: int | None) -> EngineFacts:
-    root = root_of(base_url)
-    props = await _get_json(client, f"{root}/props")
-    found_slots = props.get("total_slots") if props else None
-    if slots is None and not isinstance(found_slots, int):
-        from gymbench.sim.profile import public_url
+async def read_facts(
+    client: RetryingClient, base_url: str, model: str | None, slots: int | None, timeout_s: float = REACH_TIMEOUT_S
+) -> EngineFacts:
+    """The engine's slots and context from ``/props`` and its model from ``/v1/models``.
 
+    An endpoint that is missing (or answers something that is not JSON) is read as absent: another
+    OpenAI-compatible server has no ``/props``. One that answers JSON of another shape than
+    llama.cpp's is refused, naming the URL and the shape expected: read loosely, a wrong slot count
+    or model would be fitted and written into a profile without a word."""
+    root = root_of(base_url)
+    props = await _get_json(client, root, "/props", timeout_s)
+    found_slots, context = _props_facts(props, f"{public_url(root)}/props")
+    if slots is None and found_slots is None:
         raise GymbenchError(
             f"{public_url(root)}/props gives no total_slots (not a llama.cpp server, or --props is off); "
             "give the engine's slot count (max running sequences) as +engine_slots=N"
         )
-    settings = (props or {}).get("default_generation_settings")
-    settings = settings if isinstance(settings, dict) else {}  # a list here was an AttributeError
-    context = settings.get("n_ctx") if isinstance(settings.get("n_ctx"), int) else None
     if model is None:
-        listing = await _get_json(client, f"{root}/v1/models") or {}
-        data = listing.get("data")  # a dict or a list of strings here were a KeyError or an AttributeError
-        first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
-        model = str(first.get("id") or "model")
-    build = (props or {}).get("build_info")
-    engine = f"llama.cpp {build}" if build else ("llama.cpp" if props else "unknown OpenAI-compatible engine")
+        model = _served_model(await _get_json(client, root, "/v1/models", timeout_s), f"{public_url(root)}/v1/models")
+    build = props.get("build_info") if isinstance(props, dict) else None
+    unknown = "llama.cpp" if props is not None else "unknown OpenAI-compatible engine"
+    engine = f"llama.cpp {build}" if build else unknown
     count = slots if slots is not None else int(found_slots or 0)
     return EngineFacts(root, model, count, context, engine)
 
 
-async def _get_json(client: RetryingClient, url: str) -> dict[str, Any] | None:
-    """The JSON object at ``url``; None when the server has no such endpoint (one that does not
-    answer at all is raised: the engine is not there)."""
-    reached = await client.reach(url, "engine")  # its tries, its 401/403 message
+PROPS_SHAPE = 'a JSON object such as {"total_slots": 4, "default_generation_settings": {"n_ctx": 4096}}'
+MODELS_SHAPE = 'a JSON object such as {"data": [{"id": "MODEL"}]}'
+
+
+def _props_facts(props: object, url: str) -> tuple[int | None, int | None]:
+    """``total_slots`` and ``default_generation_settings.n_ctx`` from llama.cpp's ``/props``
+    (None: no ``/props``, or it does not give them)."""
+    if props is None:
+        return None, None
+    settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+    settings = {} if isinstance(props, dict) and settings is None else settings
+    if not isinstance(props, dict) or not isinstance(settings, dict):
+        got = f"default_generation_settings as {json_shape(settings)}" if isinstance(props, dict) else json_shape(props)
+        raise GymbenchError(f"{url}: expected {PROPS_SHAPE}, got {got}; is this a llama.cpp server?")
+    slots, context = props.get("total_slots"), settings.get("n_ctx")
+    for name, value in (("total_slots", slots), ("default_generation_settings.n_ctx", context)):
+        if value is not None and not _count(value):
+            raise GymbenchError(f"{url}: expected {name} a whole number above 0, got {json_shape(value)}; "
+                                "is this a llama.cpp server?")  # fmt: skip
+    return slots, context
+
+
+def _served_model(listing: object, url: str) -> str:
+    """The first model ``/v1/models`` lists; ``model`` where the server has no such endpoint or
+    lists none (llama.cpp answers to any name)."""
+    if listing is None:
+        return "model"
+    data = listing.get("data") if isinstance(listing, dict) else None
+    first = data[0] if isinstance(data, list) and data else {}
+    if not isinstance(data, list) or not isinstance(first, dict) or not isinstance(first.get("id", ""), str):
+        got = f"data as {json_shape(data)}" if isinstance(listing, dict) else json_shape(listing)
+        raise GymbenchError(f"{url}: expected {MODELS_SHAPE}, got {got}; give the served model as +model=NAME")
+    return str(first.get("id") or "model")
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def json_shape(value: object) -> str:
+    """What a JSON value is, in words, for a message (never its text: a server may echo a key)."""
+    if isinstance(value, list):
+        kinds = sorted({f"{_kind(item)}s" for item in value})
+        return f"a list of {' and '.join(kinds)}" if kinds else "an empty list"
+    kind = _kind(value)
+    return kind if kind == "null" else f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
+def _kind(value: object) -> str:
+    kinds = {dict: "object", list: "list", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
+async def _get_json(client: RetryingClient, root: str, path: str, timeout_s: float) -> object:
+    """The JSON at ``root + path``; None when the server has no such endpoint or answers it with no JSON (one
+    that does not answer at all is raised: the engine is not there)."""
+    url = root + path
+    try:
+        reached = await client.reach(url, "engine", timeout_s)  # its tries, its 401/403 message
+    except ServerUnreachable:
+        raise GymbenchError(
+            f"cannot measure the engine at {public_url(root)}: {public_url(url)} gave no answer "
+            f"in {PREFLIGHT_TRIES} tries of {timeout_s:g} s; is it running?"
+        ) from None
     if reached.status != 200:
         return None
     try:
-        data = orjson.loads(reached.body)
+        return orjson.loads(reached.body)
     except ValueError:
         return None
-    return data if isinstance(data, dict) else None
 
 
 def _where(base_url: str) -> str:
     """The engine's root URL without credentials, for messages."""
-    from gymbench.sim.profile import public_url
-
     return public_url(root_of(base_url))
 
 
@@ -191,18 +250,23 @@ async def measure(
     *,
     on_phase: Callable[[str, float], None] = lambda label, seconds: None,
     engines: Sequence[EngineMetrics],
+    say: Callable[[str], None] = lambda text: None,
 ) -> Measurements:
-    """All three phases against the engine ``settings`` name; ``on_phase(label, seconds)`` after each step (a bar).
+    """All three phases against the engine ``settings`` name; ``on_phase(label, seconds)`` after each
+    step (a bar); ``say(text)`` before each wait that is no step: what it waits for, and how long.
 
     The loads are measured ``settings.passes`` times, every other pass in reverse order (ABBA)."""
     began = time.perf_counter()
     assert settings.base_url is not None
     where = _where(settings.base_url)
+    reads = f"up to {PREFLIGHT_TRIES} tries of {facts_timeout_s(settings):g} s each"
+    say(f"reading the engine's slots and model from {where}/props and /v1/models ({reads})")
     facts = await _facts(settings)
     # The backend's requests go to the engine's /v1 with the model it serves, ignore_eos added.
     engine = dataclasses.replace(
         settings, base_url=f"{facts.root_url}/v1", model=facts.model, extra_body={**IGNORE_EOS, **settings.extra_body}
     )
+    await first_answer(engine, say)
     try:
         # The closed loops come before the prefill phase: after prefill requests that skip the prompt
         # cache (``cache_prompt: false``), llama.cpp served the next two identical requests one at a
@@ -219,6 +283,49 @@ async def measure(
                         settings.output_tokens)  # fmt: skip
 
 
+EXPECTED_ANSWER = {
+    "chat": "a chat completion (a JSON object with choices)",
+    "responses": "a Responses API answer (a JSON object with output)",
+}
+
+
+async def first_answer(settings: CalibrateSettings, say: Callable[[str], None]) -> None:
+    """One request of the workload, within ``request_timeout_s``, before any load.
+
+    An engine whose chat endpoint never answers (or answers what no reader can read) is found
+    here, in one line naming the endpoint, not in a load whose every client waits on it: a load
+    waits for the requests it has in flight, retries included, before the next load starts."""
+    try:
+        async with load_backend(settings) as backend:
+            endpoint, timeout_s = public_url(backend.url), settings.request_timeout_s
+            say(f"waiting for a first answer from {endpoint} (up to {timeout_s:g} s, +request_timeout_s)")
+            request = GenerationRequest(0, 0, workload_params(settings.prompt_words, settings.output_tokens))
+            try:
+                await asyncio.wait_for(backend.generate(request), timeout_s)
+            except (asyncio.TimeoutError, GenerationFailed) as exc:
+                raise GymbenchError(_no_first_answer(exc, endpoint, settings)) from None
+    except ServerUnreachable:  # its message holds the URL as given, credentials and all
+        where = _where(str(settings.base_url))
+        raise GymbenchError(f"cannot measure the engine at {where}: it stopped answering; is it running?") from None
+
+
+def _no_first_answer(exc: BaseException, endpoint: str, settings: CalibrateSettings) -> str:
+    kind = exc.kind if isinstance(exc, GenerationFailed) else "timeout"
+    if kind == "timeout":
+        return (f"{endpoint} gave no answer within {settings.request_timeout_s:g} s: is the engine answering? "
+                "raise +request_timeout_s for a slow one")  # fmt: skip
+    assert isinstance(exc, GenerationFailed)
+    if kind == "invalid_response":
+        return (f"{endpoint}: expected {EXPECTED_ANSWER[settings.api]}, got an answer the openai backend cannot "
+                f"read ({exc.reason}); is this the engine's OpenAI-compatible API?")  # fmt: skip
+    return f"the engine at {_where(str(settings.base_url))} refused a request: {exc.reason}"
+
+
+def facts_timeout_s(settings: CalibrateSettings) -> float:
+    """Each read of ``/props`` and ``/v1/models``: a reachability check's, or a request's if shorter."""
+    return min(REACH_TIMEOUT_S, settings.request_timeout_s)
+
+
 async def _facts(settings: CalibrateSettings) -> EngineFacts:
     """The engine's slots, context and model, read through the backend's client."""
     assert settings.base_url is not None
@@ -226,11 +333,9 @@ async def _facts(settings: CalibrateSettings) -> EngineFacts:
     where = _where(settings.base_url)
     try:
         await client.open(None)
-        return await read_facts(client, settings.base_url, settings.model, settings.engine_slots)
-    except ServerUnreachable:
-        raise GymbenchError(
-            f"cannot measure the engine at {where}: no answer after {PREFLIGHT_TRIES} tries; is it running?"
-        ) from None
+        return await read_facts(
+            client, settings.base_url, settings.model, settings.engine_slots, facts_timeout_s(settings)
+        )
     except GymbenchError as exc:  # the client's own message names the URL, credentials and all
         raise GymbenchError(str(exc).replace(root_of(settings.base_url), where)) from None
     finally:
@@ -262,7 +367,8 @@ async def _measure_loads(
                 window *= 2  # a slow engine (or a busy machine): the window waits for work
                 point = await closed_loop(backend, params, p, window, warmup_s)
             if not point.answers:
-                raise GymbenchError(f"no request finished at p={p} in {window:g} s ({point.errors} failed): "
+                last = f"; the last failure: {point.last_error}" if point.last_error else ""
+                raise GymbenchError(f"no request finished at p={p} in {window:g} s ({point.errors} failed{last}): "
                                     "is the engine answering? raise +window_s for a slow one")  # fmt: skip
             readings[p].append(point)
             on_phase(f"p={p}: {point.requests_per_s:.2f} req/s", warmup_s + window_s)

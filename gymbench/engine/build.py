@@ -163,7 +163,9 @@ def _build_lock(path: Path) -> Iterator[None]:
 
 def _compile(work: Path, log: Path, progress: Progress | None) -> Path:
     """Download, extract, configure and build in ``work``; every command's output goes to ``log``."""
-    env = {**os.environ, "PATH": _tool_path()}
+    from gymbench.engine.server import without_secrets
+
+    env = {**without_secrets(dict(os.environ)), "PATH": _tool_path()}
     with open(log, "wb") as out:
         _step(
             "downloading the llama-cpp-python sdist",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from gymbench.engine.build import SERVER_ENV
 from gymbench.engine.model import MODEL_SIZES
-from gymbench.engine.server import HTTP_THREADS
+from gymbench.engine.server import HTTP_THREADS, READY_TIMEOUT_S
 from gymbench.settings import ServerAddress, doc
 
 if TYPE_CHECKING:
@@ -47,6 +47,10 @@ class EngineSettings(ServerAddress):
             "HTTP threads (llama-server --threads-http); fewer than the client's connections stall requests up to 5 s"
         ),
     )
+    ready_timeout_s: float = field(
+        default=READY_TIMEOUT_S,
+        metadata=doc("seconds to wait for the server's /health to say ok (loading the model) before giving up"),
+    )
     build_only: bool = field(default=False, metadata=doc("build (or find) llama-server, print its path and exit"))
     server_binary: str | None = field(
         default=None,
@@ -54,7 +58,7 @@ class EngineSettings(ServerAddress):
     )
 
     def __post_init__(self) -> None:
-        from gymbench.settings import at_least, one_of, require
+        from gymbench.settings import at_least, one_of, positive_finite, require
 
         super().__post_init__()  # host, port
         if self.engine is not None:
@@ -65,6 +69,7 @@ class EngineSettings(ServerAddress):
         at_least("context", self.context, 64)
         at_least("max_tokens", self.max_tokens, 1)
         at_least("http_threads", self.http_threads, 1)
+        positive_finite("ready_timeout_s", self.ready_timeout_s)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -100,7 +105,7 @@ def serve(binary: Path, model: Path, settings: EngineSettings) -> int:
     server = start_llama_server(
         binary, model, slots=settings.slots, threads=settings.threads, port=settings.port, host=settings.host,
         context=settings.context, max_tokens=settings.max_tokens,
-        http_threads=settings.http_threads,
+        http_threads=settings.http_threads, ready_timeout_s=settings.ready_timeout_s,
     )  # fmt: skip
     # SIGTERM (kill, a CI runner's cancel) leaves through the with block, which stops the server,
     # as Ctrl-C does; exit status 143 is the shell's for a SIGTERM.

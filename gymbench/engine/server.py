@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -25,6 +27,9 @@ from gymbench.errors import GymbenchError
 MODEL_ALIAS = "gymbench-tiny"
 """The model name the server answers to (``+model=...``), whatever the file is called."""
 READY_TIMEOUT_S = 180.0
+READY_REPORTS = 6
+"""Lines said while waiting for ``/health`` (one each 30 s of the default 180 s): a slow model load
+is not a hang, and a wait that will end in an error says so before it does."""
 HTTP_THREADS = 256
 """llama-server --threads-http: above any parallelism a tune tries (see server_command)."""
 
@@ -208,28 +213,51 @@ would change the server the command line describes."""
 _DEVICE_CHOICE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES")
 
 
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+"""A variable whose name says it holds a secret is given to no child process, whatever else it is."""
+
+
 def server_environment() -> dict[str, str]:
-    return {
-        name: value
-        for name, value in os.environ.items()
-        if name in SERVER_ENV_KEPT or name in _DEVICE_CHOICE or name.startswith("LC_")
-    }
+    kept = SERVER_ENV_KEPT + _DEVICE_CHOICE
+    chosen = {name: value for name, value in os.environ.items() if name in kept or name.startswith("LC_")}
+    return without_secrets(chosen)
 
 
-def wait_until_ready(server: LlamaServer, timeout_s: float) -> None:
-    """Poll ``/health`` (503 while the model loads, 200 once it serves) until ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def without_secrets(environ: dict[str, str]) -> dict[str, str]:
+    """``environ`` less the variables named like secrets (the build's tools need the rest: a proxy,
+    pip's index, the compiler's flags)."""
+    return {name: value for name, value in environ.items() if not SECRET_NAME.search(name)}
+
+
+def wait_until_ready(
+    server: LlamaServer,
+    timeout_s: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    say: Callable[[str], None] = lambda text: print(f"gymbench: {text}", file=sys.stderr),
+) -> None:
+    """Poll ``/health`` (503 while the model loads, 200 once it serves) until ``timeout_s``, saying
+    how long it has waited now and then (``clock`` and ``sleep``: a test's simulated time)."""
+    url = server.root_url + "/health"
+    started = clock()
+    every = max(timeout_s / READY_REPORTS, min(30.0, timeout_s / 2))
+    reported = 0
+    while (waited := clock() - started) < timeout_s:
         status = server.process.poll()
         if status is not None:
             raise GymbenchError(
                 f"llama-server exited with status {status} before it was ready; its last lines: {server.log_tail()}"
             )
-        if _healthy(server.root_url + "/health"):
+        if _healthy(url):
             return
-        time.sleep(0.2)
+        if waited >= every * (reported + 1):
+            reported = int(waited // every)
+            say(f"still waiting for {url} ({waited:.0f} s of {timeout_s:g} s; the model may still be loading)")
+        sleep(0.2)
     raise GymbenchError(
-        f"llama-server on port {server.port} was not ready after {timeout_s:.0f} s; its last lines: {server.log_tail()}"
+        f"llama-server was not ready after {timeout_s:g} s: {url} never answered ok (is the binary listening "
+        f"elsewhere? it was given --host {server.host} --port {server.port}); its last lines: {server.log_tail()}"
     )
 
 
