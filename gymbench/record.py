@@ -237,8 +237,8 @@ _NOT_A_FILE = {
     stat.S_IFDIR: "a directory",
     stat.S_IFIFO: "a FIFO (a named pipe, or <(...))",
     stat.S_IFSOCK: "a socket",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
 }
 
 
@@ -255,7 +255,7 @@ def refuse_irregular_file(path: str | os.PathLike[str], what: str) -> None:
         return
     kind = _NOT_A_FILE.get(stat.S_IFMT(mode), "not a regular file")
     raise ResultsFileError(
-        f"{path}: {kind}, not a {what} file; pass a regular file (save what a pipe writes to a file first)"
+        f"{path}: is {kind}, not a {what} file; pass a regular file (save what a pipe writes to a file first)"
     )
 
 

@@ -128,9 +128,9 @@ COMPARE_OPTIONS: list[tuple[str, list[str], tuple[int, ...], str]] = [
     ("load-shift-uncalibrated", ["BASE", "CAND", "--fail-on", "regression"], (0,), ""),
     # issue 41: no regular file (a FIFO blocked: --calibration forever, a record 30 s), a benchmark twice
     *[(f"{side}-{name}", words, INPUT_ERROR, said)
-      for name, token, said in (("fifo-json", "FIFOJSON", "a FIFO"), ("fifo", "BAREFIFO", "a FIFO"),
-                                ("socket", "SOCKET", "a socket"), ("dev-zero", "DEVZERO", "a character device"),
-                                ("dev-null", "DEVNULL", "a character device"), ("twice", "TWICE", "listed twice"))
+      for name, token, said in (("fifo-json", "FIFOJSON", "is a FIFO"), ("fifo", "BAREFIFO", "is a FIFO"),
+                                ("socket", "SOCKET", "is a socket"), ("dev-zero", "DEVZERO", "is a device"),
+                                ("dev-null", "DEVNULL", "is a device"), ("twice", "TWICE", "listed twice"))
       for side, words in (("baseline", [token, "CAND"]), ("candidate", ["BASE", token]),
                           ("calibration", ["BASE", "CAND", "--calibration", token]))
       if not (token == "TWICE" and side == "calibration")],

@@ -87,7 +87,7 @@ def special_file(tmp_path: Path, kind: str) -> Path:
     return path
 
 
-SAID = {"fifo.json": "a FIFO", "fifo": "a FIFO", "socket": "a socket", "device": "a character device"}
+SAID = {"fifo.json": "is a FIFO", "fifo": "is a FIFO", "socket": "is a socket", "device": "is a device"}
 
 
 @pytest.mark.parametrize("kind", ["fifo.json", "fifo", "socket", "device"])
