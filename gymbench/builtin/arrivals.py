@@ -51,7 +51,8 @@ run sat silent; times in milliseconds given as seconds land here too."""
 def read_trace(path: Path, time_scale: float = 1.0) -> list[float]:
     """Arrival times in seconds from the start, from a file with one per line: a number of seconds,
     or a JSON object with ``timestamp_s`` (seconds) or ``timestamp`` (milliseconds, as AIPerf's
-    fixed schedules have it). Times must not go backwards; the first arrival is at its own time."""
+    fixed schedules have it). Times must not go backwards (a repeated time is simultaneous arrivals);
+    the first arrival is at its own time."""
     from gymbench.jsonio import read_capped
 
     try:  # capped, a device refused, a FIFO with a deadline: as every file gymbench reads whole

@@ -7,7 +7,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from gymbench.errors import GymbenchError
 from gymbench.types import JSONObject
@@ -144,58 +144,114 @@ def _whole_number_keys(curve: Mapping[Any, float]) -> dict[Any, float]:
     return {int(key) if isinstance(key, str) and key.strip().isdigit() else key: value for key, value in curve.items()}
 
 
-STEP_LIMITS_S = {"step_base_s": 60.0, "step_per_seq_s": 10.0, "prefill_per_token_s": 1.0}
-"""The longest a simulated step, its share per sequence and a prompt token may take: far above any
-engine (a decode step takes milliseconds), far below a simulator that never answers. A profile with
-``step_base_s: 1.0e308`` was accepted and the collect against it ignored Ctrl-C."""
+MAX_TOKENS = 1_000_000
+"""The most tokens a sequence, a prompt batch or an output may have: a million, past every model's
+context today. The simulator builds each answer's tokens when the request comes, so an output of
+1e8 tokens held its server's event loop for minutes (no answer, no ``/metrics``, Ctrl-C ignored)."""
+MAX_REQUESTS = 10_000_000
+"""The most requests a queue (``max_waiting``, ``collapse_threshold``) may count: ten million."""
+
+
+class Range(NamedTuple):
+    """Where a setting makes physical sense, inclusive at both ends; ``unit`` follows each number
+    in the message (``" s"``, ``" tokens"``)."""
+
+    low: float
+    high: float
+    unit: str = ""
+    what: str = ""
+    """What the number is, when the name does not say (``"a share"``, ``"a factor"``)."""
+
+
+RANGES: dict[str, Range] = {
+    "seed": Range(-(2**63), 2**64 - 1),
+    "max_num_seqs": Range(1, 1_000_000, " sequences"),
+    "step_base_s": Range(0, 60.0, " s"),
+    "step_per_seq_s": Range(0, 10.0, " s"),
+    "prefill_per_token_s": Range(0, 1.0, " s"),
+    "max_num_batched_tokens": Range(1, 10 * MAX_TOKENS, " tokens"),
+    "max_waiting": Range(0, MAX_REQUESTS, " requests"),
+    "kv_cache_tokens": Range(1, 1_000 * MAX_TOKENS, " tokens"),
+    "output_tokens_mean": Range(1, MAX_TOKENS, " tokens"),
+    "max_output_tokens": Range(1, MAX_TOKENS, " tokens"),
+    "answer_accuracy": Range(0, 1),
+    "tool_call_rate": Range(0, 1),
+    "rpm_limit": Range(1, 1_000_000_000, " requests/min"),
+    "tpm_limit": Range(1, 1_000_000_000_000, " tokens/min"),
+    "error_rate": Range(0, 1),
+    "hang_rate": Range(0, 1),
+    "reset_rate": Range(0, 1),
+    "warmup_s": Range(0, 3600.0, " s"),
+    "warmup_slowdown": Range(1, 100.0, what="a step-time factor"),
+    "speed_drift": Range(0, 0.9, what="a share of the speed"),
+    "speed_drift_period_s": Range(1.0, 86_400.0, " s"),
+    "collapse_threshold": Range(0, MAX_REQUESTS, " requests"),
+    "collapse_slope": Range(0, 1_000.0, what="a step-time factor"),
+}
+"""Every numeric simulator setting's range, checked once where a configuration is made (a profile,
+a preset, ``+sim.*``, ``sim-server``'s settings). A step of a minute is far above any engine (a
+decode step takes milliseconds) and far below a simulator that never answers: a profile with
+``step_base_s: 1.0e308`` was accepted and the collect against it ignored Ctrl-C. The multipliers
+(warm-up, drift, collapse) are bounded too, so every step the engine sleeps is finite."""
+STEP_LIMITS_S = {name: RANGES[name].high for name in ("step_base_s", "step_per_seq_s", "prefill_per_token_s")}
+
+
+def _shown(value: float) -> str:
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) < 10**15 else f"a {len(str(abs(value)))}-digit number"
+    return f"{value:g}"
+
+
+def _out_of_range(name: str, value: Any) -> str | None:
+    """The problem with a numeric setting's value, or ``None`` (unset, or within :data:`RANGES`)."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    low, high, unit, what = RANGES[name]
+    if not math.isfinite(value):
+        return f"{name} must be a finite number, got {value}"
+    if low <= value <= high:
+        return None
+    span = f"{what + ' ' if what else ''}from {_shown(low)} to {_shown(high)}{unit}"
+    if value < low == 0:
+        head = "must not be negative"
+    else:
+        head = f"must be at least {_shown(low)}{unit}" if value < low else f"must be at most {_shown(high)}{unit}"
+    return f"{name} {head}, got {_shown(value)} ({span})"
 
 
 def _problems(config: SimConfig) -> list[str]:
     found = [
         f"{field.name} must be a finite number, got {getattr(config, field.name)}"
         for field in dataclasses.fields(config)
-        if isinstance(getattr(config, field.name), float) and not math.isfinite(getattr(config, field.name))
+        if field.name not in RANGES
+        and isinstance(getattr(config, field.name), float)
+        and not math.isfinite(getattr(config, field.name))
     ]
-    positive = ("max_num_seqs", "max_num_batched_tokens", "output_tokens_mean", "max_output_tokens")
-    for name in positive:
-        if getattr(config, name) < 1:
-            found.append(f"{name} must be at least 1, got {getattr(config, name)}")
-    for name in ("step_base_s", "step_per_seq_s", "prefill_per_token_s", "warmup_s"):
-        if getattr(config, name) < 0:
-            found.append(f"{name} must not be negative, got {getattr(config, name)}")
-    for running, seconds in config.step_curve_s.items():
-        if not isinstance(running, int) or running < 1:
-            found.append(f"step_curve_s: running sequences must be whole numbers from 1, got {running!r}")
-        elif not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
-            found.append(f"step_curve_s[{running}] must be a finite non-negative number of seconds, got {seconds!r}")
-    for name, most in STEP_LIMITS_S.items():
-        value = getattr(config, name)
-        if math.isfinite(value) and value > most:
-            found.append(f"{name} must be at most {most:g} s, got {value:g}")
-    if any(isinstance(seconds, (int, float)) and seconds > STEP_LIMITS_S["step_base_s"]
-           for seconds in config.step_curve_s.values()):  # fmt: skip
-        found.append(f"step_curve_s: a step must take at most {STEP_LIMITS_S['step_base_s']:g} s")
+    found += [problem for name in RANGES if (problem := _out_of_range(name, getattr(config, name, None)))]
+    found += _curve_problems(config.step_curve_s)
     if not all(isinstance(name, str) and name for name in config.served_models):
         found.append(f"model and model_aliases must be non-empty names, got {list(config.served_models)}")
-    for name in ("answer_accuracy", "tool_call_rate", "error_rate", "hang_rate", "reset_rate"):
-        if not 0 <= getattr(config, name) <= 1:
-            found.append(f"{name} must be between 0 and 1, got {getattr(config, name)}")
     if config.error_rate + config.hang_rate + config.reset_rate > 1:
         found.append("error_rate + hang_rate + reset_rate must not exceed 1")
-    for name in ("max_waiting", "kv_cache_tokens", "collapse_threshold", "rpm_limit", "tpm_limit"):
-        value = getattr(config, name)
-        if value is not None and value < (0 if name in ("max_waiting", "collapse_threshold") else 1):
-            found.append(f"{name} must be positive (or unset), got {value}")
     if config.output_tokens_dist not in OUTPUT_DISTRIBUTIONS:
         found.append(
             f"output_tokens_dist must be one of {', '.join(OUTPUT_DISTRIBUTIONS)}, got {config.output_tokens_dist!r}"
         )
-    if not 0 <= config.speed_drift < 1:
-        found.append(f"speed_drift must be a share in [0, 1), got {config.speed_drift}")
-    if config.speed_drift_period_s <= 0:
-        found.append(f"speed_drift_period_s must be positive, got {config.speed_drift_period_s}")
-    if config.warmup_slowdown < 1:
-        found.append(f"warmup_slowdown must be at least 1, got {config.warmup_slowdown}")
+    return found
+
+
+def _curve_problems(curve: Mapping[Any, Any]) -> list[str]:
+    """``step_curve_s``'s points: running sequences as ``max_num_seqs`` may be, a step as ``step_base_s``."""
+    most_running, most_s = RANGES["max_num_seqs"].high, RANGES["step_base_s"].high
+    found = []
+    for running, seconds in curve.items():
+        if isinstance(running, bool) or not isinstance(running, int) or not 1 <= running <= most_running:
+            found.append(
+                f"step_curve_s: running sequences must be whole numbers from 1 to {_shown(most_running)}, "
+                f"got {running!r}"
+            )
+        elif isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= most_s:
+            found.append(f"step_curve_s[{running}]: a step must take from 0 to at most {most_s:g} s, got {seconds!r}")
     return found
 
 

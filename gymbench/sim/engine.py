@@ -128,9 +128,10 @@ class Engine:
             prefilled = self._admit_and_prefill()
             duration = self._step_cost(prefilled, step_start)
             deadline = step_start + duration
-            delay = deadline - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            # Every step yields, even one with nothing to wait for (free decode steps, or catching
+            # up): a run of them held the loop, so the server answered nothing, /metrics included,
+            # and Ctrl-C waited, until the last token of the longest answer.
+            await asyncio.sleep(max(0.0, deadline - loop.time()))
             self.stats.busy_s += duration
             self._emit_tokens(loop.time())
             step_start = deadline

@@ -29,6 +29,12 @@ READY_PREFIX = "GYMBENCH_SIM_READY"
 PARENT_POLL_S = 0.5
 
 
+STOP_GRACE_S = 2.0
+"""How long answers in flight may finish once the server is told to stop (Ctrl-C, SIGTERM) before
+they are cut: aiohttp's default waited a minute, so a server in a minute-long simulated step took a
+minute to stop after Ctrl-C, and a second Ctrl-C was a traceback."""
+
+
 async def serve(
     config: SimConfig,
     host: str,
@@ -36,7 +42,9 @@ async def serve(
     on_ready: Callable[[int], None],
     stop: asyncio.Event,
 ) -> None:
-    runner = web.AppRunner(SimServer(config).app(), access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        SimServer(config).app(), access_log=None, handle_signals=False, shutdown_timeout=STOP_GRACE_S
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=8192, reuse_address=True)
     await site.start()
