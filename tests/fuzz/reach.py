@@ -413,6 +413,32 @@ HOSTILE_FILES: dict[str, FileMaker] = {
 
 # --------------------------------------------------------------------------- defects known today
 
-KNOWN_DEFECTS: dict[str, str] = {
-    # case-id prefix -> the defect (issue 41); remove a row when the branch that fixes it is merged
+FIXED_ELSEWHERE = "fixed on another branch"
+OPEN = "open: found by the generated sweep, not fixed on this branch"
+KNOWN_DEFECTS: dict[str, tuple[str, str]] = {
+    # case-id prefix -> (the defect, where it stands); remove a row once the fix is merged
+    "setting/calibrate:results_dir:name-too-long": ("the store's glob raises OSError (name too long)", OPEN),
+    "setting/report:results_dir:name-too-long": ("the store's glob raises OSError (name too long)", OPEN),
+    "setting/report:baseline:huge": ("jsonio.same_file raises OSError for a 5,000-character name", OPEN),
+    "setting/report:candidate:huge": ("jsonio.same_file raises OSError for a 5,000-character name", OPEN),
+    "setting/merge-rollouts:files:nested": ("a list inside +files reaches os.path as a list: TypeError", OPEN),
+    "setting/timings:output:missing": ("timings -o DIR/missing/x.json leaves DIR/missing behind", OPEN),
+    "setting/tune:save_results:number": ("tune refused for a missing input still leaves ./results", OPEN),
+    "setting/diagnose:save_results:number": ("diagnose refused for a missing input still leaves ./results", OPEN),
+    "reader/gymbench.gate.store:read_json:device": ("a calibration read whole: /dev/zero is a MemoryError", OPEN),
+    "reader/gymbench.gate.store:load_calibration:device": (
+        "a calibration read whole: /dev/zero is a MemoryError",
+        OPEN,
+    ),
+    "reader/gymbench.builtin.arrivals:read_trace:deep": ("a trace line of 100,000 '[': RecursionError", OPEN),
 }
+"""The one table of generated cases that fail today: each is marked ``xfail(strict=False)`` with
+``issue 41: <defect>, <where it stands>``."""
+
+
+def known_defect(case_id: str) -> str | None:
+    """The xfail reason of a case that fails today, or None."""
+    for prefix, (defect, where) in KNOWN_DEFECTS.items():
+        if case_id.startswith(prefix):
+            return f"issue 41: {defect}, {where}"
+    return None

@@ -24,8 +24,8 @@ import pytest
 from ..hostile_server import MODES, STAGE_MODES, HostileServer, start_hostile_server, start_stage_server
 from .bad_tasks import GOOD
 from .cases import Env
-from .contract import HANG_S, ContractCase, run_contract, tally
-from .reach import KNOWN_DEFECTS, PACKAGE, SECRET
+from .contract import HANG_S, ContractCase, as_params, run_contract, tally
+from .reach import PACKAGE, SECRET
 
 FULL = os.environ.get("GYMBENCH_FUZZ_FULL") == "1"
 KEY_ENV = ("GYMBENCH_FUZZ_KEY", SECRET)
@@ -169,17 +169,6 @@ def sampled(cases: list[ContractCase], seed: int = 41) -> list[ContractCase]:
 CASES = client_cases()
 
 
-def params(cases: list[ContractCase]) -> list[object]:
-    found = []
-    for case in cases:
-        defect = next((text for prefix, text in KNOWN_DEFECTS.items() if case.id.startswith(prefix)), None)
-        marks = (
-            [pytest.mark.xfail(strict=False, reason=f"issue 41: {defect}, fixed on another branch")] if defect else []
-        )
-        found.append(pytest.param(case, id=case.id, marks=marks))
-    return found
-
-
 def check(
     case: ContractCase,
     tmp_path: Path,
@@ -194,7 +183,7 @@ def check(
     assert not result.problems, f"{case.id}: {result.summary()}"
 
 
-@pytest.mark.parametrize("case", params(sampled(CASES)))
+@pytest.mark.parametrize("case", as_params(sampled(CASES)))
 def test_a_sample_of_client_paths_against_hostile_servers(
     case: ContractCase,
     tmp_path: Path,
@@ -208,7 +197,7 @@ def test_a_sample_of_client_paths_against_hostile_servers(
 
 @pytest.mark.slow
 @pytest.mark.skipif(not FULL, reason="the full client-path grid: GYMBENCH_FUZZ_FULL=1")
-@pytest.mark.parametrize("case", params(CASES))
+@pytest.mark.parametrize("case", as_params(CASES))
 def test_every_client_path_against_every_mode(
     case: ContractCase,
     tmp_path: Path,

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 
 from .cases import Env
-from .contract import ContractCase, run_contract, tally
+from .contract import ContractCase, as_params, run_contract, tally
 from .generated import all_contract_cases, sample
 from .reach import (
     EXCUSED,
-    KNOWN_DEFECTS,
     LEFT_OUT,
     OTHER_INPUTS,
     READERS,
@@ -34,18 +33,6 @@ CASES = all_contract_cases()
 FULL = os.environ.get("GYMBENCH_FUZZ_FULL") == "1"
 
 
-def params(cases: list[ContractCase]) -> list[object]:
-    """Each case, marked xfail where a defect known today (:data:`KNOWN_DEFECTS`) makes it fail."""
-    found = []
-    for case in cases:
-        defect = next((text for prefix, text in KNOWN_DEFECTS.items() if case.id.startswith(prefix)), None)
-        marks = (
-            [pytest.mark.xfail(strict=False, reason=f"issue 41: {defect}, fixed on another branch")] if defect else []
-        )
-        found.append(pytest.param(case, id=case.id.encode("ascii", "backslashreplace").decode(), marks=marks))
-    return found
-
-
 def check(
     case: ContractCase, tmp_path: Path, env: Env, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -54,7 +41,7 @@ def check(
     assert not result.problems, f"{case.id}: {result.summary()}"
 
 
-@pytest.mark.parametrize("case", params(sample(CASES)))
+@pytest.mark.parametrize("case", as_params(sample(CASES)))
 def test_a_sample_of_the_generated_cases(
     case: ContractCase, tmp_path: Path, env: Env, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -63,7 +50,7 @@ def test_a_sample_of_the_generated_cases(
 
 @pytest.mark.slow
 @pytest.mark.skipif(not FULL, reason="the full generated sweep: GYMBENCH_FUZZ_FULL=1")
-@pytest.mark.parametrize("case", params(CASES))
+@pytest.mark.parametrize("case", as_params(CASES))
 def test_every_generated_case(
     case: ContractCase, tmp_path: Path, env: Env, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -111,3 +98,13 @@ def test_the_sample_touches_every_setting_and_reader_and_is_seeded() -> None:
     assert {case.id.rsplit(":", 1)[0] for case in sample(CASES)} == groups
     assert [case.id for case in sample(CASES)] == [case.id for case in sample(all_contract_cases())]
     assert len({case.id for case in CASES}) == len(CASES), "case ids must be unique"
+
+
+def test_every_known_defect_names_generated_cases() -> None:
+    """A row of KNOWN_DEFECTS that matches no case is stale (renamed, or its case is gone)."""
+    from .reach import KNOWN_DEFECTS
+    from .test_client_paths import CASES as CLIENT_CASES
+
+    ids = [case.id for case in [*CASES, *CLIENT_CASES]]
+    stale = [prefix for prefix in KNOWN_DEFECTS if not any(case_id.startswith(prefix) for case_id in ids)]
+    assert not stale, f"KNOWN_DEFECTS rows that match no generated case: {stale}"
