@@ -35,9 +35,6 @@ from gymbench.types import GenerationFailed
 
 T = TypeVar("T")
 PREFLIGHT_TRIES = 3
-PREFLIGHT_MAX_BYTES = 16 * 1024 * 1024
-"""The most of a reachability check's answer that is read (a head server's listing is kilobytes):
-a server whose answer never ends grew the client to 6 GB in the preflight's 30 s."""
 CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 PROBED_READS = 2
 """Socket reads of an answer whose event-loop lag is probed (after its headers: the first token's)."""
@@ -211,6 +208,11 @@ def quoted(text: str, limit: int = 300) -> str:
     first, half a key could be left that no pattern recognises). Redact only once: ``redact`` of
     already redacted text can mangle it."""
     return redact(text)[:limit]
+
+
+PREFLIGHT_MAX_BYTES = 16 * 1024 * 1024
+"""The most of a reachability check's answer that is read (a head server's listing is kilobytes):
+a server whose answer never ends grew the client to 6 GB in the preflight's 30 s."""
 
 
 async def read_at_most(answer: aiohttp.ClientResponse, limit: int) -> bytes:

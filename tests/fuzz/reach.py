@@ -422,9 +422,6 @@ KNOWN_DEFECTS: dict[str, tuple[str, str]] = {
     "setting/report:baseline:huge": ("jsonio.same_file raises OSError for a 5,000-character name", OPEN),
     "setting/report:candidate:huge": ("jsonio.same_file raises OSError for a 5,000-character name", OPEN),
     "setting/merge-rollouts:files:nested": ("a list inside +files reaches os.path as a list: TypeError", OPEN),
-    "setting/timings:output:missing": ("timings -o DIR/missing/x.json leaves DIR/missing behind", OPEN),
-    "setting/tune:save_results:number": ("tune refused for a missing input still leaves ./results", OPEN),
-    "setting/diagnose:save_results:number": ("diagnose refused for a missing input still leaves ./results", OPEN),
     "reader/gymbench.gate.store:read_json:device": ("a calibration read whole: /dev/zero is a MemoryError", OPEN),
     "reader/gymbench.gate.store:load_calibration:device": (
         "a calibration read whole: /dev/zero is a MemoryError",
