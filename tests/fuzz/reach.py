@@ -419,8 +419,8 @@ KNOWN_DEFECTS: dict[str, tuple[str, str]] = {
     # case-id prefix -> (the defect, where it stands); remove a row once the fix is merged
     "setting/calibrate:results_dir:name-too-long": ("the store's glob raises OSError (name too long)", OPEN),
     "setting/report:results_dir:name-too-long": ("the store's glob raises OSError (name too long)", OPEN),
-    "setting/report:baseline:huge": ("jsonio.same_file raises OSError for a 5,000-character name", OPEN),
-    "setting/report:candidate:huge": ("jsonio.same_file raises OSError for a 5,000-character name", OPEN),
+    "setting/report:baseline:huge": ("report's Path(spec).exists() raises OSError (name too long)", OPEN),
+    "setting/report:candidate:huge": ("report's Path(spec).exists() raises OSError (name too long)", OPEN),
     "setting/merge-rollouts:files:nested": ("a list inside +files reaches os.path as a list: TypeError", OPEN),
     "reader/gymbench.gate.store:read_json:device": ("a calibration read whole: /dev/zero is a MemoryError", OPEN),
     "reader/gymbench.gate.store:load_calibration:device": (

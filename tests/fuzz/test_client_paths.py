@@ -105,13 +105,11 @@ CLIENT_MODULES = {
     "gymbench/engine_metrics.py": "collect-metrics-watch; test_every_scrape_and_health_check_is_bounded",
     "gymbench/engine/server.py": "its /health wait: test_every_scrape_and_health_check_is_bounded (answers_ok)",
     "gymbench/sim/launcher.py": "the simulator's own start-up check (answers_ok), the server it started itself",
-    "gymbench/rollout/client_delay.py": "measures the client's own delay against the embedded simulator",
     "gymbench/report/browser.py": "a headless browser opening a report file gymbench wrote",
-    "gymbench/devtools/structure.py": "names client modules in its layer table; sends nothing",
 }
 ALL_MODES = (*MODES, *STAGE_MODES)
 CLIENT_WORDS = re.compile(
-    r"RetryingClient|fetch_metrics_text|answers_ok|aiohttp\.ClientSession|urllib\.request|"
+    r"RetryingClient|fetch_metrics_text|answers_ok|ClientSession\(|aiohttp\.request|socket\.create_connection|urllib\.request|"
     r"http\.client"
 )
 
@@ -155,13 +153,13 @@ SLOW_IN_SAMPLE = 2
 
 def sampled(cases: list[ContractCase], seed: int = 41) -> list[ContractCase]:
     """Every quick mode once, every path at least once, and a seeded two of the slow modes
-    (``tune`` only with an error: against a server that answers, it tunes for real)."""
+    (``tune`` only with a refusal: against a server that answers, it tunes for real)."""
     rng = random.Random(seed)
     paths = [path for path in CLIENT_PATHS if path != "tune-probes"]
     rng.shuffle(paths)
     modes = [mode for mode in ALL_MODES if mode not in SLOW_MODES] + rng.sample(SLOW_MODES, SLOW_IN_SAMPLE)
     chosen = {f"client/{paths[i % len(paths)]}:{mode}" for i, mode in enumerate(modes)}
-    chosen.add("client/tune-probes:json_error_400")
+    chosen.add("client/tune-probes:unauthorized_401")
     chosen.add("client/collect-openai:huge_body")  # the preflight read an endless answer whole (6 GB in 30 s)
     return [case for case in cases if case.id in chosen]
 
