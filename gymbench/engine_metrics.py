@@ -18,6 +18,7 @@ looks up its names only.
 from __future__ import annotations
 
 import math
+import re
 import sys
 import threading
 import time
@@ -206,6 +207,11 @@ class ScrapeFailed(Exception):
         self.slow = slow
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+"""Control characters a server's bytes may put in an error (a status line of garbage): shown as
+escapes, so a warning stays one line and never drives the terminal."""
+
+
 def fetch_metrics_text(url: str, deadline_s: float | None = None, max_bytes: int | None = None) -> str:
     """``url``'s text, read within ``deadline_s`` in all and at most ``max_bytes`` (default: the
     module's :data:`SCRAPE_DEADLINE_S` and :data:`SCRAPE_MAX_BYTES`, read at each call); every scrape
@@ -254,7 +260,8 @@ def fetch_metrics_text(url: str, deadline_s: float | None = None, max_bytes: int
     except (http.client.HTTPException, OSError, ValueError) as exc:
         if expired.is_set() or isinstance(exc, TimeoutError):  # the socket's own timeout may fire first
             raise ScrapeFailed(f"{url} did not answer in full within {deadline_s:g} s; not scraped", True) from None
-        raise ScrapeFailed(f"{url} could not be read ({getattr(exc, 'strerror', None) or exc})") from None
+        reason = _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", str(getattr(exc, "strerror", None) or exc))
+        raise ScrapeFailed(f"{url} could not be read ({reason[:300]})") from None
     finally:
         timer.cancel()
         connection.close()

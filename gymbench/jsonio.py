@@ -168,10 +168,13 @@ class AtomicFile:
         """A file was there to keep (a failure leaves it unchanged), or this writes a new one."""
         self.through = _special_file(self.path)
         """Written straight to ``path`` (a device, a FIFO), not to a temporary file renamed over it."""
+        self.made: list[Path] = []
+        """Folders made to hold the file: removed again when nothing is written (deepest first)."""
         try:
             if self.through:
                 fd, name = _open_through(self.path), os.fspath(self.path)
             else:
+                self.made = [folder for folder in (self.path.parent, *self.path.parent.parents) if not folder.exists()]
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 remove_abandoned(self.path)
                 with _signals_held():
@@ -261,6 +264,9 @@ class AtomicFile:
         with contextlib.suppress(OSError):
             self.temporary.unlink(missing_ok=True)
         _LIVE_TEMPORARIES.pop(os.fspath(self.temporary), None)
+        for folder in self.made:  # a failed write leaves no empty folders behind (timings -o DIR/new/x.csv)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
     def __enter__(self) -> AtomicFile:
         return self

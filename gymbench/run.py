@@ -13,6 +13,7 @@ record went the same way (:func:`say_saved`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -64,10 +65,13 @@ class Run:
         self.record: ResultsRecord | None = None
         self.started = False
         self.finished = False
+        self.made: list[Path] = []
+        """Folders the writability check created: removed again, if still empty, when the run fails."""
 
     def start(self) -> Run:
         """Check that the record can be written, then announce the run."""
         if self.save and self.results_dir is not None:
+            self.made = [folder for folder in (self.results_dir, *self.results_dir.parents) if not folder.exists()]
             check_writable_dir(self.results_dir, "results record")
         self.plugins.hook.gymbench_run_start(run=self.info)
         self.started = True
@@ -84,6 +88,10 @@ class Run:
         """Announce the end of a started run that did not finish; nothing once it has."""
         if self.started and not self.finished:
             self._announce(self.make_record([]), error)
+        if error is not None and self.saved_path is None:  # a refused run leaves no empty ./results behind
+            for folder in self.made:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
 
     def fingerprint(self) -> dict[str, dict[str, Any]]:
         from gymbench.fingerprint import collect_fingerprint

@@ -266,3 +266,114 @@ def start_hostile_server(sentinels: list[str]) -> HostileServer:
     if not ready.wait(30):
         raise RuntimeError("the hostile server did not start")
     return server
+
+
+# --------------------------------------------------------------------------- issue 41: every stage of an answer
+# Modes for the generated client-path contracts (tests/fuzz/test_client_paths.py): a server that
+# stops at each stage of an HTTP exchange, answers garbage, JSON of the wrong shape, an answer
+# without end, or one byte a second. Raw asyncio servers, one port per mode, every path alike.
+
+STAGE_MODES = (
+    "hang_accept",  # listens and never accepts: the connection waits in the backlog
+    "hang_headers",  # accepts, reads the request, never answers
+    "hang_body",  # sends the status line and headers (Content-Length 1000), then a few bytes, then nothing
+    "garbage",  # bytes that are not HTTP, then closes
+    "close_at_once",  # accepts and closes without a byte
+    "trickle",  # a whole valid answer, one byte a second
+    "huge_body",  # 200, JSON content type, a body that never ends (chunked)
+    "huge_headers",  # 200 with a header line that never ends
+    "shape_list",  # 200, every path answers a JSON list of strings
+    "shape_dict",  # 200, every path answers an object whose every field has the wrong type
+    "shape_string",  # 200, a JSON string
+    "shape_null",  # 200, JSON null
+    "shape_empty_list",  # 200, []
+    "shape_deep",  # 200, 100,000 nested lists
+)
+SHAPES = {
+    "shape_list": b'["a", "b"]',
+    "shape_dict": b'{"data": {"0": 1}, "object": [], "output": "x", "choices": {"a": 1}, "usage": [], '
+    b'"default_generation_settings": [1], "n_ctx": "x", "id": 5}',
+    "shape_string": b'"text"',
+    "shape_null": b"null",
+    "shape_empty_list": b"[]",
+    "shape_deep": b"[" * 100_000 + b"]" * 100_000,
+}
+
+
+def _http(status: str, body: bytes, content_type: str = "application/json") -> bytes:
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def _stage_handler(mode: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(Exception):
+        await reader.readuntil(b"\r\n\r\n")
+        if mode == "hang_headers":
+            await asyncio.sleep(3600)
+        elif mode == "hang_body":
+            writer.write(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"da')
+            await writer.drain()
+            await asyncio.sleep(3600)
+        elif mode == "garbage":
+            writer.write(bytes(range(256)) * 16)
+        elif mode == "trickle":
+            for byte in _http("200 OK", b'{"object": "list", "data": [{"id": "m"}]}'):
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(1)
+        elif mode == "huge_body":
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+            chunk = b"[" * 65536
+            while True:
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                await writer.drain()
+        elif mode == "huge_headers":
+            writer.write(b"HTTP/1.1 200 OK\r\nX-Long: ")
+            while True:
+                writer.write(b"x" * 65536)
+                await writer.drain()
+        elif mode in SHAPES:
+            writer.write(_http("200 OK", SHAPES[mode]))
+        await writer.drain()
+    writer.close()
+
+
+def start_stage_server() -> HostileServer:
+    """Serve every :data:`STAGE_MODES` mode until ``stop()``; ``url(mode)`` as for the echo modes."""
+    import socket
+
+    server = HostileServer()
+    ready = threading.Event()
+    backlog = socket.socket()
+    backlog.bind(("127.0.0.1", 0))
+    backlog.listen(1)
+    server.ports["hang_accept"] = backlog.getsockname()[1]
+
+    async def serve() -> None:
+        server.stop_event = asyncio.Event()
+        raws = []
+        for mode in STAGE_MODES[1:]:
+            raw = await asyncio.start_server(lambda r, w, m=mode: _stage_handler(m, r, w), "127.0.0.1", 0)
+            raws.append(raw)
+            server.ports[mode] = raw.sockets[0].getsockname()[1]
+        ready.set()
+        await server.stop_event.wait()
+        for raw in raws:
+            raw.close()
+        backlog.close()
+        handlers = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in handlers:  # the hanging answers: cancelled, so none is destroyed pending
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+    def run() -> None:
+        server.loop = asyncio.new_event_loop()
+        server.loop.run_until_complete(serve())
+
+    server.thread = threading.Thread(target=run, daemon=True, name="stage-server")
+    server.thread.start()
+    if not ready.wait(30):
+        raise RuntimeError("the stage server did not start")
+    return server

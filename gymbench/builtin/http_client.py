@@ -229,6 +229,24 @@ def quoted(text: str, limit: int = 300) -> str:
     return redact(text)[:limit]
 
 
+PREFLIGHT_MAX_BYTES = 16 * 1024 * 1024
+"""The most of a reachability check's answer that is read (a head server's listing is kilobytes):
+a server whose answer never ends grew the client to 6 GB in the preflight's 30 s."""
+
+
+async def read_at_most(answer: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The answer's body, or one line when it is longer than ``limit`` (not an API's answer)."""
+    body = bytearray()
+    async for chunk in answer.content.iter_chunked(64 * 1024):
+        body += chunk
+        if len(body) > limit:
+            raise GymbenchError(
+                f"{answer.url} answered more than {limit // (1024 * 1024)} MiB to a reachability check, so it "
+                "is not the server gymbench expects there; check the URL"
+            )
+    return bytes(body)
+
+
 @dataclass(frozen=True)
 class Refusal:
     """One try that gave no usable answer: why, and whether another try may."""
@@ -293,7 +311,7 @@ class RetryingClient:
                             f"{url} refused the credentials (HTTP {answer.status}); "
                             "check the variable named by +api_key_env"
                         )
-                    return Reached(answer.status, await answer.read())
+                    return Reached(answer.status, await read_at_most(answer, PREFLIGHT_MAX_BYTES))
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 last = quoted(f"{type(exc).__name__}: {exc}")
         raise ServerUnreachable(

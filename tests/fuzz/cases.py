@@ -42,6 +42,8 @@ class Env:
     """What cases share: the simulator every server-needing case talks to (started once)."""
 
     base_url: str = ""
+    urls: Callable[[str], str] | None = None
+    """A hostile server mode -> its base URL (the client-path contracts)."""
 
 
 @dataclass
