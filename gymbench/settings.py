@@ -446,6 +446,22 @@ def _help(field: dataclasses.Field[Any]) -> str:
     return str(field.metadata.get("help", "")).replace("%", "%%")
 
 
+def _refuse_non_words(schema: type[Any], built: Any) -> None:
+    """A list of words holds words only: OmegaConf turns ``1`` into ``"1"`` but lets a nested list
+    or mapping through (``+files=[1, [2]]`` reached ``os.path`` as a list, a ``TypeError``)."""
+    hints = typing.get_type_hints(schema)
+    for field in dataclasses.fields(schema):
+        value = getattr(built, field.name, None)
+        if isinstance(value, (list, tuple)) and _word_list(hints.get(field.name)):
+            bad = next((item for item in value if not isinstance(item, str)), None)
+            if bad is not None:
+                raise GymbenchError(
+                    f"setting {field.name!r}: every item must be a word, got {type(bad).__name__} "
+                    f"{reprlib.repr(bad)}; "
+                    "give a list of words, e.g. [a.jsonl, b.jsonl]"
+                )
+
+
 def _word_list(hint: Any) -> bool:
     """A list or tuple of words (``tuple[str, ...]``, ``list[str]``): a flag given once per item."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
@@ -591,7 +607,9 @@ def build_settings(schema: type[T], dotlist: Sequence[str] = (), *layers: Mappin
     try:
         merged = _merged(schema, dotlist, layers, sources)
         _refuse_non_finite(OmegaConf.to_container(merged))
-        return OmegaConf.to_object(merged)  # type: ignore[return-value]
+        built = OmegaConf.to_object(merged)
+        _refuse_non_words(schema, built)
+        return built  # type: ignore[return-value]
     except GymbenchError as exc:  # a schema's own check (__post_init__), or _merged's
         raise GymbenchError(f"{prefix}{_from(sources, getattr(exc, 'setting', None))}{exc}") from None
     except Exception as exc:  # noqa: BLE001 - OmegaConf, YAML and conversion errors alike

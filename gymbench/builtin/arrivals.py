@@ -85,7 +85,7 @@ def read_trace(path: Path, time_scale: float = 1.0) -> list[float]:
 def _trace_time(line: str) -> float | None:
     try:
         value: Any = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a line of 100,000 '[' nests past the parser
         return None
     if isinstance(value, dict):
         if isinstance(value.get("timestamp_s"), (int, float)):

@@ -71,7 +71,13 @@ class BaselineStore:
     def runs(self, machine_key: str | None = None) -> list[StoredRun]:
         """Saved runs, oldest first (the file name starts with its UTC time)."""
         pattern = f"{machine_key or '*'}/*_*.json"
-        runs = [StoredRun(p) for p in self.root.glob(pattern) if p.is_file() and not p.name.startswith(".")]
+        try:
+            found = [p for p in self.root.glob(pattern) if p.is_file() and not p.name.startswith(".")]
+        except OSError as exc:  # a results folder whose name is too long for this file system
+            raise GymbenchError(
+                f"{self.root}: cannot list the saved runs ({exc.strerror or exc}); choose another +results_dir"
+            ) from None
+        runs = [StoredRun(p) for p in found]
         return sorted(runs, key=lambda run: (run.stamp, run.name))
 
     def select(self, spec: str, machine_key: str, cwd: Path | None = None) -> Selection:
@@ -242,5 +248,10 @@ def load_calibration(path: Path) -> NoiseTable:
 
 def latest_calibration(root: Path, machine_key: str, directory: str = CALIBRATION_DIR) -> NoiseTable | None:
     """This machine's newest calibration, or ``None`` when it was never calibrated."""
-    found = sorted((root / machine_key / directory).glob("*_*.json"))
+    try:
+        found = sorted((root / machine_key / directory).glob("*_*.json"))
+    except OSError as exc:  # a results folder whose name is too long for this file system
+        raise GymbenchError(
+            f"{root}: cannot list its calibrations ({exc.strerror or exc}); choose another +results_dir"
+        ) from None
     return load_calibration(found[-1]) if found else None

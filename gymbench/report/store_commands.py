@@ -31,7 +31,7 @@ def _run_report(args: argparse.Namespace, plugins: Plugins) -> int:
     settings = command_settings(ReportCommand, args)
     output = Path(str(settings.output))
     candidate = settings.candidate or "latest"
-    inputs = [spec for spec in (settings.baseline, candidate) if spec and Path(spec).exists()]  # files, not names
+    inputs = [spec for spec in (settings.baseline, candidate) if spec and _is_file(spec)]  # files, not names
     refuse_inputs(output, inputs)
     check_writable_file(output, "report", "-o")
     if settings.markdown:
@@ -66,7 +66,7 @@ def _single_run(settings: ReportCommand) -> ResultsRecord | None:
     if settings.candidate not in (None, "latest"):
         return None
     path = Path(settings.baseline) if settings.baseline else None
-    if path is None or not path.is_file():
+    if path is None or not _is_file(path):
         store = BaselineStore(Path(settings.results_dir))
         key = machine_info()["key"]
         runs = store.runs(key) or store.runs()
@@ -149,3 +149,11 @@ def _run_export(args: argparse.Namespace, plugins: Plugins) -> int:
 
 def _metric_names(left_out: dict[str, list[str]]) -> list[str]:
     return sorted({name for metrics in left_out.values() for name in metrics})
+
+
+def _is_file(spec: str | Path) -> bool:
+    """False for a spec that cannot be a path (a name too long for one, a NUL byte): a name then."""
+    try:
+        return Path(spec).is_file()
+    except (OSError, ValueError):
+        return False

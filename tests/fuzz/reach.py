@@ -417,17 +417,6 @@ FIXED_ELSEWHERE = "fixed on another branch"
 OPEN = "open: found by the generated sweep, not fixed on this branch"
 KNOWN_DEFECTS: dict[str, tuple[str, str]] = {
     # case-id prefix -> (the defect, where it stands); remove a row once the fix is merged
-    "setting/calibrate:results_dir:name-too-long": ("the store's glob raises OSError (name too long)", OPEN),
-    "setting/report:results_dir:name-too-long": ("the store's glob raises OSError (name too long)", OPEN),
-    "setting/report:baseline:huge": ("report's Path(spec).exists() raises OSError (name too long)", OPEN),
-    "setting/report:candidate:huge": ("report's Path(spec).exists() raises OSError (name too long)", OPEN),
-    "setting/merge-rollouts:files:nested": ("a list inside +files reaches os.path as a list: TypeError", OPEN),
-    "reader/gymbench.gate.store:read_json:device": ("a calibration read whole: /dev/zero is a MemoryError", OPEN),
-    "reader/gymbench.gate.store:load_calibration:device": (
-        "a calibration read whole: /dev/zero is a MemoryError",
-        OPEN,
-    ),
-    "reader/gymbench.builtin.arrivals:read_trace:deep": ("a trace line of 100,000 '[': RecursionError", OPEN),
 }
 """The one table of generated cases that fail today: each is marked ``xfail(strict=False)`` with
 ``issue 41: <defect>, <where it stands>``."""
