@@ -38,8 +38,13 @@ BUSY_CPU_S = 0.1
 """CPU time the rank's working thread must use between polls to count as progress: a rank in a long
 phase computes, a hung one (asleep, deadlocked, blocked in a collective) does not."""
 STARTUP_S = 60.0
-"""How long a rank may take to publish its first heartbeat (start a Python, import torch) before it
-is named as hung, when the hang timeout is shorter: start-up under load is slow, not hung."""
+"""How long a rank may take to publish its first heartbeat (start a Python, import torch), and to go
+on from one start-up phase to the next (building the model, DDP's first broadcast) until a rank has
+begun its first step, before it is named as hung, when the hang timeout is shorter: start-up
+under load is slow, not hung (at load 6 on 2 cores a rank sat 13 s building the model, using too
+little CPU to count as busy: it was waiting for a CPU)."""
+STEP_PREFIX = "step "
+"""A heartbeat's ``where`` once its rank is in a training step (``step 3 forward``)."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,9 @@ class RankWatch:
         self.beats: dict[int, Beat] = {}
         self.failures: dict[int, RankFailure] = {}
         self._progress: tuple[int, ...] = ()
+        self._stepped: set[int] = set()
+        """Ranks that have begun a training step: once one has, start-up is over (no rank steps before
+        DDP's broadcast of the initial weights, which waits for every rank)."""
         self._cpu: list[float] = []
         self._started = self._since = clock()
 
@@ -155,6 +163,8 @@ class RankWatch:
         for snapshot in snapshots:
             beat = Beat(**snapshot["beat"])
             self.beats[beat.rank] = beat
+            if beat.where.startswith(STEP_PREFIX):
+                self._stepped.add(beat.rank)
             if snapshot.get("failure"):
                 failure = RankFailure(**snapshot["failure"])
                 self.failures.setdefault(failure.rank, failure)
@@ -178,7 +188,8 @@ class RankWatch:
                 return None
             return f"rank {missing[0]} hung: no heartbeat from it in {waited:.0f} s (it never started its work)"
         stalled = now - self._since
-        if stalled < self.hang_s:
+        starting = not self._stepped  # DDP's first broadcast holds every rank until all have built
+        if stalled < (max(self.hang_s, STARTUP_S) if starting else self.hang_s):
             return None
         working = [beat for beat in self.beats.values() if not beat.waiting] or list(self.beats.values())
         behind = min(working, key=lambda beat: beat.count)

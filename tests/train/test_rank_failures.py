@@ -114,6 +114,23 @@ def test_a_rank_that_never_beat_is_named_after_the_start_up_allowance() -> None:
     assert (watch.hung() or "").startswith(f"rank 1 hung: no heartbeat from it in {STARTUP_S:.0f} s")
 
 
+def test_start_up_phases_get_the_start_up_allowance_until_a_rank_steps() -> None:
+    """At load 6 on 2 cores both ranks sat 13 s at 'building the model', waiting for a CPU: with
+    +rank_hang_s=10 that read as hung. Start-up phases get STARTUP_S; once a rank steps, the timeout."""
+    clock = FakeClock()
+    watch = RankWatch(2, hang_s=10, clock=clock)
+    watch.observe([snapshot(0, 1, "building the model"), snapshot(1, 1, "building the model")])
+    clock.now = STARTUP_S - 1
+    assert watch.hung() is None
+    clock.now = STARTUP_S
+    assert (watch.hung() or "").startswith(f"rank 0 hung: no rank progressed for {STARTUP_S:.0f} s")
+    watch.observe([snapshot(0, 5, "step 1 backward"), snapshot(1, 4, "step 1 forward")])
+    clock.now += 9
+    assert watch.hung() is None
+    clock.now += 1  # in a step, the hang timeout applies
+    assert (watch.hung() or "").startswith("rank 1 hung: no rank progressed for 10 s")
+
+
 def test_the_first_recorded_error_is_the_cause() -> None:
     def failed(rank: int, message: str) -> dict[str, Any]:
         try:
