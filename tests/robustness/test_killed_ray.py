@@ -63,10 +63,15 @@ def wait_for(predicate: object, driver: subprocess.Popen[bytes], stderr: Path) -
         time.sleep(0.05)
 
 
-def test_a_killed_ray_worker_loses_its_shard_and_the_driver_redoes_it(tmp_path: Path) -> None:
+def ray_run(tmp_path: Path) -> tuple[Path, list[str]]:
+    """The rows file and the command line of a sharded collection of 16 tasks x 4 on Ray."""
     tasks, out = _tasks(tmp_path / "tasks.jsonl", 16), tmp_path / "out.jsonl"
+    return out, _args(tasks, out, "+num_workers=2", "+launcher=ray", *SLOW_SIM)
+
+
+def test_a_killed_ray_worker_loses_its_shard_and_the_driver_redoes_it(tmp_path: Path) -> None:
+    out, argv = ray_run(tmp_path)
     stderr = tmp_path / "stderr"
-    argv = _args(tasks, out, "+num_workers=2", "+launcher=ray", *SLOW_SIM)
     with open(stderr, "w") as err:
         driver = subprocess.Popen([sys.executable, "-m", "gymbench.cli", *argv], stdout=subprocess.DEVNULL,
                                   stderr=err, env={**os.environ, **RAY_ENV}, start_new_session=True)  # fmt: skip
@@ -89,9 +94,8 @@ def test_a_killed_ray_worker_loses_its_shard_and_the_driver_redoes_it(tmp_path: 
 def test_a_killed_ray_driver_takes_its_ray_processes_with_it_and_a_resume_completes(
     tmp_path: Path, signum: int
 ) -> None:
-    tasks, out = _tasks(tmp_path / "tasks.jsonl", 16), tmp_path / "out.jsonl"
+    out, argv = ray_run(tmp_path)
     stderr = tmp_path / "stderr"
-    argv = _args(tasks, out, "+num_workers=2", "+launcher=ray", *SLOW_SIM)
     with open(stderr, "w") as err:
         driver = subprocess.Popen([sys.executable, "-m", "gymbench.cli", *argv], stdout=subprocess.DEVNULL,
                                   stderr=err, env={**os.environ, **RAY_ENV}, start_new_session=True)  # fmt: skip
