@@ -71,19 +71,14 @@ class BaselineStore:
     def runs(self, machine_key: str | None = None) -> list[StoredRun]:
         """Saved runs, oldest first (the file name starts with its UTC time)."""
         pattern = f"{machine_key or '*'}/*_*.json"
-        try:
-            found = [p for p in self.root.glob(pattern) if p.is_file() and not p.name.startswith(".")]
-        except OSError as exc:  # a results folder whose name is too long for this file system
-            raise GymbenchError(
-                f"{self.root}: cannot list the saved runs ({exc.strerror or exc}); choose another +results_dir"
-            ) from None
-        runs = [StoredRun(p) for p in found]
+        found = _listed(self.root, pattern, "the saved runs")
+        runs = [StoredRun(p) for p in found if p.is_file() and not p.name.startswith(".")]
         return sorted(runs, key=lambda run: (run.stamp, run.name))
 
     def select(self, spec: str, machine_key: str, cwd: Path | None = None) -> Selection:
         """Resolve ``spec`` (path, ``latest``, name, name glob or git ref) to records."""
         path = Path(spec)
-        if path.suffix == ".json" or _is_file(path) or _is_special(path):
+        if path.suffix == ".json" or is_file_spec(path) or _is_special(path):
             return self._from_file(path, machine_key)  # a FIFO, socket or device: refused there, in one line
         runs = self._matching(spec, machine_key, cwd)
         if not runs:
@@ -144,10 +139,10 @@ def resolve_git_ref(ref: str, cwd: Path | None) -> str | None:
     return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
-def _is_file(path: Path) -> bool:
+def is_file_spec(path: str | Path) -> bool:
     """False for a spec that cannot be a path at all (too long, a NUL byte): it is a name then."""
     try:
-        return path.is_file()
+        return Path(path).is_file()
     except (OSError, ValueError):
         return False
 
@@ -248,10 +243,15 @@ def load_calibration(path: Path) -> NoiseTable:
 
 def latest_calibration(root: Path, machine_key: str, directory: str = CALIBRATION_DIR) -> NoiseTable | None:
     """This machine's newest calibration, or ``None`` when it was never calibrated."""
-    try:
-        found = sorted((root / machine_key / directory).glob("*_*.json"))
-    except OSError as exc:  # a results folder whose name is too long for this file system
-        raise GymbenchError(
-            f"{root}: cannot list its calibrations ({exc.strerror or exc}); choose another +results_dir"
-        ) from None
+    found = sorted(_listed(root, f"{machine_key}/{directory}/*_*.json", "its calibrations"))
     return load_calibration(found[-1]) if found else None
+
+
+def _listed(root: Path, pattern: str, what: str) -> list[Path]:
+    """``root.glob(pattern)``, or one line when the folder cannot be listed (a name too long for
+    this file system)."""
+    try:
+        return list(root.glob(pattern))
+    except OSError as exc:
+        reason = exc.strerror or exc
+        raise GymbenchError(f"{root}: cannot list {what} ({reason}); choose another +results_dir") from None

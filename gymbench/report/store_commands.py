@@ -14,7 +14,7 @@ from gymbench.errors import GymbenchError, ResultsFileError
 from gymbench.fingerprint import machine_info
 from gymbench.gate.command_runs import command_settings, gate_stored_runs, publish
 from gymbench.gate.pytest_benchmark import left_out, load_any, load_pytest_benchmark, to_pytest_benchmark
-from gymbench.gate.store import BaselineStore, StoredRun
+from gymbench.gate.store import BaselineStore, StoredRun, is_file_spec
 from gymbench.gate.terminal import table
 from gymbench.jsonio import AtomicFile, check_writable_file, refuse_inputs
 from gymbench.record import ResultsRecord, validate_record_dict
@@ -31,7 +31,7 @@ def _run_report(args: argparse.Namespace, plugins: Plugins) -> int:
     settings = command_settings(ReportCommand, args)
     output = Path(str(settings.output))
     candidate = settings.candidate or "latest"
-    inputs = [spec for spec in (settings.baseline, candidate) if spec and _is_file(spec)]  # files, not names
+    inputs = [spec for spec in (settings.baseline, candidate) if spec and is_file_spec(spec)]  # files, not names
     refuse_inputs(output, inputs)
     check_writable_file(output, "report", "-o")
     if settings.markdown:
@@ -66,7 +66,7 @@ def _single_run(settings: ReportCommand) -> ResultsRecord | None:
     if settings.candidate not in (None, "latest"):
         return None
     path = Path(settings.baseline) if settings.baseline else None
-    if path is None or not _is_file(path):
+    if path is None or not is_file_spec(path):
         store = BaselineStore(Path(settings.results_dir))
         key = machine_info()["key"]
         runs = store.runs(key) or store.runs()
@@ -149,11 +149,3 @@ def _run_export(args: argparse.Namespace, plugins: Plugins) -> int:
 
 def _metric_names(left_out: dict[str, list[str]]) -> list[str]:
     return sorted({name for metrics in left_out.values() for name in metrics})
-
-
-def _is_file(spec: str | Path) -> bool:
-    """False for a spec that cannot be a path (a name too long for one, a NUL byte): a name then."""
-    try:
-        return Path(spec).is_file()
-    except (OSError, ValueError):
-        return False
