@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from gymbench.errors import GymbenchError
+from gymbench.errors import GymbenchError, ResultsFileError
 from gymbench.secrets import redact_output
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ class AtomicFile:
         self.then = then
         self.existed = self.path.is_file()
         """A file was there to keep (a failure leaves it unchanged), or this writes a new one."""
-        self.through = _special_file(self.path)
+        self.through = special_file(self.path)
         """Written straight to ``path`` (a device, a FIFO), not to a temporary file renamed over it."""
         self.made: list[Path] = []
         """Folders made to hold the file: removed again when nothing is written (deepest first)."""
@@ -348,7 +348,7 @@ def remove_abandoned(path: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
-def _special_file(path: Path) -> bool:
+def special_file(path: str | os.PathLike[str]) -> bool:
     """An existing ``path`` that is not a regular file or a folder: a device, a FIFO, a socket."""
     try:
         mode = os.stat(path).st_mode
@@ -404,6 +404,32 @@ rows are kilobytes, a long multimodal one megabytes. A file without newlines (``
 sparse file of NULs) is then one error line instead of a ``MemoryError``."""
 MAX_JSON_FILE_BYTES = 256 * MiB
 """The largest whole JSON file read into memory (a results record, a shard plan, a metrics file)."""
+
+
+_NOT_A_FILE = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO (a named pipe, or <(...))",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+}
+
+
+def refuse_irregular_file(path: str | os.PathLike[str], what: str) -> None:
+    """Anything but a regular file where a ``what`` file is expected is refused in one line, before
+    it is opened: a FIFO nobody writes to blocked ``gymbench compare`` (it reads a record whole, and
+    a gymbench record twice, which a pipe cannot give); a socket or a device is no record either.
+    A missing path passes: the caller's open says so in its own words."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # ValueError: a NUL in the name
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = _NOT_A_FILE.get(stat.S_IFMT(mode), "not a regular file")
+    raise ResultsFileError(
+        f"{path}: is {kind}, not a {what} file; pass a regular file (save what a pipe writes to a file first)"
+    )
 
 
 def refuse_device(path: str | os.PathLike[str], what: str) -> None:

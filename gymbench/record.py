@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 import statistics
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.errors import GymbenchError, ResultsFileError
-from gymbench.jsonio import AtomicFile, JSONReadError, loads, read_capped, write_json_atomic
+from gymbench.jsonio import AtomicFile, JSONReadError, loads, read_capped, refuse_irregular_file, write_json_atomic
 from gymbench.types import Direction, JSONObject, JSONValue
 
 SCHEMA_ID = "gymbench.results"
@@ -231,32 +230,6 @@ def save_to_store(record: ResultsRecord, results_dir: str | os.PathLike[str], na
     target = AtomicFile(first, text=True, then="; choose another results_dir")
     target.write(json.dumps(data, indent=1, allow_nan=False, ensure_ascii=False) + "\n")
     return target.commit_new(store_names(record, results_dir, name))
-
-
-_NOT_A_FILE = {
-    stat.S_IFDIR: "a directory",
-    stat.S_IFIFO: "a FIFO (a named pipe, or <(...))",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFCHR: "a device",
-    stat.S_IFBLK: "a device",
-}
-
-
-def refuse_irregular_file(path: str | os.PathLike[str], what: str) -> None:
-    """Anything but a regular file where a ``what`` file is expected is refused in one line, before
-    it is opened: a FIFO nobody writes to blocked ``gymbench compare`` (it reads a record whole, and
-    a gymbench record twice, which a pipe cannot give); a socket or a device is no record either.
-    A missing path passes: the caller's open says so in its own words."""
-    try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError):  # ValueError: a NUL in the name
-        return
-    if stat.S_ISREG(mode):
-        return
-    kind = _NOT_A_FILE.get(stat.S_IFMT(mode), "not a regular file")
-    raise ResultsFileError(
-        f"{path}: is {kind}, not a {what} file; pass a regular file (save what a pipe writes to a file first)"
-    )
 
 
 def read_results_json(path: str | os.PathLike[str], what: str = "results", *, allow_nan: bool = False) -> JSONValue:

@@ -21,7 +21,7 @@ from pathlib import Path
 from gymbench.console import printable
 from gymbench.errors import GymbenchError, ResultsFileError
 from gymbench.gate.noise import NoiseTable, noise_from_dict, noise_to_dict
-from gymbench.jsonio import AtomicFile
+from gymbench.jsonio import AtomicFile, read_capped, refuse_irregular_file, special_file
 from gymbench.record import ResultsRecord, file_stamp, load_record
 
 LATEST = "latest"
@@ -78,7 +78,7 @@ class BaselineStore:
     def select(self, spec: str, machine_key: str, cwd: Path | None = None) -> Selection:
         """Resolve ``spec`` (path, ``latest``, name, name glob or git ref) to records."""
         path = Path(spec)
-        if path.suffix == ".json" or is_file_spec(path) or _is_special(path):
+        if path.suffix == ".json" or is_file_spec(path) or special_file(path):
             return self._from_file(path, machine_key)  # a FIFO, socket or device: refused there, in one line
         runs = self._matching(spec, machine_key, cwd)
         if not runs:
@@ -154,15 +154,6 @@ def _is_dir(spec: str) -> bool:
         return False
 
 
-def _is_special(path: Path) -> bool:
-    """A FIFO, socket or device: never a run's name, so it is read as a file (and refused there),
-    not reported as 'no baseline' as if it did not exist. A directory may share a run's name."""
-    try:
-        return path.exists() and not path.is_dir() and not path.is_file()
-    except (OSError, ValueError):
-        return False
-
-
 def machine_warnings(records: Sequence[ResultsRecord], machine_key: str, label: str = "baseline") -> list[str]:
     """Warn (never stop) when a side of the comparison (named by ``label``) was measured elsewhere."""
     warnings = []
@@ -193,9 +184,6 @@ def save_json(data: Mapping[str, object], path: Path) -> Path:
 def read_json(path: Path, what: str) -> dict[str, object]:
     """A calibration file's JSON: a regular file only (a FIFO as ``--calibration`` blocked forever),
     and no larger than any JSON file gymbench reads."""
-    from gymbench.jsonio import read_capped
-    from gymbench.record import refuse_irregular_file
-
     refuse_irregular_file(path, what)
     try:
         data = json.loads(read_capped(path, what).decode("utf-8"))
