@@ -4,7 +4,9 @@
 JSON line with the process's CPU seconds, wall seconds and rollouts done. MODE ``minimal`` is the
 smallest honest client: uvloop, one aiohttp session, an ``asyncio.Semaphore``, the same
 Responses-API requests, each response parsed (streamed: each ``data:`` line of the event stream
-parsed, up to ``[DONE]``). MODE ``gymbench`` is the real engine with the openai backend, the
+parsed, up to ``[DONE]``). MODE ``minimal-rows`` is that loop plus the least a collector must do
+with each answer: check it against ``expected_answer`` and append one orjson line to OUT. MODE
+``gymbench`` is the real engine with the openai backend, the
 exact-match verifier and the JSONL writer. ``memory`` runs the engine on the test kit's
 in-process backend and reports peak RSS, to see whether memory grows with the input.
 """
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import orjson
 import uvloop
 
 from gymbench.builtin.backend_settings import OpenAISettings
@@ -32,11 +35,23 @@ from gymbench.testing import FakeBackend
 # Everything is imported before the clock starts: the comparison is per rollout, not start-up.
 
 
-async def minimal(base_url: str, tasks: Path, parallelism: int, stream: bool) -> int:
+async def minimal(base_url: str, tasks: Path, parallelism: int, stream: bool, out: Path | None = None) -> int:
+    """The bare loop; with ``out``, also the least a collector must do with each answer: check it
+    against the row's ``expected_answer`` and append one JSON line (the row, the response, the
+    reward) to ``out`` (mode ``minimal-rows``)."""
     rows = [json.loads(line) for line in tasks.read_text().splitlines()]
     semaphore = asyncio.Semaphore(parallelism)
     connector = aiohttp.TCPConnector(limit=0)
     extra = {"stream": True} if stream else {}
+    sink = open(out, "wb") if out is not None else None  # noqa: SIM115  # closed below
+
+    def keep(row: dict, response: dict) -> None:
+        if sink is None:
+            return
+        text = response["output"][-1]["content"][0]["text"]
+        reward = 1.0 if text.strip().splitlines()[-1].strip() == row["expected_answer"] else 0.0
+        sink.write(orjson.dumps({**row, "response": response, "reward": reward}, option=orjson.OPT_APPEND_NEWLINE))
+
     async with aiohttp.ClientSession(connector=connector) as session:
 
         async def one(row: dict) -> None:
@@ -44,16 +59,20 @@ async def minimal(base_url: str, tasks: Path, parallelism: int, stream: bool) ->
                 body = {**row["responses_create_params"], "model": "gymbench-sim", **extra}
                 async with session.post(f"{base_url}/responses", json=body) as answer:
                     if not stream:
-                        json.loads(await answer.read())
+                        keep(row, json.loads(await answer.read()))
                         return
                     async for line in answer.content:
                         if line.startswith(b"data:"):
                             payload = line[5:].strip()
                             if payload == b"[DONE]":
                                 break
-                            json.loads(payload)
+                            event = json.loads(payload)
+                            if event.get("type") == "response.completed":
+                                keep(row, event["response"])
 
         await asyncio.gather(*(one(row) for row in rows))
+    if sink is not None:
+        sink.close()
     return len(rows)
 
 
@@ -72,8 +91,9 @@ def main() -> None:
     mode, base_url, tasks, parallelism, out = sys.argv[1:6]
     stream = sys.argv[6:7] == ["stream"]
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    if mode == "minimal":
-        done = uvloop.run(minimal(base_url, Path(tasks), int(parallelism), stream))
+    if mode in ("minimal", "minimal-rows"):
+        rows_out = Path(out) if mode == "minimal-rows" else None
+        done = uvloop.run(minimal(base_url, Path(tasks), int(parallelism), stream, rows_out))
     else:
         url = None if mode == "memory" else base_url
         done = uvloop.run(engine(url, Path(tasks), int(parallelism), Path(out), stream))
