@@ -21,7 +21,7 @@ EOF
 if [[ "${1:-}" == "--run" ]]; then
     tally=$(mktemp)
     GYMBENCH_FUZZ_FULL=1 GYMBENCH_FUZZ_TALLY="$tally" python -m pytest tests/fuzz/test_contracts.py \
-        tests/fuzz/test_client_paths.py -q -p no:cacheprovider -m slow -rx | tail -3 || true
+        tests/fuzz/test_client_paths.py -q -p no:cacheprovider -rx | tail -3 || true
     python - "$tally" <<'EOF'
 import json, sys
 from collections import Counter, defaultdict

@@ -230,12 +230,20 @@ def tally(case: ContractCase, result: Result) -> None:
             )
 
 
-def as_params(cases: list[ContractCase]) -> list[Any]:
-    """Each case a ``pytest.param``, marked ``xfail(strict=False)`` where a defect known today makes it
-    fail (:data:`.reach.KNOWN_DEFECTS`, the one table of them)."""
+FULL = os.environ.get("GYMBENCH_FUZZ_FULL") == "1"
+FULL_ONLY = [pytest.mark.slow, pytest.mark.skipif(not FULL, reason="the full sweep: GYMBENCH_FUZZ_FULL=1")]
+"""The marks of a case outside the default sample."""
+
+
+def as_params(cases: list[ContractCase], sampled: list[ContractCase]) -> list[Any]:
+    """Each case a ``pytest.param``, once: those in ``sampled`` run by default, the others are
+    :data:`FULL_ONLY`; marked ``xfail(strict=False)`` where a defect known today makes one fail
+    (:data:`.reach.KNOWN_DEFECTS`, the one table of them)."""
     found = []
+    in_sample = {case.id for case in sampled}
     for case in cases:
         reason = known_defect(case.id)
         marks = [pytest.mark.xfail(strict=False, reason=reason)] if reason else []
+        marks += [] if case.id in in_sample else FULL_ONLY
         found.append(pytest.param(case, id=case.id.encode("ascii", "backslashreplace").decode(), marks=marks))
     return found

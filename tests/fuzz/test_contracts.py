@@ -9,7 +9,6 @@ and runs with ``GYMBENCH_FUZZ_FULL=1`` (it takes tens of minutes: CI runs ``slow
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,6 @@ from .reach import (
 )
 
 CASES = all_contract_cases()
-FULL = os.environ.get("GYMBENCH_FUZZ_FULL") == "1"
 
 
 def check(
@@ -41,17 +39,8 @@ def check(
     assert not result.problems, f"{case.id}: {result.summary()}"
 
 
-@pytest.mark.parametrize("case", as_params(sample(CASES)))
-def test_a_sample_of_the_generated_cases(
-    case: ContractCase, tmp_path: Path, env: Env, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    check(case, tmp_path, env, capsys, monkeypatch)
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not FULL, reason="the full generated sweep: GYMBENCH_FUZZ_FULL=1")
-@pytest.mark.parametrize("case", as_params(CASES))
-def test_every_generated_case(
+@pytest.mark.parametrize("case", as_params(CASES, sample(CASES)))
+def test_generated_cases(
     case: ContractCase, tmp_path: Path, env: Env, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     check(case, tmp_path, env, capsys, monkeypatch)
