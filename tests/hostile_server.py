@@ -15,8 +15,9 @@ import asyncio
 import contextlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -234,17 +235,13 @@ async def _serve(server: HostileServer, sentinels: list[str], ready: threading.E
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     by_port: dict[int, str] = {}
-    raw_servers = []
     for mode in HTTP_MODES + SHAPE_MODES + STALL_MODES:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         by_port[port] = mode
         server.ports[mode] = port
-    for mode in RAW_MODES:
-        raw = await asyncio.start_server(lambda r, w, m=mode: _raw_handler(m, r, w), "127.0.0.1", 0)
-        raw_servers.append(raw)
-        server.ports[mode] = raw.sockets[0].getsockname()[1]
+    raw_servers = await _raw_ports(server, RAW_MODES, _raw_handler)
     ready.set()
     await server.stop_event.wait()
     for raw in raw_servers:
@@ -252,20 +249,41 @@ async def _serve(server: HostileServer, sentinels: list[str], ready: threading.E
     await runner.cleanup()
 
 
-def start_hostile_server(sentinels: list[str]) -> HostileServer:
-    """Serve every mode until ``stop()``; ``/metrics`` (scraped without a key) echoes ``sentinels``."""
-    server = HostileServer()
+async def _raw_ports(
+    server: HostileServer,
+    modes: Sequence[str],
+    handler: Callable[[str, asyncio.StreamReader, asyncio.StreamWriter], Any],
+) -> list[asyncio.Server]:
+    """One raw asyncio server per mode, each answering with ``handler(mode, ...)``; ports in ``server.ports``."""
+    raws = []
+    for mode in modes:
+        raw = await asyncio.start_server(lambda r, w, m=mode: handler(m, r, w), "127.0.0.1", 0)
+        raws.append(raw)
+        server.ports[mode] = raw.sockets[0].getsockname()[1]
+    return raws
+
+
+def _start(
+    server: HostileServer, serve: Callable[[threading.Event], Coroutine[Any, Any, None]], name: str
+) -> HostileServer:
+    """Run ``serve(ready)`` on a thread's own event loop; return once it set ``ready``."""
     ready = threading.Event()
 
     def run() -> None:
         server.loop = asyncio.new_event_loop()
-        server.loop.run_until_complete(_serve(server, sentinels, ready))
+        server.loop.run_until_complete(serve(ready))
 
-    server.thread = threading.Thread(target=run, daemon=True, name="hostile-server")
+    server.thread = threading.Thread(target=run, daemon=True, name=name)
     server.thread.start()
     if not ready.wait(30):
-        raise RuntimeError("the hostile server did not start")
+        raise RuntimeError(f"the {name} did not start")
     return server
+
+
+def start_hostile_server(sentinels: list[str]) -> HostileServer:
+    """Serve every mode until ``stop()``; ``/metrics`` (scraped without a key) echoes ``sentinels``."""
+    server = HostileServer()
+    return _start(server, lambda ready: _serve(server, sentinels, ready), "hostile server")
 
 
 # --------------------------------------------------------------------------- issue 41: every stage of an answer
@@ -345,19 +363,14 @@ def start_stage_server() -> HostileServer:
     import socket
 
     server = HostileServer()
-    ready = threading.Event()
     backlog = socket.socket()
     backlog.bind(("127.0.0.1", 0))
     backlog.listen(1)
     server.ports["hang_accept"] = backlog.getsockname()[1]
 
-    async def serve() -> None:
+    async def serve(ready: threading.Event) -> None:
         server.stop_event = asyncio.Event()
-        raws = []
-        for mode in STAGE_MODES[1:]:
-            raw = await asyncio.start_server(lambda r, w, m=mode: _stage_handler(m, r, w), "127.0.0.1", 0)
-            raws.append(raw)
-            server.ports[mode] = raw.sockets[0].getsockname()[1]
+        raws = await _raw_ports(server, STAGE_MODES[1:], _stage_handler)
         ready.set()
         await server.stop_event.wait()
         for raw in raws:
@@ -368,12 +381,4 @@ def start_stage_server() -> HostileServer:
             task.cancel()
         await asyncio.gather(*handlers, return_exceptions=True)
 
-    def run() -> None:
-        server.loop = asyncio.new_event_loop()
-        server.loop.run_until_complete(serve())
-
-    server.thread = threading.Thread(target=run, daemon=True, name="stage-server")
-    server.thread.start()
-    if not ready.wait(30):
-        raise RuntimeError("the stage server did not start")
-    return server
+    return _start(server, serve, "stage server")
