@@ -291,7 +291,10 @@ class Prober:
         if meter.failing():
             notes.append(f"mostly failing ({meter.failures} of {meter.completions}): stopped measuring")
         elif rate.under_measured:
-            notes.append(f"under-measured: ±{rate.relative:.1%} after {meter.precision.max_batches} batches")
+            notes.append(
+                f"under-measured: ±{rate.relative:.1%} after {meter.precision.max_batches} batches "
+                f"(target ±{meter.precision.target:.1%})"
+            )
         return ProbeResult(
             parallelism=parallelism,
             work_rate=rate,

@@ -106,7 +106,8 @@ class PrecisionSettings(Checked):
     )
     min_batches: int = field(default=6, metadata=doc("turnovers (p rollouts each) a level is measured at least"))
     max_batches: int = field(
-        default=40, metadata=doc("turnovers a level is measured at most (then it is marked under-measured)")
+        default=40,
+        metadata=doc("turnovers a level is measured at most (then under-measured, if still short of the target)"),
     )
 
     def __post_init__(self) -> None:
