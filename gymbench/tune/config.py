@@ -30,6 +30,10 @@ class TuneConfig(ProbeConfig, SweepSettings):
     method: str = field(default="sweep", metadata=doc("sweep (NeMo Gym's doubling sweep) or adaptive"))
     stability_rollouts: int = field(default=0, metadata=doc("after tuning, a run this long at the recommendation"))
     plot: str | None = field(default="tune.png", metadata=doc("PNG plot path (empty: no plot)"))
+    time_budget_s: float = field(
+        default=300.0,
+        metadata=doc("seconds the search may take (0: no limit); near it, stop and answer from the levels measured"),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -37,6 +41,7 @@ class TuneConfig(ProbeConfig, SweepSettings):
         require(not (self.remeasure and self.method == "adaptive"), "remeasure", self.remeasure,
                 "false with method=adaptive (the second pass re-probes the sweep's levels)")  # fmt: skip
         at_least("stability_rollouts", self.stability_rollouts, 0)
+        at_least("time_budget_s", self.time_budget_s, 0.0)
 
     def search_settings(self) -> SearchSettings:
         """The knee search's settings: those of the sweep given here, the rest the search's own."""

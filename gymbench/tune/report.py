@@ -43,7 +43,9 @@ def markdown_table(result: TuneResult) -> str:
 def summary_text(result: TuneResult) -> str:
     knee = result.knee
     spread = _plateau_spread(result)
-    lines = [
+    lines = [f"PARTIAL: {result.partial} before the search ended; read from the levels measured so far"]
+    lines = lines if result.partial else []
+    lines += [
         f"method: {result.method}, {len({p.parallelism for p in result.probes})} levels in "
         f"{len(result.probes)} measurements, {result.wall_s:.1f}s; "
         f"stopped: {result.stop_reason}",
@@ -185,6 +187,8 @@ def tune_result(result: TuneResult, params: dict[str, Any]) -> BenchmarkResult:
         "steps": [{"parallelism": s.parallelism, "why": s.why} for s in result.steps],
         "notes": result.notes,
     }
+    if result.partial:
+        extra["partial"] = result.partial
     if result.server is not None:
         extra["server_counters"] = result.server
     return BenchmarkResult(name="tune", params={**params, "method": result.method}, metrics=metrics, extra=extra)

@@ -20,6 +20,7 @@ from gymbench.tune.knee_search import KneeSearch, SearchResult, SearchSettings, 
 from gymbench.tune.probe import Prober, ProbeResult
 from gymbench.tune.rates import Precision, Rate
 from gymbench.types import ConcurrencyStrategy, JSONObject
+from gymbench.units import duration
 
 if TYPE_CHECKING:
     from gymbench.plugins import Plugins
@@ -98,6 +99,9 @@ class TuneResult:
     """The server's /metrics as the probe read it: ``engine`` (a name or null) and what was read or why not."""
     first_pass: SearchResult | None = None
     """With ``remeasure``: the answer of the first pass alone, before the reverse pass was merged."""
+    partial: str | None = None
+    """Why the tune ended before its search did (``interrupted (SIGTERM)``): the answer is read from
+    the levels measured until then; None for a tune that ran to its end."""
 
     @property
     def knee(self) -> Knee:
@@ -129,51 +133,159 @@ class TuneResult:
         return {p: rate.scaled(1 / self.per_rollout) for p, rate in self.search.curve.items()}
 
 
-async def doubling_sweep(prober: Prober, settings: SearchSettings, strategies: Strategies) -> TuneResult:
-    """The seeds' sweep: a probe per level, each until precise, levels chosen by the shared rules."""
+@dataclass
+class TimeBudget:
+    """The seconds a search may take, on the prober's clock (0: no limit).
+
+    Before each level the search asks whether that level would still end inside the budget, by the
+    time the last level took, scaled by its parallelism (a turnover of twice the rollouts takes about
+    twice as long once the server is saturated); past it, it stops and the knee is read from what
+    was measured. The prober cuts a level that is still measuring when the budget runs out, once it
+    has two batches: a tune with defaults ends within about its budget, at the cost of fewer levels
+    or wider intervals (both said in the output)."""
+
+    clock: Callable[[], float]
+    seconds: float = 0.0
+    started: float = 0.0
+
+    @property
+    def deadline(self) -> float | None:
+        return self.started + self.seconds if self.seconds > 0 else None
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def refuses(self, step: Step, probes: list[ProbeResult]) -> bool:
+        """Whether measuring ``step`` would run past the budget (the first level is always measured)."""
+        if self.seconds <= 0 or not probes:
+            return False
+        last = probes[-1]
+        cost = last.elapsed_s * max(1.0, step.parallelism / last.parallelism) / step.precision_scale
+        return self.elapsed() + cost > self.seconds
+
+    def reason(self, step: Step, earlier: str) -> str:
+        said = (
+            f"time budget: {self.elapsed():.0f} s of +time_budget_s={self.seconds:.0f} spent, too few left to "
+            f"measure {step.parallelism} ({step.why}); the answer is read from the levels measured"
+        )
+        return f"{said} (before that: {earlier})" if earlier else said
+
+
+@dataclass
+class SweepLog:
+    """What a sweep has measured so far, and its answer at any moment: a tune interrupted between
+    levels (Ctrl-C, SIGTERM) reports and saves this much instead of nothing."""
+
+    prober: Prober
+    search: KneeSearch
+    started: float
+    probes: list[ProbeResult] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    first_pass: SearchResult | None = None
+
+    def result(self, partial: str | None = None) -> TuneResult | None:
+        """The tune's result from the levels measured (None before the first one ends)."""
+        if not self.search.levels:
+            return None
+        if partial:  # the search is over: its reason is the interrupt, not "knee bracketed"
+            earlier = self.search.stop_reason
+            self.search.stop_reason = partial + (f" (before that: {earlier})" if earlier else "")
+        self.prober.normalise(self.probes)
+        notes = self.search.notes + [f"{p.parallelism}: {note}" for p in self.probes for note in p.notes]
+        return TuneResult("sweep", list(self.probes), self.search.result(), self.prober.per_rollout,
+                          self.prober.per_rollout_relative_se, self.prober.clock() - self.started, list(self.steps),
+                          notes, first_pass=self.first_pass, partial=partial)  # fmt: skip
+
+
+def level_line(probe: ProbeResult, budget: TimeBudget | None = None) -> str:
+    """One line per level measured, for logs where no progress bar is drawn (and beside one)."""
+    rate = probe.rate
+    parts = [f"tune: parallelism {probe.parallelism}: {rate.value:.3g} rollouts/s ±{rate.relative:.1%}"]
+    if probe.latency_p50_s is not None:
+        parts.append(f"p50 {duration(probe.latency_p50_s)}")
+    if probe.server_waiting_max is not None:
+        parts.append(f"server queue up to {probe.server_waiting_max:.0f} waiting")
+    if probe.error_rate:
+        parts.append(f"errors {probe.error_rate:.1%}")
+    parts.append(f"{probe.elapsed_s:.1f} s")
+    if budget is not None and budget.seconds > 0:
+        parts.append(f"{budget.elapsed():.0f} s of the {budget.seconds:.0f} s budget")
+    return ", ".join(parts)
+
+
+def _say(prober: Prober, probe: ProbeResult, budget: TimeBudget | None) -> None:
+    said = getattr(prober.progress, "said", None)
+    if said is not None:
+        said(level_line(probe, budget))
+
+
+async def doubling_sweep(
+    prober: Prober,
+    settings: SearchSettings,
+    strategies: Strategies,
+    budget_s: float = 0.0,
+    log: SweepLog | None = None,
+) -> TuneResult:
+    """The seeds' sweep: a probe per level, each until precise, levels chosen by the shared rules,
+    within ``budget_s`` seconds (0: no limit). ``log``, when given, is kept current level by level
+    (what an interrupted tune reports)."""
     started = prober.clock()
+    budget = TimeBudget(prober.clock, budget_s, started)
+    prober.deadline = budget.deadline
     search = KneeSearch(settings)
-    probes: list[ProbeResult] = []
-    steps: list[Step] = []
+    if log is None:
+        log = SweepLog(prober, search, started)
+    else:
+        log.search, log.started = search, started
     while (step := search.next_step()) is not None:
-        steps.append(step)
+        if budget.refuses(step, log.probes):
+            search.stop_reason = budget.reason(step, search.stop_reason)
+            break
+        log.steps.append(step)
         probe = await prober.probe(step.parallelism, strategies.fixed(step.parallelism), step.precision_scale)
-        probes.append(probe)
+        log.probes.append(probe)
         search.record(probe.level())
-    first_pass = None
+        _say(prober, probe, budget)
     if settings.remeasure:
-        first_pass = search.result()
-        probes += await _second_pass(prober, search, steps, strategies)
-    prober.normalise(probes)
-    notes = search.notes + [f"{p.parallelism}: {note}" for p in probes for note in p.notes]
-    return TuneResult("sweep", probes, search.result(), prober.per_rollout, prober.per_rollout_relative_se,
-                      prober.clock() - started, steps, notes, first_pass=first_pass)  # fmt: skip
+        log.first_pass = search.result()
+        await _second_pass(prober, log, strategies, budget)
+    result = log.result()
+    assert result is not None, "the first level is always measured"
+    return result
 
 
-async def _second_pass(
-    prober: Prober, search: KneeSearch, steps: list[Step], strategies: Strategies
-) -> list[ProbeResult]:
+async def _second_pass(prober: Prober, log: SweepLog, strategies: Strategies, budget: TimeBudget) -> None:
     """Every level again, last measured first, merged into the search; a note says how far the
     two passes differed (the machine's drift, or a server whose state moved)."""
-    order = list(dict.fromkeys(step.parallelism for step in steps))[::-1]
+    search = log.search
+    order = list(dict.fromkeys(step.parallelism for step in log.steps))[::-1]
     first = {p: search.levels[p].rate.value for p in order}
     probes = []
     for parallelism in order:
-        steps.append(Step(parallelism, why="second pass, in reverse order"))
+        step = Step(parallelism, why="second pass, in reverse order")
+        if budget.refuses(step, log.probes):
+            search.notes.append(f"the time budget ended the second pass after {len(probes)} of {len(order)} levels")
+            break
+        log.steps.append(step)
         probe = await prober.probe(parallelism, strategies.fixed(parallelism))
         probes.append(probe)
+        log.probes.append(probe)
         search.record(probe.level(), apart=True)
+        _say(prober, probe, budget)
     moved = [probe.work_rate.value / first[probe.parallelism] - 1 for probe in probes if first[probe.parallelism] > 0]
     if moved:
         search.notes.append(
-            f"second pass (reverse order) over {len(order)} levels read {min(moved):+.1%} to {max(moved):+.1%} "
+            f"second pass (reverse order) over {len(probes)} levels read {min(moved):+.1%} to {max(moved):+.1%} "
             f"against the first (median {float(np.median(moved)):+.1%}); the curve merges both"
         )
-    return probes
 
 
 async def adaptive_search(
-    prober: Prober, settings: SearchSettings, strategies: Strategies, budget: int = ADAPTIVE_BUDGET
+    prober: Prober,
+    settings: SearchSettings,
+    strategies: Strategies,
+    budget: int = ADAPTIVE_BUDGET,
+    budget_s: float = 0.0,
 ) -> TuneResult:
     """One collection under the ``adaptive`` strategy; it stops once the knee is found."""
     started = prober.clock()
@@ -184,11 +296,22 @@ async def adaptive_search(
         if show_text is not None:
             show_text(f"limit {strategy.limit}")
 
-    await prober.run(strategy, settings.start, show, lambda: strategy.converged, budget=budget)
+    clock = TimeBudget(prober.clock, budget_s, started)
+    prober.deadline = clock.deadline
+
+    def stop() -> bool:
+        return bool(strategy.converged) or (clock.seconds > 0 and clock.elapsed() >= clock.seconds)
+
+    await prober.run(strategy, settings.start, show, stop, budget=budget)
     search: KneeSearch = strategy.search
+    if not strategy.converged and clock.seconds > 0 and clock.elapsed() >= clock.seconds:
+        search.stop_reason = (
+            f"time budget: +time_budget_s={clock.seconds:.0f} spent before the knee was found; the answer is read "
+            "from the levels measured" + (f" (before that: {search.stop_reason})" if search.stop_reason else "")
+        )
     outcome = strategy.outcome or search.result()
     notes = list(search.notes)
-    if not strategy.converged:
+    if not strategy.converged and "time budget" not in search.stop_reason:
         notes.append(f"the budget of {budget} rollouts ran out before the knee was found")
     probes = [_level_probe(strategy, p) for p in search.levels]
     for probe in probes:

@@ -38,12 +38,17 @@ KNEE16 = SimConfig(max_num_seqs=16, step_base_s=0.01, step_per_seq_s=0.0005, out
                    output_tokens_dist="exponential")  # fmt: skip
 
 
-def tune(config: SimConfig, method: str = "sweep", retries: int = 0, **settings: Any) -> TuneResult:
+def tune(
+    config: SimConfig, method: str = "sweep", retries: int = 0, budget_s: float = 0.0, **settings: Any
+) -> TuneResult:
     backend = InProcessBackend(config, max_retries=retries)
     search = adaptive_search if method == "adaptive" else doubling_sweep
     strategies = Strategies.from_plugins(make_plugins())
-    return with_prober(backend, lambda prober: search(prober, SearchSettings(**settings), strategies),
-                       counters=sim_counters(backend))  # fmt: skip
+
+    def work(prober: Prober) -> Any:
+        return search(prober, SearchSettings(**settings), strategies, budget_s=budget_s)
+
+    return with_prober(backend, work, counters=sim_counters(backend))
 
 
 @pytest.fixture(scope="module")
@@ -247,3 +252,16 @@ def test_a_second_pass_in_reverse_order_takes_the_machines_drift_out_of_the_knee
 def test_remeasure_is_the_sweeps() -> None:
     with pytest.raises(GymbenchError, match="remeasure"):
         TuneConfig(method="adaptive", remeasure=True)
+
+
+@pytest.mark.parametrize("method", ["sweep", "adaptive"])
+def test_a_time_budget_ends_the_search_and_says_so(method: str) -> None:
+    """In simulated time: the same tune with a third of the time it takes unbounded stops early,
+    within about its budget, names the budget as its reason and still answers from what it measured."""
+    unbounded = tune(KNEE16, method, start=2)
+    budget = unbounded.wall_s / 3
+    bounded = tune(KNEE16, method, start=2, budget_s=budget)
+    assert bounded.stop_reason.startswith("time budget: "), bounded.stop_reason
+    assert len(bounded.search.curve) < len(unbounded.search.curve)
+    assert bounded.wall_s <= 1.5 * budget  # a level cut at the budget ends once it has two batches
+    assert bounded.recommended >= 1 and bounded.knee.plateau > 0
