@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import signal
 import sys
 import threading
@@ -22,9 +24,10 @@ from gymbench.plugins import Plugins
 from gymbench.run import Run
 from gymbench.settings import settings_dict
 from gymbench.tune.advice import backend_kind
+from gymbench.tune.capacity import read_capacity
 from gymbench.tune.config import DiagnoseConfig, ProbeConfig, TuneConfig
 from gymbench.tune.diagnose import Diagnosis, diagnose
-from gymbench.tune.knee_search import KneeSearch
+from gymbench.tune.knee_search import KneeSearch, SearchSettings
 from gymbench.tune.probe import Prober
 from gymbench.tune.report import (
     diagnose_result,
@@ -132,13 +135,15 @@ def tune_run(
     budget_s = config.time_budget_s
 
     async def work(prober: Prober) -> TuneResult:
+        settings, signals = await _around_capacity(prober, search)
         if config.method == "adaptive":
-            result = await adaptive_search(prober, search, strategies=strategies, budget_s=budget_s)
+            result = await adaptive_search(prober, settings, strategies=strategies, budget_s=budget_s)
         else:
-            log = SweepLog(prober, KneeSearch(search), prober.clock())
+            log = SweepLog(prober, KneeSearch(settings), prober.clock())
             if partial is not None:
                 partial.log = log
-            result = await doubling_sweep(prober, search, strategies=strategies, budget_s=budget_s, log=log)
+            result = await doubling_sweep(prober, settings, strategies=strategies, budget_s=budget_s, log=log)
+        result.capacity = signals
         prober.deadline = None  # the budget is the search's: a stability run is asked for by its count
         if config.stability_rollouts > 0:
             result.stability = await validate_stability(
@@ -152,6 +157,20 @@ def tune_run(
         return result
 
     return with_prober(config, plugins, work, running_sim)
+
+
+async def _around_capacity(prober: Prober, search: SearchSettings) -> tuple[SearchSettings, list[str]]:
+    """The search's settings with its first level below the slot count the server says it has, and
+    the capacity signals used (:mod:`gymbench.tune.capacity`)."""
+    target = prober.collection.target
+    simulator = target.simulator if target is not None else None
+    base_url = target.base_url if target is not None else None
+    found = await asyncio.to_thread(read_capacity, simulator, base_url, prober.server)
+    start = found.start(search.start)
+    if start == search.start:
+        return search, found.said
+    said = [*found.said, f"started at {start}, below the slot count, instead of start={search.start}"]
+    return dataclasses.replace(search, start=start), said
 
 
 def run_tune(config: TuneConfig, plugins: Plugins) -> int:

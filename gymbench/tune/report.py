@@ -63,6 +63,8 @@ def summary_text(result: TuneResult) -> str:
             f"first pass alone: knee {once.parallelism:.1f} (95% CI {once.low:.1f}–{once.high:.1f}), "
             f"recommended {result.first_pass.recommendation.parallelism}"
         )
+    if result.capacity:
+        lines.append(f"capacity signals: {'; '.join(result.capacity)}")
     if result.server is not None:
         lines.append(f"server counters: {server_counters_text(result.server)}")
     lines += [f"note: {note}" for note in result.notes]
@@ -189,6 +191,8 @@ def tune_result(result: TuneResult, params: dict[str, Any]) -> BenchmarkResult:
     }
     if result.partial:
         extra["partial"] = result.partial
+    if result.capacity:
+        extra["capacity_signals"] = result.capacity
     if result.server is not None:
         extra["server_counters"] = result.server
     return BenchmarkResult(name="tune", params={**params, "method": result.method}, metrics=metrics, extra=extra)

@@ -99,6 +99,8 @@ class TuneResult:
     """The server's /metrics as the probe read it: ``engine`` (a name or null) and what was read or why not."""
     first_pass: SearchResult | None = None
     """With ``remeasure``: the answer of the first pass alone, before the reverse pass was merged."""
+    capacity: list[str] = field(default_factory=list)
+    """The capacity signals the server gave and the tune used (its slots, its queue), or why none."""
     partial: str | None = None
     """Why the tune ended before its search did (``interrupted (SIGTERM)``): the answer is read from
     the levels measured until then; None for a tune that ran to its end."""
@@ -192,6 +194,10 @@ class SweepLog:
             self.search.stop_reason = partial + (f" (before that: {earlier})" if earlier else "")
         self.prober.normalise(self.probes)
         notes = self.search.notes + [f"{p.parallelism}: {note}" for p in self.probes for note in p.notes]
+        if len(self.search.levels) == 1:
+            (only,) = self.search.levels
+            notes.append(f"one level measured: the knee is not bracketed (it may be anywhere up to {only}); "
+                         "give the search more time (+time_budget_s)")  # fmt: skip
         return TuneResult("sweep", list(self.probes), self.search.result(), self.prober.per_rollout,
                           self.prober.per_rollout_relative_se, self.prober.clock() - self.started, list(self.steps),
                           notes, first_pass=self.first_pass, partial=partial)  # fmt: skip
