@@ -144,6 +144,8 @@ def tune_run(
                 partial.log = log
             result = await doubling_sweep(prober, settings, strategies=strategies, budget_s=budget_s, log=log)
         result.capacity = signals
+        if config.slo_p50_ms is not None:
+            result.meet_latency_objective(config.slo_p50_ms / 1e3)
         prober.deadline = None  # the budget is the search's: a stability run is asked for by its count
         if config.stability_rollouts > 0:
             result.stability = await validate_stability(

@@ -148,11 +148,24 @@ class Recommendation:
 
 
 def recommend(curve: Mapping[int, Rate], knee: Knee, share: float = KNEE_FRACTION) -> Recommendation:
-    """The smallest whole parallelism expected to deliver ``share`` of the plateau (the knee itself by default)."""
+    """The smallest whole parallelism expected to deliver ``share`` of the plateau (the knee itself by
+    default), or a smaller level measured whose interval reaches ``share`` of it.
+
+    Parallelism beyond what the throughput needs only adds latency: on llama.cpp with 4 slots, 15
+    and 38 gave the throughput of 8 at 2x and 5x its latency (issue 39). So a level measured below
+    the crossing that is not below ``share`` of the plateau beyond its noise is taken; not a level
+    measured short of its precision target, whose wide interval would reach the plateau by chance."""
     values = {p: r.value for p, r in curve.items()}
     crossing = knee.parallelism if share == KNEE_FRACTION else knee_of(values, knee.plateau, share)
     parallelism = max(1, math.ceil(crossing - 1e-9))
+    within = [p for p in sorted(curve) if p < parallelism and _reaches(curve[p], share * knee.plateau)]
+    parallelism = within[0] if within else parallelism
     expected = values[parallelism] if parallelism in values else throughput_at(values, parallelism)
     if parallelism < min(values):
         expected = values[min(values)] * parallelism / min(values)
     return Recommendation(parallelism, expected, expected / knee.plateau if knee.plateau > 0 else 0.0)
+
+
+def _reaches(rate: Rate, target: float) -> bool:
+    """Measured to its precision, and not below ``target`` beyond its 95% interval."""
+    return not rate.under_measured and math.isfinite(rate.half_width) and rate.high >= target

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gymbench.tune.curves import Knee
+from gymbench.tune.curves import Knee, Recommendation
 from gymbench.tune.knee_search import KneeSearch, SearchResult, SearchSettings, Step
 from gymbench.tune.probe import Prober, ProbeResult
 from gymbench.tune.rates import Precision, Rate
@@ -99,6 +99,10 @@ class TuneResult:
     """The server's /metrics as the probe read it: ``engine`` (a name or null) and what was read or why not."""
     first_pass: SearchResult | None = None
     """With ``remeasure``: the answer of the first pass alone, before the reverse pass was merged."""
+    objective: Recommendation | None = None
+    """With a latency objective (``slo_p50_ms``) that bounds it: the recommendation it leaves."""
+    objective_said: str = ""
+    """What the latency objective decided, for the summary."""
     capacity: list[str] = field(default_factory=list)
     """The capacity signals the server gave and the tune used (its slots, its queue), or why none."""
     partial: str | None = None
@@ -114,16 +118,49 @@ class TuneResult:
                     knee.peak_parallelism)  # fmt: skip
 
     @property
+    def recommendation(self) -> Recommendation:
+        """The throughput's recommendation, or the latency objective's where that is lower."""
+        return self.objective or self.search.recommendation
+
+    @property
     def recommended(self) -> int:
-        return self.search.recommendation.parallelism
+        return self.recommendation.parallelism
 
     @property
     def expected_rollouts_per_s(self) -> float:
-        return self.search.recommendation.expected / self.per_rollout
+        return self.recommendation.expected / self.per_rollout
 
     @property
     def expected_share(self) -> float:
-        return self.search.recommendation.share
+        return self.recommendation.share
+
+    def p50_at(self, parallelism: int) -> float | None:
+        """The median request latency measured at ``parallelism`` (its last measurement), if measured."""
+        found = [p.latency_p50_s for p in self.probes if p.parallelism == parallelism and p.latency_p50_s is not None]
+        return found[-1] if found else None
+
+    def meet_latency_objective(self, p50_s: float) -> None:
+        """The largest level measured whose p50 latency is within ``p50_s``, where it is below the
+        throughput's recommendation (beyond that, more parallelism adds latency, not throughput)."""
+        limit = f"p50 ≤ {duration(p50_s)}"
+        throughput = self.search.recommendation
+        curve = self.search.curve
+        latencies = {p: latency for p in curve if (latency := self.p50_at(p)) is not None}
+        meeting = [p for p, latency in latencies.items() if latency <= p50_s]
+        if not meeting:
+            lowest = min(latencies, key=lambda p: latencies[p], default=None)
+            said = f"; the lowest measured is {duration(latencies[lowest])} at {lowest}" if lowest is not None else ""
+            self.objective_said = f"latency objective {limit}: no level measured meets it{said}"
+            return
+        best = max(meeting)
+        if best >= throughput.parallelism:
+            self.objective_said = (f"latency objective {limit}: met at the throughput's recommendation "
+                                   f"{throughput.parallelism} (met up to {best})")  # fmt: skip
+            return
+        value, plateau = curve[best].value, self.search.knee.plateau
+        self.objective = Recommendation(best, value, value / plateau if plateau > 0 else 0.0)
+        self.objective_said = (f"latency objective {limit}: {best}, the largest level measured that meets it "
+                               f"(the throughput alone would recommend {throughput.parallelism})")  # fmt: skip
 
     @property
     def stop_reason(self) -> str:

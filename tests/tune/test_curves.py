@@ -74,3 +74,16 @@ def test_interpolation_in_log_space() -> None:
     with pytest.raises(ValueError):
         find_knee({})
     assert isinstance(find_knee(exact({4: 1.0})), Knee)
+
+
+def test_a_level_measured_below_the_crossing_whose_interval_reaches_the_share_is_recommended() -> None:
+    """Issue 39: the smallest level not below 95% of the plateau within its interval; a level measured
+    short of its precision target is not taken on its wide interval alone."""
+    curve = {2: Rate(50.0, 1.0), 4: Rate(93.0, 2.5), 8: Rate(100.0, 1.0), 16: Rate(100.0, 1.0)}
+    knee = find_knee(curve)
+    advice = recommend(curve, knee, share=0.95)
+    assert advice.parallelism == 4 and advice.expected == 93.0  # 93 + 2.5 reaches 95
+    vague = {**curve, 4: Rate(93.0, 2.5, under_measured=True)}
+    assert recommend(vague, find_knee(vague), share=0.95).parallelism == 5  # the interpolated crossing
+    tight = {**curve, 4: Rate(93.0, 0.5)}
+    assert recommend(tight, find_knee(tight), share=0.95).parallelism == 5

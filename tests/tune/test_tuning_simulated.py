@@ -31,6 +31,7 @@ from gymbench.tune.sweep import (
     doubling_sweep,
     validate_stability,
 )
+from gymbench.units import duration
 from tests.tune.simulated import PooledBackend, long_run_tokens_per_s, sim_counters, with_prober
 
 # Saturates at 16 sequences, exponential output lengths (mean 24): requests of ~0.3 s.
@@ -265,3 +266,26 @@ def test_a_time_budget_ends_the_search_and_says_so(method: str) -> None:
     assert len(bounded.search.curve) < len(unbounded.search.curve)
     assert bounded.wall_s <= 1.5 * budget  # a level cut at the budget ends once it has two batches
     assert bounded.recommended >= 1 and bounded.knee.plateau > 0
+
+
+def test_the_recommendation_states_its_latency_beside_the_plateaus_and_an_objective_bounds_it() -> None:
+    result = tune(KNEE16, start=4)
+    throughput = result.recommended
+    said = summary_text(result)
+    here, top = result.p50_at(throughput), result.p50_at(result.knee.peak_parallelism)
+    assert here is not None and top is not None
+    assert f"p50 latency {duration(here)} there" in said
+    if result.knee.peak_parallelism != throughput:
+        assert f"{duration(top)} at {result.knee.peak_parallelism} (the plateau's highest level)" in said
+    below = max(p for p in result.search.curve if p < throughput)
+    limit = result.p50_at(below)
+    assert limit is not None and limit < here
+    result.meet_latency_objective(limit)
+    assert result.recommended == below and "the largest level measured that meets it" in result.objective_said
+    assert result.expected_share < 1
+    loose = tune(KNEE16, start=4)
+    loose.meet_latency_objective(1e6)
+    assert loose.recommended == throughput and "met at the throughput's recommendation" in loose.objective_said
+    strict = tune(KNEE16, start=4)
+    strict.meet_latency_objective(1e-6)
+    assert strict.recommended == throughput and "no level measured meets it" in strict.objective_said
