@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 
 KNEE_FRACTION = 0.97
 """The knee: the smallest parallelism expected to give this share of the plateau's throughput."""
-RECOMMEND_SHARE = 0.95
-"""The recommendation: the smallest parallelism not below this share of the plateau (within its interval)."""
+RECOMMEND_FLOOR = 0.95
+"""A level measured below the knee is recommended when its whole 95% interval is at least this share
+of the plateau's (:func:`gymbench.tune.curves.recommend`)."""
 
 
 @dataclass
@@ -49,12 +50,9 @@ class GrowthSettings(Checked):
     )
     resolution: float = field(default=1.1, metadata=doc("bisect until the knee's bracket high/low is within this"))
     share: float = field(
-        default=RECOMMEND_SHARE,
-        metadata=doc("recommend (and settle at) the smallest parallelism not below this share of the plateau"),
+        default=KNEE_FRACTION,
+        metadata=doc("settle at the smallest parallelism expected to give this share of the plateau (0.97: the knee)"),
     )
-    """0.95 (0.97, the knee, until issue 39): the smallest level whose throughput is, within its
-    interval, not below 95% of the plateau; the 3% more of the knee cost up to half again the
-    parallelism, and the latency with it, on an engine that bends slowly into its plateau."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -303,7 +303,7 @@ async def _second_pass(prober: Prober, log: SweepLog, strategies: Strategies, bu
     search = log.search
     order = list(dict.fromkeys(step.parallelism for step in log.steps))[::-1]
     first = {p: search.levels[p].rate.value for p in order}
-    probes = []
+    probes: list[ProbeResult] = []
     for parallelism in order:
         step = Step(parallelism, why="second pass, in reverse order")
         if budget.refuses(step, log.probes):
