@@ -118,9 +118,13 @@ class PartialTune:
     """Where an interrupted tune finds what it measured: the sweep's log, once its prober exists."""
 
     log: SweepLog | None = None
+    capacity: list[str] = dataclasses.field(default_factory=list)
 
     def result(self, why: str) -> TuneResult | None:
-        return None if self.log is None else self.log.result(partial=why)
+        result = None if self.log is None else self.log.result(partial=why)
+        if result is not None:
+            result.capacity = self.capacity
+        return result
 
 
 def tune_run(
@@ -141,7 +145,7 @@ def tune_run(
         else:
             log = SweepLog(prober, KneeSearch(settings), prober.clock())
             if partial is not None:
-                partial.log = log
+                partial.log, partial.capacity = log, signals
             result = await doubling_sweep(prober, settings, strategies=strategies, budget_s=budget_s, log=log)
         result.capacity = signals
         if config.slo_p50_ms is not None:

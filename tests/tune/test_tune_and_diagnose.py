@@ -206,6 +206,7 @@ def test_sigterm_mid_tune_prints_and_saves_the_levels_measured(tmp_path: Path) -
     assert process.returncode == 143, "".join(said)
     assert "PARTIAL: terminated (SIGTERM) before the search ended" in out and "| 2 |" in out
     assert "stopped: terminated (SIGTERM)" in out and "recommended num_samples_in_parallel=" in out
+    assert "capacity signals: the simulator's --describe: it saturates at 16 sequences" in out
     assert any("terminated (SIGTERM): the partial result above is saved" in line for line in said)
     tuned = load_record(next(results.glob("*/*_tune.json")))
     extra = tuned.benchmarks[0].extra
