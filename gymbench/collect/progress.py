@@ -5,6 +5,7 @@ Warnings go through tqdm's ``write`` so that they do not tear a progress bar in 
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -77,6 +78,12 @@ class ProbeProgress:
     def show(self, text: str) -> None:
         if self.bar is not None:
             self.bar.set_postfix_str(text, refresh=False)
+
+    def said(self, text: str) -> None:
+        """A probe's outcome on a line of its own (to stderr, beside the results on stdout), bar or
+        no bar: with ``+progress=false`` a tune used to print nothing at all until its end."""
+        self.close()
+        print(text, file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
+import dataclasses
+import signal
+import sys
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,8 +24,10 @@ from gymbench.plugins import Plugins
 from gymbench.run import Run
 from gymbench.settings import settings_dict
 from gymbench.tune.advice import backend_kind
+from gymbench.tune.capacity import read_capacity
 from gymbench.tune.config import DiagnoseConfig, ProbeConfig, TuneConfig
 from gymbench.tune.diagnose import Diagnosis, diagnose
+from gymbench.tune.knee_search import KneeSearch, SearchSettings
 from gymbench.tune.probe import Prober
 from gymbench.tune.report import (
     diagnose_result,
@@ -30,7 +38,14 @@ from gymbench.tune.report import (
     summary_text,
     tune_result,
 )
-from gymbench.tune.sweep import Strategies, TuneResult, adaptive_search, doubling_sweep, validate_stability
+from gymbench.tune.sweep import (
+    Strategies,
+    SweepLog,
+    TuneResult,
+    adaptive_search,
+    doubling_sweep,
+    validate_stability,
+)
 from gymbench.types import is_open_loop
 
 if TYPE_CHECKING:
@@ -98,17 +113,44 @@ def with_prober(
             progress.close()
 
 
+@dataclass
+class PartialTune:
+    """Where an interrupted tune finds what it measured: the sweep's log, once its prober exists."""
+
+    log: SweepLog | None = None
+    capacity: list[str] = dataclasses.field(default_factory=list)
+
+    def result(self, why: str) -> TuneResult | None:
+        result = None if self.log is None else self.log.result(partial=why)
+        if result is not None:
+            result.capacity = self.capacity
+        return result
+
+
 def tune_run(
-    config: TuneConfig, plugins: Plugins, running_sim: Callable[[], SimServerHandle] | None = None
+    config: TuneConfig,
+    plugins: Plugins,
+    running_sim: Callable[[], SimServerHandle] | None = None,
+    partial: PartialTune | None = None,
 ) -> TuneResult:
+    """Tune by ``config``; ``partial``, when given, holds the sweep's levels as they are measured."""
     search = config.search_settings()
     strategies = strategies_for(config, plugins)
+    budget_s = config.time_budget_s
 
     async def work(prober: Prober) -> TuneResult:
+        settings, signals = await _around_capacity(prober, search)
         if config.method == "adaptive":
-            result = await adaptive_search(prober, search, strategies=strategies)
+            result = await adaptive_search(prober, settings, strategies=strategies, budget_s=budget_s)
         else:
-            result = await doubling_sweep(prober, search, strategies=strategies)
+            log = SweepLog(prober, KneeSearch(settings), prober.clock())
+            if partial is not None:
+                partial.log, partial.capacity = log, signals
+            result = await doubling_sweep(prober, settings, strategies=strategies, budget_s=budget_s, log=log)
+        result.capacity = signals
+        if config.slo_p50_ms is not None:
+            result.meet_latency_objective(config.slo_p50_ms / 1e3)
+        prober.deadline = None  # the budget is the search's: a stability run is asked for by its count
         if config.stability_rollouts > 0:
             result.stability = await validate_stability(
                 prober,
@@ -123,22 +165,85 @@ def tune_run(
     return with_prober(config, plugins, work, running_sim)
 
 
+async def _around_capacity(prober: Prober, search: SearchSettings) -> tuple[SearchSettings, list[str]]:
+    """The search's settings with its first level below the slot count the server says it has, and
+    the capacity signals used (:mod:`gymbench.tune.capacity`)."""
+    target = prober.collection.target
+    simulator = target.simulator if target is not None else None
+    base_url = target.base_url if target is not None else None
+    found = await asyncio.to_thread(read_capacity, simulator, base_url, prober.server)
+    start = found.start(search.start)
+    if start == search.start:
+        return search, found.said
+    said = [*found.said, f"started at {start}, below the slot count, instead of start={search.start}"]
+    return dataclasses.replace(search, start=start), said
+
+
 def run_tune(config: TuneConfig, plugins: Plugins) -> int:
     if config.plot:
         check_writable_file(config.plot, "plot", "+plot (or +plot= for none)")
-    with Run(plugins, "tune", config.run_name, settings_dict(config), results_dir=config.results_dir,
-             save=config.save_results) as run:  # fmt: skip
-        result = tune_run(config, plugins)
+    partial = PartialTune()
+    params = {"input": Path(config.input_jsonl_fpath or "").name}
+    run = Run(plugins, "tune", config.run_name, settings_dict(config), results_dir=config.results_dir,
+              save=config.save_results)  # fmt: skip
+    with _sigterm_as_ctrl_c() as signals, run:
+        try:
+            result = tune_run(config, plugins, partial=partial)
+        except KeyboardInterrupt:
+            return _interrupted(partial, run, params, signals.terminated)
         print(markdown_table(result))
         print()
         print(summary_text(result))
-        run.finish([tune_result(result, {"input": Path(config.input_jsonl_fpath or "").name})])
+        run.finish([tune_result(result, params)])
     if config.plot:  # after the record: a plot that does not fit never costs the run its record
         print(f"plot: {plot(result, Path(config.plot))}")
     write_step_summary(markdown_table(result) + "\n\n" + summary_text(result).replace("\n", "  \n"))
     if result.stability is not None and not result.stability.passed:
         return 1
     return 0
+
+
+def _interrupted(partial: PartialTune, run: Run, params: dict[str, Any], terminated: bool) -> int:
+    """Ctrl-C or SIGTERM mid-tune: print and save what was measured, marked partial; the CLI's exit
+    status for the interrupt (130, or the shell's 143 for SIGTERM)."""
+    how = "terminated (SIGTERM)" if terminated else "interrupted (Ctrl-C)"
+    status = 143 if terminated else 130
+    with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C while saving: what is saved is saved
+        result = partial.result(how)
+        if result is None:
+            print(f"gymbench: {how} before the first level was measured: nothing to save", file=sys.stderr)
+            return status
+        print(markdown_table(result))
+        print()
+        print(summary_text(result))
+        run.finish([tune_result(result, params)])
+        print(f"gymbench: {how}: the partial result above is saved", file=sys.stderr)
+    return status
+
+
+class _Signals:
+    terminated = False
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[_Signals]:
+    """SIGTERM (``kill``, a cancelled CI job) stops a tune as Ctrl-C does, by sending this process
+    SIGINT: the event loop then cancels the probe in flight and the tune reports what it measured
+    (issue 39: it used to die and leave nothing). Only the main thread may set a handler."""
+    signals = _Signals()
+    if threading.current_thread() is not threading.main_thread():
+        yield signals
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        signals.terminated = True
+        signal.raise_signal(signal.SIGINT)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield signals
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def diagnose_run(config: DiagnoseConfig, plugins: Plugins) -> Diagnosis:

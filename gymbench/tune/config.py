@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from gymbench.collect.config import ServerConfig
@@ -30,6 +31,14 @@ class TuneConfig(ProbeConfig, SweepSettings):
     method: str = field(default="sweep", metadata=doc("sweep (NeMo Gym's doubling sweep) or adaptive"))
     stability_rollouts: int = field(default=0, metadata=doc("after tuning, a run this long at the recommendation"))
     plot: str | None = field(default="tune.png", metadata=doc("PNG plot path (empty: no plot)"))
+    slo_p50_ms: float | None = field(
+        default=None,
+        metadata=doc("latency objective: recommend at most the largest level measured with p50 latency within this"),
+    )
+    time_budget_s: float = field(
+        default=300.0,
+        metadata=doc("seconds the search may take (0: no limit); near it, stop and answer from the levels measured"),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -37,6 +46,10 @@ class TuneConfig(ProbeConfig, SweepSettings):
         require(not (self.remeasure and self.method == "adaptive"), "remeasure", self.remeasure,
                 "false with method=adaptive (the second pass re-probes the sweep's levels)")  # fmt: skip
         at_least("stability_rollouts", self.stability_rollouts, 0)
+        at_least("time_budget_s", self.time_budget_s, 0.0)
+        if self.slo_p50_ms is not None:
+            require(math.isfinite(self.slo_p50_ms) and self.slo_p50_ms > 0, "slo_p50_ms", self.slo_p50_ms,
+                    "a finite number of milliseconds above 0")  # fmt: skip
 
     def search_settings(self) -> SearchSettings:
         """The knee search's settings: those of the sweep given here, the rest the search's own."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gymbench.tune.rates import Rate, pooled, ratio
-from gymbench.tune.search_settings import KNEE_FRACTION
+from gymbench.tune.search_settings import KNEE_FRACTION, RECOMMEND_FLOOR
 
 
 @dataclass(frozen=True)
@@ -147,12 +147,29 @@ class Recommendation:
     """``expected`` as a share of the plateau's throughput."""
 
 
-def recommend(curve: Mapping[int, Rate], knee: Knee, share: float = KNEE_FRACTION) -> Recommendation:
-    """The smallest whole parallelism expected to deliver ``share`` of the plateau (the knee itself by default)."""
+def recommend(
+    curve: Mapping[int, Rate], knee: Knee, share: float = KNEE_FRACTION, floor: float = RECOMMEND_FLOOR
+) -> Recommendation:
+    """The smallest whole parallelism expected to deliver ``share`` of the plateau (the knee itself by
+    default), or a smaller level measured whose throughput is not below ``floor`` of the plateau
+    within its 95% interval (the level's and the plateau's noise both).
+
+    Parallelism beyond what the throughput needs only adds latency: on llama.cpp with 4 slots, 15
+    and 38 gave the throughput of 8 at 2x and 5x its latency (issue 39). A level is taken below the
+    crossing only on the whole of its interval: taken on its point estimate, or on an interval that
+    merely reaches ``floor``, advice on noisy levels delivered 92% of the true peak."""
     values = {p: r.value for p, r in curve.items()}
     crossing = knee.parallelism if share == KNEE_FRACTION else knee_of(values, knee.plateau, share)
     parallelism = max(1, math.ceil(crossing - 1e-9))
+    plateau = Rate(knee.plateau, knee.plateau_half_width)
+    within = [p for p in sorted(curve) if p < parallelism and _not_below(curve[p], plateau, floor)]
+    parallelism = within[0] if within else parallelism
     expected = values[parallelism] if parallelism in values else throughput_at(values, parallelism)
     if parallelism < min(values):
         expected = values[min(values)] * parallelism / min(values)
     return Recommendation(parallelism, expected, expected / knee.plateau if knee.plateau > 0 else 0.0)
+
+
+def _not_below(rate: Rate, plateau: Rate, floor: float) -> bool:
+    """Measured to its precision, and at least ``floor`` of the plateau over its whole 95% interval."""
+    return not rate.under_measured and math.isfinite(rate.half_width) and ratio(rate, plateau)[1] >= floor

@@ -178,9 +178,17 @@ class KneeSearch:
         factor = math.sqrt(s.factor) if s.fine_growth and gain < 1.5 else s.factor
         following = max(last.parallelism + 1, math.ceil(last.parallelism * factor))
         if following > s.max_parallelism:
-            self.stop_reason = f"reached max_parallelism {s.max_parallelism}"
+            self.stop_reason = self._at_the_bound(last.parallelism, following)
             return None
         return self._visit(following, "still growing")
+
+    def _at_the_bound(self, last: int, following: int) -> str:
+        """Why growing stopped at the bound, naming the highest level measured: 80 with a bound of 128
+        was reported as "reached max_parallelism 128" (issue 39)."""
+        bound = self.settings.max_parallelism
+        if last >= bound:
+            return f"reached max_parallelism {bound} (still growing there)"
+        return f"stopped growing at {last}: the next level, {following}, is above max_parallelism {bound}"
 
     def _remeasure(self, a: Level, b: Level, what: str) -> Step | None:
         wider = max((a, b), key=lambda level: level.rate.relative)

@@ -140,6 +140,9 @@ class Prober:
         self.progress: Any = None
         """Optional: ``progress.start(parallelism, None)`` returns the collector's progress callback;
         ``progress.show(text)`` shows the rate so far."""
+        self.deadline: float | None = None
+        """On :attr:`clock`: a probe still measuring then stops once it has two batches (a tune's time
+        budget); None: no deadline."""
         self.unit: str | None = None
         self.pooled_work = 0.0
         self.pooled_squares = 0.0
@@ -175,8 +178,12 @@ class Prober:
         if rollouts is not None:
             batches = max(2, -(-rollouts // meter.batch_size))
             meter.precision = replace(wanted, min_batches=batches, max_batches=batches)
-        run = await self.run(strategy, parallelism, meter.add, meter.done, meter)
+        run = await self.run(strategy, parallelism, meter.add, lambda: meter.done() or self._out_of_time(meter), meter)
         return self.result(parallelism, meter, run)
+
+    def _out_of_time(self, meter: Meter) -> bool:
+        """Past the deadline with enough to give a rate (two batches: an interval)."""
+        return self.deadline is not None and self.clock() >= self.deadline and meter.batches() >= 2
 
     async def run(
         self,
@@ -291,7 +298,11 @@ class Prober:
         if meter.failing():
             notes.append(f"mostly failing ({meter.failures} of {meter.completions}): stopped measuring")
         elif rate.under_measured:
-            notes.append(f"under-measured: ±{rate.relative:.1%} after {meter.precision.max_batches} batches")
+            cut = " (cut by the time budget)" if meter.batches() < meter.precision.max_batches else ""
+            notes.append(
+                f"under-measured: ±{rate.relative:.1%} after {meter.batches()} batches{cut} "
+                f"(target ±{meter.precision.target:.1%})"
+            )
         return ProbeResult(
             parallelism=parallelism,
             work_rate=rate,

@@ -43,7 +43,9 @@ def markdown_table(result: TuneResult) -> str:
 def summary_text(result: TuneResult) -> str:
     knee = result.knee
     spread = _plateau_spread(result)
-    lines = [
+    lines = [f"PARTIAL: {result.partial} before the search ended; read from the levels measured so far"]
+    lines = lines if result.partial else []
+    lines += [
         f"method: {result.method}, {len({p.parallelism for p in result.probes})} levels in "
         f"{len(result.probes)} measurements, {result.wall_s:.1f}s; "
         f"stopped: {result.stop_reason}",
@@ -51,16 +53,20 @@ def summary_text(result: TuneResult) -> str:
         f"97% of the plateau; plateau {knee.plateau:.3g} rollouts/s (±{spread:.1%}), "
         f"highest at {knee.peak_parallelism}",
         f"recommended num_samples_in_parallel={result.recommended}: expected {result.expected_rollouts_per_s:.3g} "
-        f"rollouts/s, {result.expected_share:.1%} of the plateau",
+        f"rollouts/s, {result.expected_share:.1%} of the plateau; {_latency_there(result)}",
         f"ceiling: {_ceiling(result)}",
         f"throughput read from {_sources(result)}; {_per_rollout(result)}",
     ]
+    if result.objective_said:
+        lines.append(result.objective_said)
     if result.first_pass is not None:
         once = result.first_pass.knee
         lines.append(
             f"first pass alone: knee {once.parallelism:.1f} (95% CI {once.low:.1f}–{once.high:.1f}), "
             f"recommended {result.first_pass.recommendation.parallelism}"
         )
+    if result.capacity:
+        lines.append(f"capacity signals: {'; '.join(result.capacity)}")
     if result.server is not None:
         lines.append(f"server counters: {server_counters_text(result.server)}")
     lines += [f"note: {note}" for note in result.notes]
@@ -72,6 +78,17 @@ def summary_text(result: TuneResult) -> str:
             f"{s.error_rate:.1%}: {verdict}"
         )
     return "\n".join(lines)
+
+
+def _latency_there(result: TuneResult) -> str:
+    """The p50 latency at the recommendation beside the plateau's (its highest level): what the
+    throughput given up (if any) buys."""
+    here, top = result.recommended, result.knee.peak_parallelism
+    at_here, at_top = result.p50_at(here), result.p50_at(top)
+    said = f"p50 latency {duration(at_here)} there" if at_here is not None else f"p50 latency not measured at {here}"
+    if top != here and at_top is not None:
+        said += f", {duration(at_top)} at {top} (the plateau's highest level)"
+    return said
 
 
 def server_counters_text(server: dict[str, object]) -> str:
@@ -174,6 +191,7 @@ def tune_result(result: TuneResult, params: dict[str, Any]) -> BenchmarkResult:
         "recommended_parallelism": Metric(float(result.recommended), "parallelism", "higher"),
         "expected_rollouts_per_s": Metric(result.expected_rollouts_per_s, "rollouts/s", "higher"),
         "expected_share_of_plateau": Metric(result.expected_share, "ratio", "higher"),
+        **_latency_metrics(result),
         "wall_time": Metric(result.wall_s, "s", "lower"),
     }
     extra = {
@@ -185,9 +203,21 @@ def tune_result(result: TuneResult, params: dict[str, Any]) -> BenchmarkResult:
         "steps": [{"parallelism": s.parallelism, "why": s.why} for s in result.steps],
         "notes": result.notes,
     }
+    if result.objective_said:
+        extra["latency_objective"] = result.objective_said
+    if result.partial:
+        extra["partial"] = result.partial
+    if result.capacity:
+        extra["capacity_signals"] = result.capacity
     if result.server is not None:
         extra["server_counters"] = result.server
     return BenchmarkResult(name="tune", params={**params, "method": result.method}, metrics=metrics, extra=extra)
+
+
+def _latency_metrics(result: TuneResult) -> dict[str, Metric]:
+    latencies = {"recommended_latency_p50": result.p50_at(result.recommended),
+                 "plateau_latency_p50": result.p50_at(result.knee.peak_parallelism)}  # fmt: skip
+    return {name: Metric(value, "s", "lower") for name, value in latencies.items() if value is not None}
 
 
 def diagnose_result(diagnosis: Diagnosis, params: dict[str, Any]) -> BenchmarkResult:

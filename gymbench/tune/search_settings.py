@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 
 KNEE_FRACTION = 0.97
 """The knee: the smallest parallelism expected to give this share of the plateau's throughput."""
+RECOMMEND_FLOOR = 0.95
+"""A level measured below the knee is recommended when its whole 95% interval is at least this share
+of the plateau's (:func:`gymbench.tune.curves.recommend`)."""
 
 
 @dataclass
@@ -106,7 +109,8 @@ class PrecisionSettings(Checked):
     )
     min_batches: int = field(default=6, metadata=doc("turnovers (p rollouts each) a level is measured at least"))
     max_batches: int = field(
-        default=40, metadata=doc("turnovers a level is measured at most (then it is marked under-measured)")
+        default=40,
+        metadata=doc("turnovers a level is measured at most (then under-measured, if still short of the target)"),
     )
 
     def __post_init__(self) -> None:

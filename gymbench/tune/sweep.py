@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gymbench.tune.curves import Knee
+from gymbench.tune.curves import Knee, Recommendation
 from gymbench.tune.knee_search import KneeSearch, SearchResult, SearchSettings, Step
 from gymbench.tune.probe import Prober, ProbeResult
 from gymbench.tune.rates import Precision, Rate
 from gymbench.types import ConcurrencyStrategy, JSONObject
+from gymbench.units import duration
 
 if TYPE_CHECKING:
     from gymbench.plugins import Plugins
@@ -98,6 +99,15 @@ class TuneResult:
     """The server's /metrics as the probe read it: ``engine`` (a name or null) and what was read or why not."""
     first_pass: SearchResult | None = None
     """With ``remeasure``: the answer of the first pass alone, before the reverse pass was merged."""
+    objective: Recommendation | None = None
+    """With a latency objective (``slo_p50_ms``) that bounds it: the recommendation it leaves."""
+    objective_said: str = ""
+    """What the latency objective decided, for the summary."""
+    capacity: list[str] = field(default_factory=list)
+    """The capacity signals the server gave and the tune used (its slots, its queue), or why none."""
+    partial: str | None = None
+    """Why the tune ended before its search did (``interrupted (SIGTERM)``): the answer is read from
+    the levels measured until then; None for a tune that ran to its end."""
 
     @property
     def knee(self) -> Knee:
@@ -108,16 +118,49 @@ class TuneResult:
                     knee.peak_parallelism)  # fmt: skip
 
     @property
+    def recommendation(self) -> Recommendation:
+        """The throughput's recommendation, or the latency objective's where that is lower."""
+        return self.objective or self.search.recommendation
+
+    @property
     def recommended(self) -> int:
-        return self.search.recommendation.parallelism
+        return self.recommendation.parallelism
 
     @property
     def expected_rollouts_per_s(self) -> float:
-        return self.search.recommendation.expected / self.per_rollout
+        return self.recommendation.expected / self.per_rollout
 
     @property
     def expected_share(self) -> float:
-        return self.search.recommendation.share
+        return self.recommendation.share
+
+    def p50_at(self, parallelism: int) -> float | None:
+        """The median request latency measured at ``parallelism`` (its last measurement), if measured."""
+        found = [p.latency_p50_s for p in self.probes if p.parallelism == parallelism and p.latency_p50_s is not None]
+        return found[-1] if found else None
+
+    def meet_latency_objective(self, p50_s: float) -> None:
+        """The largest level measured whose p50 latency is within ``p50_s``, where it is below the
+        throughput's recommendation (beyond that, more parallelism adds latency, not throughput)."""
+        limit = f"p50 ≤ {duration(p50_s)}"
+        throughput = self.search.recommendation
+        curve = self.search.curve
+        latencies = {p: latency for p in curve if (latency := self.p50_at(p)) is not None}
+        meeting = [p for p, latency in latencies.items() if latency <= p50_s]
+        if not meeting:
+            lowest = min(latencies, key=lambda p: latencies[p], default=None)
+            said = f"; the lowest measured is {duration(latencies[lowest])} at {lowest}" if lowest is not None else ""
+            self.objective_said = f"latency objective {limit}: no level measured meets it{said}"
+            return
+        best = max(meeting)
+        if best >= throughput.parallelism:
+            self.objective_said = (f"latency objective {limit}: met at the throughput's recommendation "
+                                   f"{throughput.parallelism} (met up to {best})")  # fmt: skip
+            return
+        value, plateau = curve[best].value, self.search.knee.plateau
+        self.objective = Recommendation(best, value, value / plateau if plateau > 0 else 0.0)
+        self.objective_said = (f"latency objective {limit}: {best}, the largest level measured that meets it "
+                               f"(the throughput alone would recommend {throughput.parallelism})")  # fmt: skip
 
     @property
     def stop_reason(self) -> str:
@@ -129,51 +172,163 @@ class TuneResult:
         return {p: rate.scaled(1 / self.per_rollout) for p, rate in self.search.curve.items()}
 
 
-async def doubling_sweep(prober: Prober, settings: SearchSettings, strategies: Strategies) -> TuneResult:
-    """The seeds' sweep: a probe per level, each until precise, levels chosen by the shared rules."""
+@dataclass
+class TimeBudget:
+    """The seconds a search may take, on the prober's clock (0: no limit).
+
+    Before each level the search asks whether that level would still end inside the budget, by the
+    time the last level took, scaled by its parallelism (a turnover of twice the rollouts takes about
+    twice as long once the server is saturated); past it, it stops and the knee is read from what
+    was measured. The prober cuts a level that is still measuring when the budget runs out, once it
+    has two batches: a tune with defaults ends within about its budget, at the cost of fewer levels
+    or wider intervals (both said in the output)."""
+
+    clock: Callable[[], float]
+    seconds: float = 0.0
+    started: float = 0.0
+
+    @property
+    def deadline(self) -> float | None:
+        return self.started + self.seconds if self.seconds > 0 else None
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def refuses(self, step: Step, probes: list[ProbeResult]) -> bool:
+        """Whether measuring ``step`` would run past the budget (the first level is always measured)."""
+        if self.seconds <= 0 or not probes:
+            return False
+        last = probes[-1]
+        cost = last.elapsed_s * max(1.0, step.parallelism / last.parallelism) / step.precision_scale
+        return self.elapsed() + cost > self.seconds
+
+    def reason(self, step: Step, earlier: str) -> str:
+        said = (
+            f"time budget: {self.elapsed():.0f} s of +time_budget_s={self.seconds:.0f} spent, too few left to "
+            f"measure {step.parallelism} ({step.why}); the answer is read from the levels measured"
+        )
+        return f"{said} (before that: {earlier})" if earlier else said
+
+
+@dataclass
+class SweepLog:
+    """What a sweep has measured so far, and its answer at any moment: a tune interrupted between
+    levels (Ctrl-C, SIGTERM) reports and saves this much instead of nothing."""
+
+    prober: Prober
+    search: KneeSearch
+    started: float
+    probes: list[ProbeResult] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    first_pass: SearchResult | None = None
+
+    def result(self, partial: str | None = None) -> TuneResult | None:
+        """The tune's result from the levels measured (None before the first one ends)."""
+        if not self.search.levels:
+            return None
+        if partial:  # the search is over: its reason is the interrupt, not "knee bracketed"
+            earlier = self.search.stop_reason
+            self.search.stop_reason = partial + (f" (before that: {earlier})" if earlier else "")
+        self.prober.normalise(self.probes)
+        notes = self.search.notes + [f"{p.parallelism}: {note}" for p in self.probes for note in p.notes]
+        if len(self.search.levels) == 1:
+            (only,) = self.search.levels
+            notes.append(f"one level measured: the knee is not bracketed (it may be anywhere up to {only}); "
+                         "give the search more time (+time_budget_s)")  # fmt: skip
+        return TuneResult("sweep", list(self.probes), self.search.result(), self.prober.per_rollout,
+                          self.prober.per_rollout_relative_se, self.prober.clock() - self.started, list(self.steps),
+                          notes, first_pass=self.first_pass, partial=partial)  # fmt: skip
+
+
+def level_line(probe: ProbeResult, budget: TimeBudget | None = None) -> str:
+    """One line per level measured, for logs where no progress bar is drawn (and beside one)."""
+    rate = probe.rate
+    parts = [f"tune: parallelism {probe.parallelism}: {rate.value:.3g} rollouts/s ±{rate.relative:.1%}"]
+    if probe.latency_p50_s is not None:
+        parts.append(f"p50 {duration(probe.latency_p50_s)}")
+    if probe.server_waiting_max is not None:
+        parts.append(f"server queue up to {probe.server_waiting_max:.0f} waiting")
+    if probe.error_rate:
+        parts.append(f"errors {probe.error_rate:.1%}")
+    parts.append(f"{probe.elapsed_s:.1f} s")
+    if budget is not None and budget.seconds > 0:
+        parts.append(f"{budget.elapsed():.0f} s of the {budget.seconds:.0f} s budget")
+    return ", ".join(parts)
+
+
+def _say(prober: Prober, probe: ProbeResult, budget: TimeBudget | None) -> None:
+    said = getattr(prober.progress, "said", None)
+    if said is not None:
+        said(level_line(probe, budget))
+
+
+async def doubling_sweep(
+    prober: Prober,
+    settings: SearchSettings,
+    strategies: Strategies,
+    budget_s: float = 0.0,
+    log: SweepLog | None = None,
+) -> TuneResult:
+    """The seeds' sweep: a probe per level, each until precise, levels chosen by the shared rules,
+    within ``budget_s`` seconds (0: no limit). ``log``, when given, is kept current level by level
+    (what an interrupted tune reports)."""
     started = prober.clock()
+    budget = TimeBudget(prober.clock, budget_s, started)
+    prober.deadline = budget.deadline
     search = KneeSearch(settings)
-    probes: list[ProbeResult] = []
-    steps: list[Step] = []
+    if log is None:
+        log = SweepLog(prober, search, started)
+    else:
+        log.search, log.started = search, started
     while (step := search.next_step()) is not None:
-        steps.append(step)
+        if budget.refuses(step, log.probes):
+            search.stop_reason = budget.reason(step, search.stop_reason)
+            break
+        log.steps.append(step)
         probe = await prober.probe(step.parallelism, strategies.fixed(step.parallelism), step.precision_scale)
-        probes.append(probe)
+        log.probes.append(probe)
         search.record(probe.level())
-    first_pass = None
+        _say(prober, probe, budget)
     if settings.remeasure:
-        first_pass = search.result()
-        probes += await _second_pass(prober, search, steps, strategies)
-    prober.normalise(probes)
-    notes = search.notes + [f"{p.parallelism}: {note}" for p in probes for note in p.notes]
-    return TuneResult("sweep", probes, search.result(), prober.per_rollout, prober.per_rollout_relative_se,
-                      prober.clock() - started, steps, notes, first_pass=first_pass)  # fmt: skip
+        log.first_pass = search.result()
+        await _second_pass(prober, log, strategies, budget)
+    result = log.result()
+    assert result is not None, "the first level is always measured"
+    return result
 
 
-async def _second_pass(
-    prober: Prober, search: KneeSearch, steps: list[Step], strategies: Strategies
-) -> list[ProbeResult]:
+async def _second_pass(prober: Prober, log: SweepLog, strategies: Strategies, budget: TimeBudget) -> None:
     """Every level again, last measured first, merged into the search; a note says how far the
     two passes differed (the machine's drift, or a server whose state moved)."""
-    order = list(dict.fromkeys(step.parallelism for step in steps))[::-1]
+    search = log.search
+    order = list(dict.fromkeys(step.parallelism for step in log.steps))[::-1]
     first = {p: search.levels[p].rate.value for p in order}
-    probes = []
+    probes: list[ProbeResult] = []
     for parallelism in order:
-        steps.append(Step(parallelism, why="second pass, in reverse order"))
+        step = Step(parallelism, why="second pass, in reverse order")
+        if budget.refuses(step, log.probes):
+            search.notes.append(f"the time budget ended the second pass after {len(probes)} of {len(order)} levels")
+            break
+        log.steps.append(step)
         probe = await prober.probe(parallelism, strategies.fixed(parallelism))
         probes.append(probe)
+        log.probes.append(probe)
         search.record(probe.level(), apart=True)
+        _say(prober, probe, budget)
     moved = [probe.work_rate.value / first[probe.parallelism] - 1 for probe in probes if first[probe.parallelism] > 0]
     if moved:
         search.notes.append(
-            f"second pass (reverse order) over {len(order)} levels read {min(moved):+.1%} to {max(moved):+.1%} "
+            f"second pass (reverse order) over {len(probes)} levels read {min(moved):+.1%} to {max(moved):+.1%} "
             f"against the first (median {float(np.median(moved)):+.1%}); the curve merges both"
         )
-    return probes
 
 
 async def adaptive_search(
-    prober: Prober, settings: SearchSettings, strategies: Strategies, budget: int = ADAPTIVE_BUDGET
+    prober: Prober,
+    settings: SearchSettings,
+    strategies: Strategies,
+    budget: int = ADAPTIVE_BUDGET,
+    budget_s: float = 0.0,
 ) -> TuneResult:
     """One collection under the ``adaptive`` strategy; it stops once the knee is found."""
     started = prober.clock()
@@ -184,11 +339,22 @@ async def adaptive_search(
         if show_text is not None:
             show_text(f"limit {strategy.limit}")
 
-    await prober.run(strategy, settings.start, show, lambda: strategy.converged, budget=budget)
+    clock = TimeBudget(prober.clock, budget_s, started)
+    prober.deadline = clock.deadline
+
+    def stop() -> bool:
+        return bool(strategy.converged) or (clock.seconds > 0 and clock.elapsed() >= clock.seconds)
+
+    await prober.run(strategy, settings.start, show, stop, budget=budget)
     search: KneeSearch = strategy.search
+    if not strategy.converged and clock.seconds > 0 and clock.elapsed() >= clock.seconds:
+        search.stop_reason = (
+            f"time budget: +time_budget_s={clock.seconds:.0f} spent before the knee was found; the answer is read "
+            "from the levels measured" + (f" (before that: {search.stop_reason})" if search.stop_reason else "")
+        )
     outcome = strategy.outcome or search.result()
     notes = list(search.notes)
-    if not strategy.converged:
+    if not strategy.converged and "time budget" not in search.stop_reason:
         notes.append(f"the budget of {budget} rollouts ran out before the knee was found")
     probes = [_level_probe(strategy, p) for p in search.levels]
     for probe in probes:

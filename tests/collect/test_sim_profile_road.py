@@ -70,3 +70,42 @@ def test_collect_tune_and_diagnose_run_the_profiles_simulator(
     printed = capsys.readouterr()
     assert code == 0, printed.err
     assert f"profile {profile}" in printed.err and "Traceback" not in printed.err
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A profile as ``gymbench calibrate-sim`` writes it (not by hand): measured from a stand-in of
+    llama.cpp's server (real HTTP, llama.cpp's ``/props`` and ``timings``) with 4 slots and a step
+    that bends, so its ``step_curve_s`` has integer keys 1, 2 and 4."""
+    from tests.sim.fake_llama import StepModel, fake_llama_server
+
+    out = tmp_path_factory.mktemp("calibrated") / "engine.yaml"
+    engine = StepModel(slots=4, a_ms=0.5, c_ms=0.0, curve_ms=(2.0, 2.6, 2.9, 3.1), sleep_scale=1.0)
+    with fake_llama_server(engine) as url:
+        code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1,2,4",
+                     "+load_warmup_s=0.2", "+window_s=1.0", "+output_tokens=8", "+progress=false"])  # fmt: skip
+    assert code == 0
+    return out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["collect", "+output_jsonl_fpath={out}"],
+        ["diagnose", "+low=1", "+high=2", "+min_batches=2", "+max_batches=4", "+sample_size=4"],
+        ["tune", "+start=1", "+max_parallelism=2", "+min_batches=2", "+max_batches=4", "+sample_size=4", "+plot="],
+    ],
+)
+def test_a_profile_written_by_calibrate_sim_runs_collect_tune_and_diagnose(
+    command: list[str], calibrated: Path, tasks: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    curve = yaml.safe_load(calibrated.read_text())["sim"]["step_curve_s"]
+    assert curve and all(isinstance(key, int) for key in curve)  # the keys JSON turned into text
+    args = [arg.format(out=tmp_path / "out.jsonl") for arg in command]
+    code = main([*args, f"+input_jsonl_fpath={tasks}", f"+sim_profile={calibrated}", "+progress=false",
+                 "+save_results=false"])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert f"profile {calibrated}" in printed.err and "Traceback" not in printed.err

@@ -224,3 +224,13 @@ def test_recommendation_share_is_the_one_asked() -> None:
     default, _ = search(curve, 4)
     assert default.recommendation.parallelism == int(np.ceil(default.knee.parallelism))
     assert default.recommendation.share == pytest.approx(KNEE_FRACTION, abs=0.02)
+
+
+def test_a_search_stopped_by_max_parallelism_names_the_highest_level_measured() -> None:
+    """5, 10, 20, 40, 80: the next, 160, is above 128; it used to say "reached max_parallelism 128"."""
+    settings = SearchSettings(start=5, max_parallelism=128)
+    result, finder = search(lambda n: float(n), seed=0, settings=settings)
+    assert max(finder.levels) == 80
+    assert result.stop_reason.startswith("stopped growing at 80: the next level, 160, is above max_parallelism 128")
+    exact, _ = search(lambda n: float(n), seed=0, settings=SearchSettings(start=4, max_parallelism=128))
+    assert exact.stop_reason.startswith("reached max_parallelism 128 (still growing there)")

@@ -167,3 +167,47 @@ def test_a_third_partys_open_loop_strategy_is_refused_by_its_attribute() -> None
         tune_run(config("strategy=scheduled"), plugins)
     with pytest.raises(GymbenchError, match="strategy 'scheduled' is open-loop"):
         diagnose_run(config("strategy=scheduled", schema=DiagnoseConfig), plugins)
+
+
+def test_sigterm_mid_tune_prints_and_saves_the_levels_measured(tmp_path: Path) -> None:
+    """With the bar off, each level still says itself in a line; SIGTERM once the first has (a
+    cancelled CI job) ends the tune as Ctrl-C does, with the partial curve and knee printed and
+    saved, marked partial, and the shell's status for SIGTERM (it used to die leaving nothing)."""
+    import signal
+    import threading
+
+    results = tmp_path / "results"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gymbench.cli", "tune", f"+input_jsonl_fpath={TASKS}", "+start=2", "+max_batches=8",
+         "+plot=", "+progress=false", f"+results_dir={results}", *[f"+sim.{k}={v}" for k, v in KNEE16.items()]],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    first_level = threading.Event()
+    said: list[str] = []
+
+    def read_stderr() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            said.append(line)
+            if line.startswith("tune: parallelism 2: "):
+                first_level.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    try:
+        assert first_level.wait(timeout=120), "".join(said)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)  # its stdout (a table and a summary) fits in the pipe
+    finally:
+        process.kill()
+    assert process.stdout is not None
+    out = process.stdout.read()
+    reader.join(timeout=10)  # stderr is the reader's alone: communicate() would take lines from it
+    assert process.returncode == 143, "".join(said)
+    assert "PARTIAL: terminated (SIGTERM) before the search ended" in out and "| 2 |" in out
+    assert "stopped: terminated (SIGTERM)" in out and "recommended num_samples_in_parallel=" in out
+    assert "capacity signals: the simulator's --describe: it saturates at 16 sequences" in out
+    assert any("terminated (SIGTERM): the partial result above is saved" in line for line in said)
+    tuned = load_record(next(results.glob("*/*_tune.json")))
+    extra = tuned.benchmarks[0].extra
+    assert extra["partial"] == "terminated (SIGTERM)" and extra["table"][0]["parallelism"] == 2

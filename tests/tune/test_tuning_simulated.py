@@ -31,6 +31,7 @@ from gymbench.tune.sweep import (
     doubling_sweep,
     validate_stability,
 )
+from gymbench.units import duration
 from tests.tune.simulated import PooledBackend, long_run_tokens_per_s, sim_counters, with_prober
 
 # Saturates at 16 sequences, exponential output lengths (mean 24): requests of ~0.3 s.
@@ -38,12 +39,17 @@ KNEE16 = SimConfig(max_num_seqs=16, step_base_s=0.01, step_per_seq_s=0.0005, out
                    output_tokens_dist="exponential")  # fmt: skip
 
 
-def tune(config: SimConfig, method: str = "sweep", retries: int = 0, **settings: Any) -> TuneResult:
+def tune(
+    config: SimConfig, method: str = "sweep", retries: int = 0, budget_s: float = 0.0, **settings: Any
+) -> TuneResult:
     backend = InProcessBackend(config, max_retries=retries)
     search = adaptive_search if method == "adaptive" else doubling_sweep
     strategies = Strategies.from_plugins(make_plugins())
-    return with_prober(backend, lambda prober: search(prober, SearchSettings(**settings), strategies),
-                       counters=sim_counters(backend))  # fmt: skip
+
+    def work(prober: Prober) -> Any:
+        return search(prober, SearchSettings(**settings), strategies, budget_s=budget_s)
+
+    return with_prober(backend, work, counters=sim_counters(backend))
 
 
 @pytest.fixture(scope="module")
@@ -247,3 +253,39 @@ def test_a_second_pass_in_reverse_order_takes_the_machines_drift_out_of_the_knee
 def test_remeasure_is_the_sweeps() -> None:
     with pytest.raises(GymbenchError, match="remeasure"):
         TuneConfig(method="adaptive", remeasure=True)
+
+
+@pytest.mark.parametrize("method", ["sweep", "adaptive"])
+def test_a_time_budget_ends_the_search_and_says_so(method: str) -> None:
+    """In simulated time: the same tune with a third of the time it takes unbounded stops early,
+    within about its budget, names the budget as its reason and still answers from what it measured."""
+    unbounded = tune(KNEE16, method, start=2)
+    budget = unbounded.wall_s / 3
+    bounded = tune(KNEE16, method, start=2, budget_s=budget)
+    assert bounded.stop_reason.startswith("time budget: "), bounded.stop_reason
+    assert len(bounded.search.curve) < len(unbounded.search.curve)
+    assert bounded.wall_s <= 1.5 * budget  # a level cut at the budget ends once it has two batches
+    assert bounded.recommended >= 1 and bounded.knee.plateau > 0
+
+
+def test_the_recommendation_states_its_latency_beside_the_plateaus_and_an_objective_bounds_it() -> None:
+    result = tune(KNEE16, start=4)
+    throughput = result.recommended
+    said = summary_text(result)
+    here, top = result.p50_at(throughput), result.p50_at(result.knee.peak_parallelism)
+    assert here is not None and top is not None
+    assert f"p50 latency {duration(here)} there" in said
+    if result.knee.peak_parallelism != throughput:
+        assert f"{duration(top)} at {result.knee.peak_parallelism} (the plateau's highest level)" in said
+    below = max(p for p in result.search.curve if p < throughput)
+    limit = result.p50_at(below)
+    assert limit is not None and limit < here
+    result.meet_latency_objective(limit)
+    assert result.recommended == below and "the largest level measured that meets it" in result.objective_said
+    assert result.expected_share < 1
+    loose = tune(KNEE16, start=4)
+    loose.meet_latency_objective(1e6)
+    assert loose.recommended == throughput and "met at the throughput's recommendation" in loose.objective_said
+    strict = tune(KNEE16, start=4)
+    strict.meet_latency_objective(1e-6)
+    assert strict.recommended == throughput and "no level measured meets it" in strict.objective_said
