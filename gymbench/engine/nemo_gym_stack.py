@@ -28,6 +28,7 @@ from types import TracebackType
 import orjson
 
 from gymbench.errors import GymbenchError
+from gymbench.server_instances import ServerInstance, parse_server_instances
 
 EXAMPLE_RESOURCES_SERVER = "example_single_tool_call"
 EXAMPLE_AGENT = "example_single_tool_call_simple_agent"
@@ -37,23 +38,6 @@ STOP_TIMEOUT_S = 30.0
 POLL_S = 0.5
 DROPPED_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
 """gymbench's own Python must not leak into NeMo Gym's (``ng_run`` adds ``PYTHONPATH`` to its servers')."""
-
-
-@dataclass(frozen=True)
-class NeMoGymServer:
-    """One server ``ng_run`` started, as its head server lists it at ``/server_instances``."""
-
-    name: str
-    """The config's top-level key (``process_name``): what ``+agent_name`` names for an agent."""
-    server_type: str
-    """``responses_api_agents``, ``resources_servers``, ``responses_api_models``, ``environment_servers``."""
-    host: str
-    port: int
-    pid: int | None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
 
 @dataclass
@@ -67,7 +51,7 @@ class NeMoGymStack:
     workdir: Path
     process: subprocess.Popen[bytes]
     startup_s: float = 0.0
-    servers: tuple[NeMoGymServer, ...] = field(default=())
+    servers: tuple[ServerInstance, ...] = field(default=())
 
     @property
     def head_port(self) -> int:
@@ -77,7 +61,7 @@ class NeMoGymStack:
     def log(self) -> Path:
         return self.workdir / "ng_run.log"
 
-    def server(self, server_type: str) -> NeMoGymServer:
+    def server(self, server_type: str) -> ServerInstance:
         return next(s for s in self.servers if s.server_type == server_type)
 
     def pids(self) -> dict[str, int]:
@@ -216,22 +200,12 @@ def _get(url: str, timeout_s: float = 5.0) -> bytes | None:
         return None
 
 
-def read_servers(head_url: str) -> tuple[NeMoGymServer, ...]:
+def read_servers(head_url: str) -> tuple[ServerInstance, ...]:
     """``/server_instances``: NeMo Gym 0.7.0 lists each server's ``pid`` beside its host and port."""
     body = _get(f"{head_url}/server_instances")
     if body is None:
         raise GymbenchError(f"the NeMo Gym head server at {head_url} did not answer /server_instances")
-    servers = []
-    for entry in orjson.loads(body):
-        pid = entry.get("pid")
-        servers.append(
-            NeMoGymServer(
-                name=str(entry.get("process_name")), server_type=str(entry.get("server_type")),
-                host=str(entry.get("host")), port=int(entry.get("port")),
-                pid=pid if isinstance(pid, int) else None,
-            )
-        )  # fmt: skip
-    return tuple(servers)
+    return parse_server_instances(orjson.loads(body))
 
 
 def _last_lines(log: Path, count: int = 3) -> str:

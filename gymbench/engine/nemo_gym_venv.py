@@ -53,7 +53,9 @@ def find_venv(*, build: bool = True, version: str = NEMO_GYM_VERSION, root: Path
     if finished(folder, version):
         return folder
     if not build:
-        raise NoNeMoGym(f"no NeMo Gym {version} venv in {folder}; build it with a Python >= 3.13 (see docs/nemo-gym.md)")
+        raise NoNeMoGym(
+            f"no NeMo Gym {version} venv in {folder}; build it with a Python >= 3.13 (see docs/nemo-gym.md)"
+        )
     return build_venv(folder, version)
 
 
@@ -99,7 +101,9 @@ def find_python() -> str:
 def _is_new_enough(python: str) -> bool:
     probe = "import sys; print(sys.version_info >= (3, 13))"
     try:
-        return subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=30).stdout.strip() == "True"
+        return (
+            subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=30).stdout.strip() == "True"
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from gymbench.engine.nemo_gym_stack import NeMoGymStack, example_tasks
+from gymbench.record import load_record
 from tests.collect.test_collect_cli import gymbench, rows
 
 pytestmark = [pytest.mark.real_nemo_gym, pytest.mark.slow]
@@ -110,3 +111,41 @@ def test_the_fixture_lists_every_server_with_its_pid(gymbench_nemo_gym_stack: Ne
     assert stack.agent_name in {server.name for server in stack.servers}
     for pid in stack.pids().values():
         assert Path(f"/proc/{pid}").exists()
+
+
+def diagnose_stack(stack: NeMoGymStack, tmp_path: Path, low: int, high: int) -> dict[str, Any]:
+    """``gymbench diagnose`` against the stack's agent; its saved record's verdict and per-server figures."""
+    tasks = distinct_tasks(stack.venv, tmp_path / "tasks.jsonl", 200)
+    done = gymbench(
+        "diagnose", f"+agent_name={stack.agent_name}", f"+head_server.port={stack.head_port}",
+        f"+input_jsonl_fpath={tasks}", f"+low={low}", f"+high={high}", "+progress=false",
+        f"+results_dir={tmp_path / 'results'}", "+max_batches=8", timeout=500,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [bench] = load_record(next((tmp_path / "results").glob("*/*_diagnose.json"))).benchmarks
+    return {**bench.extra, "stdout": done.stdout}
+
+
+def test_diagnose_names_the_agent_server_when_the_model_is_instant(
+    gymbench_nemo_gym_stack: NeMoGymStack, tmp_path: Path
+) -> None:
+    found = diagnose_stack(gymbench_nemo_gym_stack, tmp_path, 4, 32)
+    assert found["verdict"] == "agent server", found["stdout"]
+    servers = {server["role"]: server for server in found["servers"]}
+    assert {"agent server", "resources server", "model adapter"} <= set(servers)
+    for role in ("agent server", "resources server", "model adapter"):
+        assert (
+            servers[role]["cpu_ms_per_rollout"] > 0 and servers[role]["pid"] in gymbench_nemo_gym_stack.pids().values()
+        )
+    assert "driver (gymbench):" in found["stdout"]
+
+
+def test_diagnose_names_the_model_server_when_the_model_is_slow(
+    gymbench_nemo_gym_stack_factory: Any, tmp_path: Path
+) -> None:
+    stack = gymbench_nemo_gym_stack_factory(
+        step_base_s=0.05, step_per_seq_s=0.0, prefill_per_token_s=0.0, max_num_seqs=2, output_tokens_mean=8
+    )
+    found = diagnose_stack(stack, tmp_path, 4, 16)
+    assert found["verdict"] == "model server", found["stdout"]
+    assert all(server["unseen"] is None for server in found["servers"])
