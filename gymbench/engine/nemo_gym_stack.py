@@ -13,6 +13,7 @@ that session (Ray's included) is stopped: first as NeMo Gym stops them (SIGINT),
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -52,6 +53,8 @@ class NeMoGymStack:
     process: subprocess.Popen[bytes]
     startup_s: float = 0.0
     servers: tuple[ServerInstance, ...] = field(default=())
+    remove_workdir: bool = False
+    """The folder (config, venv links, ``ng_run.log``) is removed at a clean stop when it was made here."""
 
     @property
     def head_port(self) -> int:
@@ -69,6 +72,8 @@ class NeMoGymStack:
 
     def stop(self) -> None:
         stop_session(self.process)
+        if self.remove_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> NeMoGymStack:
         return self
@@ -132,8 +137,9 @@ def start_nemo_gym_stack(
         _wait_until_ready(stack, timeout_s)
         stack.servers = read_servers(head_url)
     except BaseException:
-        stack.stop()
+        stack.stop()  # the folder stays: the error names its log
         raise
+    stack.remove_workdir = workdir is None
     stack.startup_s = time.monotonic() - started
     return stack
 

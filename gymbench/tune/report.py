@@ -217,5 +217,6 @@ def server_load_record(load: ServerLoad) -> dict[str, Any]:
     server = load.server
     return {
         "name": server.name, "role": server.role, "host": server.host, "port": server.port, "pid": server.pid,
-        "cpu_ms_per_rollout": load.cpu_ms_per_rollout, "core_share": load.core_share, "unseen": load.unseen,
+        "cpu_s": load.cpu_s, "cpu_ms_per_rollout": load.cpu_ms_per_rollout, "core_share": load.core_share,
+        "unseen": load.unseen,
     }  # fmt: skip

@@ -126,11 +126,24 @@ def diagnose_stack(stack: NeMoGymStack, tmp_path: Path, low: int, high: int) -> 
     return {**bench.extra, "stdout": done.stdout}
 
 
+def cpu_by_ps(pids: list[int]) -> dict[int, int]:
+    """Each process's CPU seconds as procps's ``ps`` counts them: a check on gymbench's own /proc reading."""
+    listing = subprocess.run(
+        ["ps", "-o", "pid=,times=", "-p", ",".join(map(str, pids))], capture_output=True, text=True
+    )
+    return {int(pid): int(seconds) for pid, seconds in (line.split() for line in listing.stdout.splitlines())}
+
+
 def test_diagnose_names_the_agent_server_when_the_model_is_instant(
     gymbench_nemo_gym_stack: NeMoGymStack, tmp_path: Path
 ) -> None:
+    pids = list(gymbench_nemo_gym_stack.pids().values())
+    before = cpu_by_ps(pids)
     found = diagnose_stack(gymbench_nemo_gym_stack, tmp_path, 4, 32)
+    after = cpu_by_ps(pids)
     assert found["verdict"] == "agent server", found["stdout"]
+    for server in found["servers"]:  # the high probe's CPU lies within what ps saw over the whole diagnose
+        assert server["cpu_s"] <= after[server["pid"]] - before[server["pid"]] + 1.0
     servers = {server["role"]: server for server in found["servers"]}
     assert {"agent server", "resources server", "model adapter"} <= set(servers)
     for role in ("agent server", "resources server", "model adapter"):
