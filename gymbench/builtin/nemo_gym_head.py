@@ -21,6 +21,7 @@ import orjson
 from gymbench.builtin.backend_settings import DEFAULT_HEAD_SERVER
 from gymbench.builtin.http_client import RetryingClient
 from gymbench.errors import GymbenchError
+from gymbench.server_instances import ServerInstance, parse_server_instances
 from gymbench.types import JSONValue
 
 AGENT_SERVER_TYPE = "responses_api_agents"
@@ -42,6 +43,8 @@ class AgentDirectory:
     head_url: str
     agents: Mapping[str, str]
     """Agent name -> the agent server's base URL."""
+    servers: tuple[ServerInstance, ...] = ()
+    """Every server the head server lists, with its PID where it gives one (diagnose's per-server CPU)."""
 
     def url_for(self, name: str) -> str:
         url = self.agents.get(name)
@@ -74,7 +77,8 @@ async def read_directory(client: RetryingClient, head_url: str) -> AgentDirector
         ) from None
     if listing.status != 200:
         raise GymbenchError(f"the NeMo Gym head server at {head_url} refused /server_instances (HTTP {listing.status})")
-    return AgentDirectory(head_url, agents_from_instances(_json(head_url, "/server_instances", listing.body), head_url))
+    instances = _json(head_url, "/server_instances", listing.body)
+    return AgentDirectory(head_url, agents_from_instances(instances, head_url), parse_server_instances(instances))
 
 
 def agents_from_instances(instances: Any, head_url: str) -> dict[str, str]:

@@ -57,15 +57,21 @@ Progress = Callable[[int, int], None]
 _STEP = re.compile(rb"^\[(\d+)/(\d+)\]")
 
 
-def cache_root() -> Path:
-    """``<user cache>/gymbench/llama-cpp``: platformdirs' answer where it is installed, else the XDG one."""
+def gymbench_cache() -> Path:
+    """``<user cache>/gymbench``: platformdirs' answer where it is installed, else the XDG one; every
+    build gymbench caches per machine (llama.cpp, NeMo Gym's venv) lives under it."""
     try:
         from platformdirs import user_cache_dir
     except ImportError:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     else:
         base = Path(user_cache_dir())
-    return base / "gymbench" / "llama-cpp"
+    return base / "gymbench"
+
+
+def cache_root() -> Path:
+    """``<user cache>/gymbench/llama-cpp``."""
+    return gymbench_cache() / "llama-cpp"
 
 
 def build_key() -> str:
@@ -133,7 +139,7 @@ def build_server(root: Path, progress: Progress | None = None) -> Path:
         raise GymbenchError(f"cannot build llama.cpp's llama-server: {', '.join(missing)} not found; {INSTALL_HINT}")
     root.mkdir(parents=True, exist_ok=True)
     key = build_key()
-    with _build_lock(root / f"{key}.lock"):
+    with build_lock(root / f"{key}.lock"):
         if _runnable(root / key / BINARY):
             return root / key / BINARY
         log = root / f"{key}.build.log"
@@ -146,7 +152,7 @@ def build_server(root: Path, progress: Progress | None = None) -> Path:
 
 
 @contextlib.contextmanager
-def _build_lock(path: Path) -> Iterator[None]:
+def build_lock(path: Path) -> Iterator[None]:
     """An exclusive ``flock``, waited for: a second build at once waits for the first, then reuses it."""
     try:
         import fcntl

@@ -37,7 +37,7 @@ def gymbench_llama_server(request: pytest.FixtureRequest) -> Iterator[LlamaServe
     from gymbench.errors import GymbenchError
 
     try:
-        with _output_shown(request.config):
+        with output_shown(request.config):
             binary = find_server(progress=_progress_lines())
         model = cached_model("tiny", cache_root())
         server = start_llama_server(binary, model, slots=4, threads=1, max_tokens=32)
@@ -48,7 +48,7 @@ def gymbench_llama_server(request: pytest.FixtureRequest) -> Iterator[LlamaServe
 
 
 @contextlib.contextmanager
-def _output_shown(config: pytest.Config) -> Iterator[None]:
+def output_shown(config: pytest.Config) -> Iterator[None]:
     """Let the build's progress through pytest's capture: a first build takes many minutes."""
     capture = config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from gymbench.gate.gate import GateResult
     from gymbench.plugins import Plugins
     from gymbench.run import Run
-pytest_plugins = ["gymbench.pytest.servers", "gymbench.pytest.engine"]
+pytest_plugins = ["gymbench.pytest.servers", "gymbench.pytest.engine", "gymbench.pytest.nemo_gym"]
 
 
 @dataclass

@@ -38,6 +38,7 @@ from gymbench.tune.report import (
     summary_text,
     tune_result,
 )
+from gymbench.tune.server_load import ServerMeter, listed_servers
 from gymbench.tune.sweep import (
     Strategies,
     SweepLog,
@@ -251,8 +252,11 @@ def diagnose_run(config: DiagnoseConfig, plugins: Plugins) -> Diagnosis:
 
     async def work(prober: Prober) -> Diagnosis:
         low = await prober.probe(config.low, strategies.fixed(config.low))
+        meter = ServerMeter(listed_servers(prober.collection.backend))
+        meter.start()
         high = await prober.probe(config.high, strategies.fixed(config.high))
-        diagnosis = diagnose(low, high)
+        loads = meter.finish(high.rollouts)
+        diagnosis = diagnose(low, high, servers=loads, host=meter.host)
         diagnosis.backend_kind = backend_kind(chosen_backend(config)[0])
         diagnosis.server = prober.server
         return diagnosis

@@ -10,11 +10,13 @@ CPU near a full core, its event loop late).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gymbench.rollout.client_delay import CLIENT_CORES, CLIENT_LAG_S
 from gymbench.tune import advice
 from gymbench.tune.probe import ProbeResult
+from gymbench.tune.server_load import HostLoad, ServerLoad, full_server, unseen_note
 
 VARIANCE_SPREAD = 3.0
 """p99 ÷ p50 of latency per output token above which latency varies beyond what lengths explain."""
@@ -29,6 +31,14 @@ NEXT_STEPS = {
     "client": "the collecting process itself is the limit: run several collectors on shards (+start_idx/+end_idx), "
     "install uvloop, or use a faster machine",
     "too high": "lower num_samples_in_parallel to a stable level",
+    "agent server": "the agent server fills its core first (a full core, or the most CPU per rollout on a host "
+    "with no CPU left): run more agent workers or replicas, or make its per-request work cheaper; raising "
+    "parallelism only queues requests at it",
+    "resources server": "the resources server fills its core first (session seeding, tool calls, /verify): run "
+    "more of its workers or replicas, or make those calls cheaper",
+    "model adapter": "NeMo Gym's model adapter fills its core before the model server is busy: run more of its "
+    "workers or replicas in front of the same model server",
+    "environment server": "the environment server fills its core first: run more of its workers or replicas",
 }
 
 
@@ -43,6 +53,8 @@ class Diagnosis:
     backend_kind: str = advice.MODEL_SERVER
     server: dict[str, object] | None = None
     """The server's /metrics as the probe read it (see ``TuneResult.server``)."""
+    servers: list[ServerLoad] = field(default_factory=list)
+    """Each NeMo Gym server's CPU over the high probe (empty for a backend with no head server)."""
 
     @property
     def next_step(self) -> str:
@@ -64,7 +76,14 @@ def stage_share(probe: ProbeResult, stage: str) -> float:
     return min(1.0, value / whole) if whole > 0 else 0.0
 
 
-def diagnose(low: ProbeResult, high: ProbeResult, error_bound: float = 0.05) -> Diagnosis:
+def diagnose(
+    low: ProbeResult,
+    high: ProbeResult,
+    error_bound: float = 0.05,
+    servers: Sequence[ServerLoad] = (),
+    host: HostLoad | None = None,
+) -> Diagnosis:
+    """The verdict; ``servers`` (NeMo Gym's, over the high probe) can name one of them as the full one."""
     gain = high.rollouts_per_s / low.rollouts_per_s if low.rollouts_per_s > 0 else float("inf")
     evidence = [
         f"throughput {low.rollouts_per_s:.2f}/s at {low.parallelism} → {high.rollouts_per_s:.2f}/s at "
@@ -84,9 +103,26 @@ def diagnose(low: ProbeResult, high: ProbeResult, error_bound: float = 0.05) -> 
     ]
     if high.server_waiting_max is not None:
         evidence.append(f"server queue: up to {high.server_waiting_max:.0f} requests waiting (its /metrics)")
+    evidence += server_evidence(high, servers, host)
     if gain >= parallelism_threshold(high.parallelism / low.parallelism):
-        return Diagnosis("parallelism", gain, low, high, evidence, symptoms)
-    return Diagnosis(_slow_part(verification, pool, high), gain, low, high, evidence, symptoms)
+        verdict = "parallelism"
+    else:
+        full = full_server(servers, high.server_waiting_max, host)
+        verdict = _slow_part(verification, pool, high, full, seen=any(s.cpu_s is not None for s in servers))
+    return Diagnosis(verdict, gain, low, high, evidence, symptoms, servers=list(servers))
+
+
+def server_evidence(high: ProbeResult, servers: Sequence[ServerLoad], host: HostLoad | None = None) -> list[str]:
+    """Per server at the high parallelism: CPU per rollout and share of a core, the driver's beside them."""
+    if not servers:
+        return []
+    per_rollout = 1e3 * high.client_cpu_cores * high.elapsed_s / max(high.rollouts, 1)
+    lines = [load.line() for load in servers]
+    lines.append(f"driver (gymbench): {per_rollout:.2f} ms CPU per rollout, {high.client_cpu_cores:.0%} of a core")
+    if host is not None:
+        lines.append(host.line())
+    note = unseen_note(servers)
+    return lines + ([note] if note else [])
 
 
 def parallelism_threshold(ratio: float) -> float:
@@ -100,8 +136,12 @@ def parallelism_threshold(ratio: float) -> float:
     return min(2.0, max(1.2, 0.5 * ratio))
 
 
-def _slow_part(verification: float, pool: float, high: ProbeResult) -> str:
-    """The stage that takes the time first, then a busy client, then the server.
+def _slow_part(
+    verification: float, pool: float, high: ProbeResult, full: ServerLoad | None = None, seen: bool = False
+) -> str:
+    """The stage that takes the time first, then a NeMo Gym server at a full core, then a busy
+    client, then the server. Where each server's CPU was ``seen``, the client is judged by its own
+    CPU alone: its late event loop says only that the host was busy.
 
     A stage's share (waiting for a connection, verifying) is specific evidence; a late event loop
     is not (a machine loaded by others makes every loop late, which made a tiny connection pool
@@ -111,7 +151,9 @@ def _slow_part(verification: float, pool: float, high: ProbeResult) -> str:
         return "connection pool"
     if verification >= 0.3:
         return "verification"
-    if high.client_cpu_cores >= CLIENT_CORES or high.loop_lag_p99_s >= CLIENT_LAG_S:
+    if full is not None:
+        return full.server.role
+    if high.client_cpu_cores >= CLIENT_CORES or (not seen and high.loop_lag_p99_s >= CLIENT_LAG_S):
         return "client"
     return "model server"
 

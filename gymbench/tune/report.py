@@ -10,6 +10,7 @@ from gymbench.jsonio import AtomicFile
 from gymbench.record import BenchmarkResult, Metric
 from gymbench.tune.diagnose import Diagnosis
 from gymbench.tune.probe import ProbeResult
+from gymbench.tune.server_load import ServerLoad
 from gymbench.tune.sweep import TuneResult
 from gymbench.units import duration
 
@@ -236,5 +237,16 @@ def diagnose_result(diagnosis: Diagnosis, params: dict[str, Any]) -> BenchmarkRe
     }
     if diagnosis.server is not None:
         extra["server_counters"] = diagnosis.server
+    if diagnosis.servers:
+        extra["servers"] = [server_load_record(load) for load in diagnosis.servers]
     params = {**params, "low": diagnosis.low.parallelism, "high": diagnosis.high.parallelism}
     return BenchmarkResult(name="diagnose", params=params, metrics=metrics, extra=extra)
+
+
+def server_load_record(load: ServerLoad) -> dict[str, Any]:
+    server = load.server
+    return {
+        "name": server.name, "role": server.role, "host": server.host, "port": server.port, "pid": server.pid,
+        "cpu_s": load.cpu_s, "cpu_ms_per_rollout": load.cpu_ms_per_rollout, "core_share": load.core_share,
+        "unseen": load.unseen,
+    }  # fmt: skip

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -248,7 +249,7 @@ def instance(process_name: str, server_type: str, name: str, port: int) -> dict[
     """One ``/server_instances`` entry, with every field NeMo Gym's ``ServerInstanceDisplayConfig`` has."""
     return {
         "config_path": process_name, "dir_path": f"{server_type}/{name}", "entrypoint": "app.py",
-        "host": "127.0.0.1", "name": name, "pid": 1, "port": port, "process_name": process_name,
+        "host": "127.0.0.1", "name": name, "pid": os.getpid(), "port": port, "process_name": process_name,
         "server_type": server_type, "start_time": 0.0, "status": None, "uptime_seconds": None,
         "url": f"http://127.0.0.1:{port}",
     }  # fmt: skip
