@@ -253,6 +253,8 @@ UNFILTERED_WRITES_ALLOWED = {
     "gymbench/collect/output_lock.py": "the lock file beside an output: the holder's PID",
     "gymbench/engine/build.py": "the build lock, and its log: pip (masks index credentials), cmake, the compiler",
     "gymbench/engine/server.py": "llama-server's own log: the engine's output, not gymbench's",
+    "gymbench/engine/nemo_gym_venv.py": "the venv build's log: pip's and venv's output, run without the secrets",
+    "gymbench/engine/nemo_gym_stack.py": "ng_run's own log: NeMo Gym's output, children started without secrets",
     "gymbench/console.py": "a fixed line on stderr (Ctrl-C before the filter is installed): no data in it",
     "gymbench/report/browser.py": "chromium's own log in a private scratch folder, and the screenshot's PNG "
     "pixels (an image, no text to redact); the child runs with a restricted environment",

@@ -38,6 +38,7 @@ CORE = {
     "gymbench.lazy",
     "gymbench.units",
     "gymbench.engine_metrics",
+    "gymbench.server_instances",
     "gymbench.client_cycles",
     "gymbench.console",
     "gymbench.labels",
