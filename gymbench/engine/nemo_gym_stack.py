@@ -19,8 +19,6 @@ import socket
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,7 @@ from types import TracebackType
 
 import orjson
 
+from gymbench.engine_metrics import ScrapeFailed, fetch_metrics_text
 from gymbench.errors import GymbenchError
 from gymbench.server_instances import ServerInstance, parse_server_instances
 
@@ -37,6 +36,8 @@ SERVER_FOLDERS = ("resources_servers", "responses_api_agents", "responses_api_mo
 STARTUP_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0
 POLL_S = 0.5
+SERVER_LIST_MAX_BYTES = 4 * 1024 * 1024
+"""The most of ``/server_instances`` (or ``/readyz``) read: a head server lists a few dozen servers."""
 DROPPED_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
 """gymbench's own Python must not leak into NeMo Gym's (``ng_run`` adds ``PYTHONPATH`` to its servers')."""
 
@@ -198,11 +199,11 @@ def _wait_until_ready(stack: NeMoGymStack, timeout_s: float) -> None:
 
 
 def _get(url: str, timeout_s: float = 5.0) -> bytes | None:
-    """The body of a 200 answer, or None (refused, not ready, timed out)."""
+    """The body of a 200 answer, or None (refused, not ready, timed out); read by the one bounded
+    reader every health check and scrape uses, so a head server that trickles cannot hold it."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as answer:  # noqa: S310 (127.0.0.1)
-            return bytes(answer.read())
-    except (urllib.error.URLError, OSError):
+        return fetch_metrics_text(url, timeout_s, SERVER_LIST_MAX_BYTES).encode()
+    except ScrapeFailed:
         return None
 
 

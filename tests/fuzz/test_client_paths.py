@@ -103,6 +103,8 @@ CLIENT_MODULES = {
     "gymbench/engine_metrics.py": "collect-metrics-watch; test_every_scrape_and_health_check_is_bounded",
     "gymbench/engine/server.py": "its /health wait: test_every_scrape_and_health_check_is_bounded (answers_ok)",
     "gymbench/sim/launcher.py": "the simulator's own start-up check (answers_ok), the server it started itself",
+    "gymbench/engine/nemo_gym_stack.py": "ng_run readiness and /server_instances (fetch_metrics_text)",
+    "gymbench/tune/capacity.py": "tune-probes: llama.cpp's /props read (fetch_metrics_text)",
     "gymbench/report/browser.py": "a headless browser opening a report file gymbench wrote",
 }
 ALL_MODES = (*MODES, *STAGE_MODES)
