@@ -51,6 +51,7 @@ from gymbench.engine_metrics import ServerCounters, ServerWatch
 from gymbench.errors import GymbenchError
 from gymbench.plugins import Plugins
 from gymbench.record import BenchmarkResult
+from gymbench.replica_figures import RoutesReplicas, replica_summary
 from gymbench.rollout.dataset import Task, TaskSlice, TaskStream, check_input_file, read_tasks
 from gymbench.rollout.engine import Collector, CollectSettings, preflight
 from gymbench.rollout.output import ResumeState, load_resume_state
@@ -301,6 +302,10 @@ class Collection:
         summary = self.stats.summary()
         if self.server_metrics is not None:
             summary["server_metrics"] = self.server_metrics
+        if isinstance(self.backend, RoutesReplicas):
+            routed = self.backend.replica_counts()
+            if routed is not None:
+                summary["replicas"] = replica_summary(routed, summary["elapsed_s"])
         return summary
 
     def result(self) -> BenchmarkResult:

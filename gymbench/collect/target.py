@@ -130,6 +130,8 @@ class Target:
         """The server's OpenAI-compatible base URL (the simulator's once it runs), or None when the
         backend names none (an agent found through NeMo Gym's head server)."""
         value = _setting(self.backend_settings, "base_url")
+        if isinstance(value, list):  # several replicas: the first stands for them where one is read
+            value = value[0] if value else None
         return str(value) if value else None
 
     @contextlib.contextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -179,6 +180,36 @@ def running_sim_server(
         yield handle
     finally:
         handle.stop()
+
+
+@contextlib.contextmanager
+def running_sim_replicas(
+    config: SimConfig | None = None, *, replicas: int = 2, slow_replica_factor: float = 1.0, **overrides: Any
+) -> Iterator[list[SimServerHandle]]:
+    """``replicas`` simulated servers, the last one's steps ``slow_replica_factor`` times slower (a
+    straggler): ``+base_url=[h.base_url for h in handles]`` spreads a run over them."""
+    if replicas < 1 or not slow_replica_factor > 0:
+        raise GymbenchError(
+            f"running_sim_replicas: expected replicas >= 1 and slow_replica_factor > 0, got {replicas} and "
+            f"{slow_replica_factor}; pass a count of servers and a step-time multiplier"
+        )
+    base = config if config is not None else config_from_preset(None, overrides)
+    configs = [base] * (replicas - 1) + [slowed(base, slow_replica_factor)]
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(running_sim_server(each)) for each in configs]
+
+
+def slowed(config: SimConfig, factor: float) -> SimConfig:
+    """``config`` with every step cost ``factor`` times as long (a replica on a slower machine)."""
+    if factor == 1.0:
+        return config
+    return dataclasses.replace(
+        config,
+        step_base_s=config.step_base_s * factor,
+        step_per_seq_s=config.step_per_seq_s * factor,
+        prefill_per_token_s=config.prefill_per_token_s * factor,
+        step_curve_s={seqs: step * factor for seqs, step in config.step_curve_s.items()},
+    )
 
 
 @atexit.register
