@@ -159,3 +159,32 @@ def test_the_straggler_is_named_and_the_imbalance_measured() -> None:
     starving = replica_summary(starved, 1.0)
     assert starving["straggler"] == "c" and starving["imbalance"] == pytest.approx(28 / 20)
     assert replica_summary(out, 1.0)["straggler"] is None  # out, not straggling
+
+
+async def test_a_replica_killed_mid_run_costs_its_open_requests_one_retry_each(
+    replicas: list[SimServerHandle],
+) -> None:
+    """The middle replica holds every request it gets (hang_rate 1) until it is killed: those open
+    requests fail over to the others, the rest of the rollouts never notice, one warning is given."""
+    hanging = start_sim_server(hang_rate=1.0, **FAST)
+    warnings: list[str] = []
+    client = backend([replicas[0].base_url, hanging.base_url, replicas[1].base_url], max_retries=1)
+    assert client.router is not None
+    client.router.warn = warnings.append
+    stuck = client.router.replicas[1]
+    try:
+        async with client:
+            running = asyncio.ensure_future(run_all(client, [(task, 0) for task in range(12)], parallel=12))
+            for _ in range(2000):  # until the hanging replica holds its four (a deadline, not a measurement)
+                if stuck.in_flight == 4:
+                    break
+                await asyncio.sleep(0.005)
+            assert stuck.in_flight == 4
+            await asyncio.to_thread(hanging.stop)
+            results = await asyncio.wait_for(running, 60)
+    finally:
+        hanging.stop()
+    assert not [r for r in results if isinstance(r, BaseException)]
+    assert sorted(r.retries for r in results) == [0] * 8 + [1] * 4  # its four open requests, each once
+    assert stuck.out and stuck.requests == 4 and stuck.errors == 4
+    assert len(warnings) == 1
