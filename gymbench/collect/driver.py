@@ -47,7 +47,7 @@ from gymbench.collect.collection import (
 )
 from gymbench.collect.config import CollectConfig, ServerConfig
 from gymbench.collect.target import Target
-from gymbench.engine_metrics import ServerCounters, ServerWatch
+from gymbench.engine_metrics import ReplicaWatch, ServerCounters, ServerWatch
 from gymbench.errors import GymbenchError
 from gymbench.plugins import Plugins
 from gymbench.record import BenchmarkResult
@@ -128,7 +128,7 @@ class Collection:
         """Closed-loop mode: where the probes' rollouts go (scratch: removed when the collection closes)."""
         self._runs = 0
         self._stack = contextlib.ExitStack()
-        self._watch: ServerWatch | None = None
+        self._watch: ServerWatch | ReplicaWatch | None = None
 
     @classmethod
     def prepare(

@@ -181,6 +181,11 @@ def server_lines(server: dict[str, Any] | None) -> list[str]:
         return [f"server metrics: {server['note']}"]
     if "engine" in server and server["engine"] is None:
         return [f"server metrics: scraped, but {server.get('engine_note') or 'no engine recognised'}"]
+    replicas = server.get("replicas")
+    if replicas:
+        return ["server metrics (/metrics of each replica, after the run):"] + [
+            f"  {replica.get('url')}: " + (server_lines(replica) or ["-"])[0].partition(": ")[2] for replica in replicas
+        ]
     shown = [f"{item['label']} {item['text']}" for item in server.get("highlights", [])]
     engine = f" (engine: {server['engine']})" if server.get("engine") else ""
     return ["server metrics (/metrics, after the run): " + ", ".join(shown) + engine] if shown else []

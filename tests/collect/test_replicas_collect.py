@@ -24,7 +24,12 @@ def test_a_collection_over_replicas_names_the_slow_one(tmp_path: Path) -> None:
         finished = [sum(v for k, v in s.metrics().items() if k.startswith("vllm:request_success")) for s in servers]
     assert done.returncode == 0, done.stderr
     assert len(rows(out)) == 45 and finished == [15, 15, 15]  # sticky: consecutive tasks take turns
-    replicas = load_record(next((tmp_path / "r").glob("*/*_collect.json"))).benchmarks[0].extra["summary"]["replicas"]
+    summary = load_record(next((tmp_path / "r").glob("*/*_collect.json"))).benchmarks[0].extra["summary"]
+    replicas = summary["replicas"]
+    watched = summary["server_metrics"]["replicas"]  # each replica's own /metrics, its engine recognised
+    generated = [{h["key"]: h["value"] for h in each["highlights"]}["generated_tokens"] for each in watched]
+    assert [each["engine"] for each in watched] == ["vllm"] * 3 and generated == [15 * 8] * 3
+    assert "server metrics (/metrics of each replica, after the run):" in done.stderr
     assert [r["url"] for r in replicas["replicas"]] == urls
     assert [r["requests"] for r in replicas["replicas"]] == [15, 15, 15] and replicas["imbalance"] == 1.0
     assert replicas["policy"] == "sticky" and replicas["straggler"] == urls[2]  # 4x slower steps
