@@ -58,3 +58,18 @@ def test_a_bad_routing_policy_is_one_line(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "routing" in done.stderr and "one of sticky, round-robin, least-in-flight" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_settings_file_lists_the_replicas_and_the_policy(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    with running_sim_replicas(replicas=2, **SIM) as servers:
+        settings = tmp_path / "settings.yaml"
+        listed = "".join(f"  - {server.base_url}\n" for server in servers)
+        settings.write_text(f"base_url:\n{listed}routing: round-robin\nmodel: m\n")
+        done = gymbench(
+            "collect", "--config", str(settings), f"+input_jsonl_fpath={EXAMPLES}", f"+output_jsonl_fpath={out}",
+            "+num_samples_in_parallel=1", "+limit=8", "+save_results=false",
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    replicas = json.loads(out.with_name("out.jsonl.metrics.json").read_text())["summary"]["replicas"]
+    assert replicas["policy"] == "round-robin" and [r["requests"] for r in replicas["replicas"]] == [4, 4]
