@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import json
 import os
 import select
@@ -25,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from gymbench.engine_metrics import answers_ok, fetch_metrics_text
 from gymbench.errors import GymbenchError
-from gymbench.sim.config import SimConfig, config_from_preset
+from gymbench.sim.config import SimConfig, config_from_preset, slowed
 from gymbench.sim.metrics import sample_values
 from gymbench.sim.serve import READY_PREFIX
 
@@ -197,19 +196,6 @@ def running_sim_replicas(
     configs = [base] * (replicas - 1) + [slowed(base, slow_replica_factor)]
     with contextlib.ExitStack() as stack:
         yield [stack.enter_context(running_sim_server(each)) for each in configs]
-
-
-def slowed(config: SimConfig, factor: float) -> SimConfig:
-    """``config`` with every step cost ``factor`` times as long (a replica on a slower machine)."""
-    if factor == 1.0:
-        return config
-    return dataclasses.replace(
-        config,
-        step_base_s=config.step_base_s * factor,
-        step_per_seq_s=config.step_per_seq_s * factor,
-        prefill_per_token_s=config.prefill_per_token_s * factor,
-        step_curve_s={seqs: step * factor for seqs, step in config.step_curve_s.items()},
-    )
 
 
 @atexit.register
