@@ -56,7 +56,8 @@ class CalibrateSettings(OpenAISettings):
     progress: bool = field(default=True, metadata=doc("show a progress bar"))
 
     def __post_init__(self) -> None:
-        require(bool(self.base_url), "base_url", self.base_url, "the engine's URL: --from http://HOST:PORT/v1")
+        one = isinstance(self.base_url, str) and bool(self.base_url)  # a list of replicas: calibrate one at a time
+        require(one, "base_url", self.base_url, "one engine's URL: --from http://HOST:PORT/v1")
         super().__post_init__()
         at_least("engine_slots", self.engine_slots, 1)
         at_least("prompt_words", self.prompt_words, 1)
