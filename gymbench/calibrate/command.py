@@ -123,7 +123,7 @@ def calibrate(settings: CalibrateSettings, plugins: Plugins) -> int:
     from gymbench.jsonio import check_writable_file
     from gymbench.sim.profile import write_profile
 
-    assert settings.base_url is not None
+    assert isinstance(settings.base_url, str), "one URL: the settings check"
     check_writable_file(settings.output, "profile", "+output")
     phases = settings.passes * len(settings.points() or default_concurrencies(settings.engine_slots or 4))
     progress = Progress(settings.progress, phases + 1)

@@ -235,7 +235,9 @@ class Collection:
         if self.config is None:
             self.server_counters = target.counters(self.watch_server)
         elif self.watch_server:
-            self._watch = self._stack.enter_context(target.watch(self.config.scrape_metrics))
+            watch = target.watch(self.config.scrape_metrics)
+            self._stack.enter_context(watch)
+            self._watch = watch
 
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
