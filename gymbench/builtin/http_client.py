@@ -369,7 +369,11 @@ class RetryingClient:
         while True:
             replica = router.choose(request, avoid)
             started = time.perf_counter()
-            outcome = await self._try_once(replica.url, body, read, explain, pool)
+            try:
+                outcome = await self._try_once(replica.url, body, read, explain, pool)
+            except BaseException:  # cancelled (a stop, Ctrl-C) or a reader's own error: no longer open
+                replica.in_flight -= 1
+                raise
             if not isinstance(outcome, Refusal):
                 router.settle(replica, None, time.perf_counter() - started)
                 value, clock = outcome

@@ -7,6 +7,7 @@ own finished-request counters), never timed.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +32,17 @@ def replicas() -> Iterator[list[SimServerHandle]]:
 
 def backend(urls: list[str], **settings: Any) -> OpenAIBackend:
     return OpenAIBackend(OpenAISettings(base_url=urls, model="m", backoff_base_s=0.01, **settings))
+
+
+def dead_url() -> str:
+    """A loopback address nothing listens on (a port just let go)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+
+
+async def no_wait(_: float) -> None:
+    """The client's sleep between tries, not waited (the tries are counted, not timed)."""
 
 
 def finished(server: SimServerHandle) -> float:
@@ -87,11 +99,8 @@ def test_least_in_flight_picks_the_emptiest_replica() -> None:
 async def test_a_dead_replica_is_taken_out_once_and_its_requests_retried_elsewhere(
     replicas: list[SimServerHandle],
 ) -> None:
-    dead = start_sim_server(**FAST)
-    dead_url = dead.base_url
-    dead.stop()  # nothing listens there now: every try is refused
-    warnings: list[str] = []
-    client = backend([replicas[0].base_url, dead_url, replicas[1].base_url], preflight=False, max_retries=2)
+    warnings: list[str] = []  # nothing listens at the middle one: every try there is refused
+    client = backend([replicas[0].base_url, dead_url(), replicas[1].base_url], preflight=False, max_retries=2)
     assert client.router is not None
     client.router.warn = warnings.append
     async with client:
@@ -106,11 +115,8 @@ async def test_a_dead_replica_is_taken_out_once_and_its_requests_retried_elsewhe
 
 
 async def test_every_replica_dead_fails_as_one_server_does() -> None:
-    dead = [start_sim_server(**FAST) for _ in range(2)]
-    urls = [server.base_url for server in dead]
-    for server in dead:
-        server.stop()
-    client = backend(urls, preflight=False, max_retries=8)
+    client = backend([dead_url(), dead_url()], preflight=False, max_retries=8)
+    client.client.sleep = no_wait
     async with client:
         with pytest.raises(GenerationFailed) as failed:
             await client.generate(GenerationRequest(0, 0, QUESTION))
@@ -120,14 +126,11 @@ async def test_every_replica_dead_fails_as_one_server_does() -> None:
 
 
 async def test_preflight_takes_an_unreachable_replica_out(replicas: list[SimServerHandle]) -> None:
-    dead = start_sim_server(**FAST)
-    dead_url = dead.base_url
-    dead.stop()
-    client = backend([replicas[0].base_url, dead_url])
+    client = backend([replicas[0].base_url, dead_url()])
     assert client.router is not None
     warnings: list[str] = []
     client.router.warn = warnings.append
-    client.client.sleep = lambda _: asyncio.sleep(0)  # type: ignore[method-assign,assignment]
+    client.client.sleep = no_wait
     async with client:
         await client.generate(GenerationRequest(0, 0, QUESTION))
     assert [r.out for r in client.router.replicas] == [False, True]
@@ -180,11 +183,34 @@ async def test_a_replica_killed_mid_run_costs_its_open_requests_one_retry_each(
                     break
                 await asyncio.sleep(0.005)
             assert stuck.in_flight == 4
-            await asyncio.to_thread(hanging.stop)
+            await asyncio.to_thread(hanging.stop, 1)
             results = await asyncio.wait_for(running, 60)
     finally:
-        hanging.stop()
+        hanging.stop(timeout=1)
     assert not [r for r in results if isinstance(r, BaseException)]
     assert sorted(r.retries for r in results) == [0] * 8 + [1] * 4  # its four open requests, each once
     assert stuck.out and stuck.requests == 4 and stuck.errors == 4
     assert len(warnings) == 1
+
+
+async def test_a_cancelled_request_is_no_longer_open_on_its_replica() -> None:
+    """A stopped run cancels its open requests: least-in-flight must not see them open for ever."""
+    hanging = start_sim_server(hang_rate=1.0, **FAST)
+    other = start_sim_server(hang_rate=1.0, **FAST)
+    try:
+        client = backend([hanging.base_url, other.base_url], routing="least-in-flight")
+        async with client:
+            open_one = asyncio.ensure_future(client.generate(GenerationRequest(0, 0, QUESTION)))
+            assert client.router is not None
+            for _ in range(2000):
+                if sum(r.in_flight for r in client.router.replicas) == 1:
+                    break
+                await asyncio.sleep(0.005)
+            open_one.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await open_one
+            assert [r.in_flight for r in client.router.replicas] == [0, 0]
+            assert sum(r.errors for r in client.router.replicas) == 0
+    finally:
+        hanging.stop(timeout=1)
+        other.stop(timeout=1)
