@@ -371,8 +371,8 @@ class RetryingClient:
             started = time.perf_counter()
             try:
                 outcome = await self._try_once(replica.url, body, read, explain, pool)
-            except BaseException:  # cancelled (a stop, Ctrl-C) or a reader's own error: no longer open
-                replica.in_flight -= 1
+            except BaseException:  # cancelled (a stop, Ctrl-C) or a reader's own error
+                router.release(replica)
                 raise
             if not isinstance(outcome, Refusal):
                 router.settle(replica, None, time.perf_counter() - started)

@@ -95,6 +95,11 @@ class Router:
         else:
             replica.failures_in_a_row = 0
 
+    def release(self, replica: Replica) -> None:
+        """A try that ended neither answered nor refused (cancelled by a stop): no longer open, not
+        an error (least-in-flight would shun a replica whose cancelled tries stayed open)."""
+        replica.in_flight -= 1
+
     def fails_over(self, failure: str) -> bool:
         """Whether a retry after ``failure`` goes to another replica at once (no backoff: it is another server)."""
         return failure in REPLICA_FAILURES and self.live() > 1
