@@ -17,6 +17,7 @@ looks up its names only.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import sys
@@ -662,6 +663,30 @@ class ServerWatch:
         if end is None or end[1] <= start[1]:
             return None
         return (end[0] - start[0]) / (end[1] - start[1])
+
+
+class ReplicaWatch:
+    """Several replicas' ``/metrics``, one :class:`ServerWatch` each, as one watch: the record is the
+    first replica's (so what reads one server's record reads it) with every replica's under
+    ``replicas``, each with its own engine recognised."""
+
+    def __init__(self, watches: Sequence[ServerWatch]) -> None:
+        self.watches = list(watches)
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> ReplicaWatch:
+        with contextlib.ExitStack() as stack:
+            for watch in self.watches:
+                stack.enter_context(watch)
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self._stack.close()
+
+    def record(self) -> dict[str, object]:
+        records = [watch.record() for watch in self.watches]
+        return {**records[0], "replicas": records}
 
 
 def _by_name(values: Mapping[str, float]) -> dict[str, float]:

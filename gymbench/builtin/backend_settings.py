@@ -17,6 +17,8 @@ from gymbench.secrets import secret_from_env
 from gymbench.settings import Checked, at_least, doc, one_of, positive_finite, require
 
 APIS = ("responses", "chat")
+ROUTING_POLICIES = ("sticky", "round-robin", "least-in-flight")
+"""How requests spread over several ``base_url`` s (:mod:`gymbench.builtin.routing`)."""
 MAX_RETRIES_CAP = 100
 DEFAULT_HEAD_SERVER = {"host": "127.0.0.1", "port": 11000}
 """Where NeMo Gym's head server listens unless its config says otherwise (``head_server.host/.port``)."""
@@ -71,8 +73,20 @@ class HttpSettings(ConnectionSettings):
 class OpenAIServer(Checked):
     """Where an OpenAI-compatible server is and how it is asked."""
 
-    base_url: str | None = field(
-        default=None, metadata=doc("OpenAI-compatible base URL, e.g. http://HOST:PORT/v1", run_neutral=True)
+    base_url: str | list[str] | None = field(
+        default=None,
+        metadata=doc(
+            "OpenAI-compatible base URL, e.g. http://HOST:PORT/v1, or a list of replicas' "
+            "([http://A/v1, http://B/v1]: requests spread over them by +routing)",
+            run_neutral=True,
+        ),
+    )
+    routing: str = field(
+        default="sticky",
+        metadata=doc(
+            "with several base_url: sticky (each rollout on one replica), round-robin or least-in-flight",
+            run_neutral=True,
+        ),
     )
     model: str | None = field(default=None, metadata=doc("model name sent with each request"))
     api: str = field(default="responses", metadata=doc("responses or chat"))
@@ -82,9 +96,23 @@ class OpenAIServer(Checked):
     def endpoint(self) -> str:
         """``base_url`` without its trailing slash; the one check that a server is named, with the one
         message that says how (when no server is named, the simulator's address is laid in first)."""
-        url = (self.base_url or "").strip()
+        return self.endpoints()[0]
+
+    def endpoints(self) -> list[str]:
+        """Every replica's ``base_url`` (one, unless a list names several), each checked as one is."""
+        given = self.base_url if isinstance(self.base_url, list) else [self.base_url]
+        urls = [self._checked(url) for url in given] if given else [self._checked(None)]
+        if len(set(urls)) < len(urls):
+            raise GymbenchError(
+                f"+base_url names a replica twice ({self.base_url!r}); list each server once "
+                "(give a server more parallelism with +num_samples_in_parallel)"
+            )
+        return urls
+
+    def _checked(self, given: str | None) -> str:
+        url = (given or "").strip() if isinstance(given, str) or given is None else ""
         if not url.startswith(("http://", "https://")):
-            shown = f", got {self.base_url!r}" if self.base_url else ""
+            shown = f", got {given!r}" if given else ""
             raise GymbenchError(f"the openai backend needs +base_url=http://HOST:PORT/v1 (the server's address){shown}")
         self._one_authorization(url)
         return url.rstrip("/")
@@ -140,6 +168,7 @@ class OpenAISettings(HttpSettings, OpenAIServer):
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of("api", self.api, APIS)
+        one_of("routing", self.routing, ROUTING_POLICIES)
 
 
 @dataclass

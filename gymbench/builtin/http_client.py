@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -33,7 +33,10 @@ from gymbench.builtin.backend_settings import HttpSettings
 from gymbench.builtin.http_retry import RETRYABLE_STATUS, RetryPolicy, failure_kind_for_status, retry_after_seconds
 from gymbench.errors import GymbenchError, ServerUnreachable
 from gymbench.secrets import redact, secret_from_env
-from gymbench.types import GenerationFailed
+from gymbench.types import GenerationFailed, GenerationRequest
+
+if TYPE_CHECKING:
+    from gymbench.builtin.routing import Router
 
 T = TypeVar("T")
 PREFLIGHT_TRIES = 3
@@ -324,11 +327,17 @@ class RetryingClient:
         body: bytes,
         read: Callable[[aiohttp.ClientResponse, RequestClock], Awaitable[T]],
         explain: Callable[[int, str], str | None] | None = None,
+        router: Router | None = None,
+        request: GenerationRequest | None = None,
     ) -> Posted:
         """POST until a 200 (handed to ``read``), a non-retryable answer, or retries run out.
 
         ``explain(status, text)`` may say what to do about an error answer; the advice leads the
-        failure reason, the server's own text follows it."""
+        failure reason, the server's own text follows it. With a ``router`` (several replicas),
+        each try goes where it says for ``request`` (``url`` unused), and a try a dead replica
+        failed is retried on another at once (:mod:`gymbench.builtin.routing`)."""
+        if router is not None:
+            return await self._post_routed(router, request, body, read, explain)
         assert self.session is not None, "open the client first"
         retries = 0
         pool = PoolClock()
@@ -341,6 +350,40 @@ class RetryingClient:
             if not outcome.retryable or retries >= self.retry.max_retries:
                 raise GenerationFailed(outcome.kind, outcome.reason, outcome.status, retries)
             await self.sleep(self.retry.delay(retries, outcome.retry_after, self._rng))
+            retries += 1
+
+    async def _post_routed(
+        self,
+        router: Router,
+        request: GenerationRequest | None,
+        body: bytes,
+        read: Callable[[aiohttp.ClientResponse, RequestClock], Awaitable[T]],
+        explain: Callable[[int, str], str | None] | None,
+    ) -> Posted:
+        """:meth:`post`'s loop over replicas: the same tries and limits, each counted on its replica."""
+        assert self.session is not None, "open the client first"
+        retries = 0
+        pool = PoolClock()
+        _POOL_CLOCK.set(pool)
+        avoid = None
+        while True:
+            replica = router.choose(request, avoid)
+            started = time.perf_counter()
+            try:
+                outcome = await self._try_once(replica.url, body, read, explain, pool)
+            except BaseException:  # cancelled (a stop, Ctrl-C) or a reader's own error
+                router.release(replica)
+                raise
+            if not isinstance(outcome, Refusal):
+                router.settle(replica, None, time.perf_counter() - started)
+                value, clock = outcome
+                return Posted(value, retries, pool.waited, clock.client_delay())
+            router.settle(replica, outcome.kind, 0.0)
+            if not outcome.retryable or retries >= self.retry.max_retries:
+                raise GenerationFailed(outcome.kind, f"{replica.name}: {outcome.reason}", outcome.status, retries)
+            avoid = replica if router.fails_over(outcome.kind) else None
+            if avoid is None:
+                await self.sleep(self.retry.delay(retries, outcome.retry_after, self._rng))
             retries += 1
 
     async def _try_once(

@@ -20,8 +20,10 @@ import orjson
 from gymbench.builtin.backend_settings import OpenAISettings
 from gymbench.builtin.http_client import RequestClock, RetryingClient
 from gymbench.builtin.openai_shapes import chat_body, read_chat, read_responses, read_server_timings
+from gymbench.builtin.routing import reach_replicas, replica_router
 from gymbench.builtin.stream_assembly import ChatStream, ResponsesStream, StreamAssembler, sse_event_batches
 from gymbench.errors import GymbenchError
+from gymbench.replica_figures import RoutingCounts
 from gymbench.types import Generation, GenerationFailed, GenerationRequest, JSONObject, ServerTimings, TokenUsage
 
 APIS = {"responses": "/responses", "chat": "/chat/completions"}
@@ -36,11 +38,13 @@ class OpenAIBackend:
     def __init__(self, settings: OpenAISettings) -> None:
         """``settings`` checked (built through the plugin manager or the schema); the server and the
         model are required here, when the simulator standing in has laid in its address."""
-        base_url = settings.endpoint()
+        base_urls = settings.endpoints()
         if not settings.model:
             raise GymbenchError("the openai backend needs +model=NAME (the served model's name)")
-        self.url = base_url + APIS[settings.api]
-        self.models_url = base_url + "/models"
+        self.url = base_urls[0] + APIS[settings.api]
+        self.models_url = base_urls[0] + "/models"
+        self.router = replica_router(base_urls, APIS[settings.api], settings.routing)
+        """Several replicas: which one each try goes to, and what each did; None for one server."""
         self.api = settings.api
         self.model = settings.model
         self.stream = settings.stream
@@ -48,8 +52,20 @@ class OpenAIBackend:
         self.client = RetryingClient(settings, "model server")
 
     async def __aenter__(self) -> OpenAIBackend:
-        await self.client.open(self.models_url)
+        if self.router is None:
+            await self.client.open(self.models_url)
+            return self
+        await self.client.open(None)
+        try:
+            if self.client.preflight:
+                await reach_replicas(self.client, self.router)
+        except BaseException:
+            await self.client.close()
+            raise
         return self
+
+    def replica_counts(self) -> RoutingCounts | None:
+        return self.router.counts() if self.router is not None else None
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -68,7 +84,7 @@ class OpenAIBackend:
 
     async def generate(self, request: GenerationRequest) -> Generation:
         body = orjson.dumps(self.request_body(request.params))
-        posted = await self.client.post(self.url, body, self._read, self._explain)
+        posted = await self.client.post(self.url, body, self._read, self._explain, self.router, request)
         answer: _Answer = posted.value
         timings = answer.timings  # the reader's own dict: the pool wait joins it, nothing is copied
         timings["connection_wait"] = posted.connection_wait

@@ -56,7 +56,8 @@ class CalibrateSettings(OpenAISettings):
     progress: bool = field(default=True, metadata=doc("show a progress bar"))
 
     def __post_init__(self) -> None:
-        require(bool(self.base_url), "base_url", self.base_url, "the engine's URL: --from http://HOST:PORT/v1")
+        one = isinstance(self.base_url, str) and bool(self.base_url)  # a list of replicas: calibrate one at a time
+        require(one, "base_url", self.base_url, "one engine's URL: --from http://HOST:PORT/v1")
         super().__post_init__()
         at_least("engine_slots", self.engine_slots, 1)
         at_least("prompt_words", self.prompt_words, 1)
@@ -122,7 +123,7 @@ def calibrate(settings: CalibrateSettings, plugins: Plugins) -> int:
     from gymbench.jsonio import check_writable_file
     from gymbench.sim.profile import write_profile
 
-    assert settings.base_url is not None
+    assert isinstance(settings.base_url, str), "one URL: the settings check"
     check_writable_file(settings.output, "profile", "+output")
     phases = settings.passes * len(settings.points() or default_concurrencies(settings.engine_slots or 4))
     progress = Progress(settings.progress, phases + 1)

@@ -257,7 +257,7 @@ async def measure(
 
     The loads are measured ``settings.passes`` times, every other pass in reverse order (ABBA)."""
     began = time.perf_counter()
-    assert settings.base_url is not None
+    assert isinstance(settings.base_url, str), "one URL: the settings check"
     where = _where(settings.base_url)
     reads = f"up to {PREFLIGHT_TRIES} tries of {facts_timeout_s(settings):g} s each"
     say(f"reading the engine's slots and model from {where}/props and /v1/models ({reads})")
@@ -328,7 +328,7 @@ def facts_timeout_s(settings: CalibrateSettings) -> float:
 
 async def _facts(settings: CalibrateSettings) -> EngineFacts:
     """The engine's slots, context and model, read through the backend's client."""
-    assert settings.base_url is not None
+    assert isinstance(settings.base_url, str), "one URL: the settings check"
     client = settings_client(settings)
     where = _where(settings.base_url)
     try:

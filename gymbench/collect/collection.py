@@ -225,6 +225,9 @@ def collect_result(
     if goodput is not None and goodput["share"] is not None:
         metrics["goodput"] = Metric(goodput["share"], "ratio", "higher")
     metrics.update(server_timing_metrics(summary))
+    replicas = summary.get("replicas")
+    if replicas is not None and replicas["imbalance"] is not None:
+        metrics["replica_imbalance"] = Metric(replicas["imbalance"], "ratio", "lower")
     return BenchmarkResult(
         name="collect",
         params={

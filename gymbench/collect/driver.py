@@ -47,10 +47,11 @@ from gymbench.collect.collection import (
 )
 from gymbench.collect.config import CollectConfig, ServerConfig
 from gymbench.collect.target import Target
-from gymbench.engine_metrics import ServerCounters, ServerWatch
+from gymbench.engine_metrics import ReplicaWatch, ServerCounters, ServerWatch
 from gymbench.errors import GymbenchError
 from gymbench.plugins import Plugins
 from gymbench.record import BenchmarkResult
+from gymbench.replica_figures import RoutesReplicas, replica_summary
 from gymbench.rollout.dataset import Task, TaskSlice, TaskStream, check_input_file, read_tasks
 from gymbench.rollout.engine import Collector, CollectSettings, preflight
 from gymbench.rollout.output import ResumeState, load_resume_state
@@ -127,7 +128,7 @@ class Collection:
         """Closed-loop mode: where the probes' rollouts go (scratch: removed when the collection closes)."""
         self._runs = 0
         self._stack = contextlib.ExitStack()
-        self._watch: ServerWatch | None = None
+        self._watch: ServerWatch | ReplicaWatch | None = None
 
     @classmethod
     def prepare(
@@ -234,7 +235,9 @@ class Collection:
         if self.config is None:
             self.server_counters = target.counters(self.watch_server)
         elif self.watch_server:
-            self._watch = self._stack.enter_context(target.watch(self.config.scrape_metrics))
+            watch = target.watch(self.config.scrape_metrics)
+            self._stack.enter_context(watch)
+            self._watch = watch
 
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
@@ -301,6 +304,10 @@ class Collection:
         summary = self.stats.summary()
         if self.server_metrics is not None:
             summary["server_metrics"] = self.server_metrics
+        if isinstance(self.backend, RoutesReplicas):
+            routed = self.backend.replica_counts()
+            if routed is not None:
+                summary["replicas"] = replica_summary(routed, summary["elapsed_s"])
         return summary
 
     def result(self) -> BenchmarkResult:

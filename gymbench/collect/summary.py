@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.labels import label
+from gymbench.replica_figures import ReplicaSummary
 from gymbench.rollout.client_delay import ClientDelaySummary
 from gymbench.rollout.server_timings import COMPARISON_HEADERS, ServerComparison, comparison_rows
 from gymbench.rollout.stats import CollectSummary, Goodput
@@ -38,6 +39,7 @@ def format_summary(summary: CollectSummary, output: Path) -> str:
         f"verification: {summary['verification_failures']} could not judge, {summary['verification_skipped']} "
         f"skipped by fast mode, cache {cache['hits']} hits / {cache['misses']} misses",
         *server_lines(summary.get("server_metrics")),
+        *replica_lines(summary.get("replicas")),
         *server_timing_lines(summary.get("server_timings")),
         f"rollouts: {output}",
     ]
@@ -179,6 +181,11 @@ def server_lines(server: dict[str, Any] | None) -> list[str]:
         return [f"server metrics: {server['note']}"]
     if "engine" in server and server["engine"] is None:
         return [f"server metrics: scraped, but {server.get('engine_note') or 'no engine recognised'}"]
+    replicas = server.get("replicas")
+    if replicas:
+        return ["server metrics (/metrics of each replica, after the run):"] + [
+            f"  {replica.get('url')}: " + (server_lines(replica) or ["-"])[0].partition(": ")[2] for replica in replicas
+        ]
     shown = [f"{item['label']} {item['text']}" for item in server.get("highlights", [])]
     engine = f" (engine: {server['engine']})" if server.get("engine") else ""
     return ["server metrics (/metrics, after the run): " + ", ".join(shown) + engine] if shown else []
@@ -194,3 +201,27 @@ def server_timing_lines(found: ServerComparison | None) -> list[str]:
     note = found.get("finding")
     title = f"server timings (the server's own, {found.get('rows', 0)} rollouts):"
     return [title, *lines, *([f"  {note}"] if note else [])]
+
+
+REPLICA_HEADERS = ("replica", "requests", "completed", "errors", "p50", "p99", "completed/s", "share", "peak open")
+
+
+def replica_lines(found: ReplicaSummary | None) -> list[str]:
+    """One row per replica (several ``base_url``), the imbalance, and the straggler when one is out of line."""
+    if not found:
+        return []
+    rows = [REPLICA_HEADERS]
+    for replica in found["replicas"]:
+        share = "-" if replica["share"] is None else f"{replica['share']:.0%}"
+        rows.append((
+            replica["url"] + (" (out)" if replica["out"] else ""), str(replica["requests"]), str(replica["completed"]),
+            str(replica["errors"]), duration(replica["latency_p50_s"]), duration(replica["latency_p99_s"]),
+            f"{replica['completed_per_s']:.2f}", share, str(replica["peak_in_flight"]),
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(REPLICA_HEADERS))]
+    table = ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    imbalance = "-" if found["imbalance"] is None else f"{found['imbalance']:.2f}"
+    head = f"replicas ({found['policy']}): imbalance {imbalance} (most requests on one ÷ the mean)"
+    straggler = found["straggler"]
+    head += f"; straggler {straggler}: {found['straggler_reason']}" if straggler else "; no straggler"
+    return [head, *table]

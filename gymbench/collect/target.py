@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gymbench.builtin.backend_settings import ConnectionSettings, NemoGymAgent, OpenAIServer
-from gymbench.engine_metrics import ServerCounters, ServerWatch, find_server_counters
+from gymbench.engine_metrics import ReplicaWatch, ServerCounters, ServerWatch, find_server_counters
 from gymbench.plugins import Plugins
 from gymbench.settings import doc
 from gymbench.types import Backend
@@ -130,6 +130,8 @@ class Target:
         """The server's OpenAI-compatible base URL (the simulator's once it runs), or None when the
         backend names none (an agent found through NeMo Gym's head server)."""
         value = _setting(self.backend_settings, "base_url")
+        if isinstance(value, list):  # several replicas: the first stands for them where one is read
+            value = value[0] if value else None
         return str(value) if value else None
 
     @contextlib.contextmanager
@@ -168,11 +170,23 @@ class Target:
         profile = f", profile {self.settings.sim_profile}" if self.settings.sim_profile else ""
         return f"preset {self.settings.sim_preset}{profile}"
 
-    def watch(self, enabled: bool) -> ServerWatch:
-        """The server's ``/metrics`` before, during and after a collection."""
+    @property
+    def base_urls(self) -> list[str]:
+        """Every replica's base URL when the backend names several (``+base_url=[A, B]``), else [base_url]."""
+        value = _setting(self.backend_settings, "base_url")
+        if isinstance(value, list):
+            return [str(url) for url in value]
+        return [self.base_url] if self.base_url else []
+
+    def watch(self, enabled: bool) -> ServerWatch | ReplicaWatch:
+        """The server's ``/metrics`` before, during and after a collection (each replica's, with several)."""
         from gymbench.console import warn
 
-        return ServerWatch(self.base_url, enabled, engines=self.plugins.engine_metrics(), warn=warn)
+        engines = self.plugins.engine_metrics()
+        urls = self.base_urls
+        if len(urls) < 2:
+            return ServerWatch(self.base_url, enabled, engines=engines, warn=warn)
+        return ReplicaWatch([ServerWatch(url, enabled, engines=engines, warn=warn) for url in urls])
 
     def counters(self, enabled: bool) -> ServerCounters:
         """The server's counters for a probe (queue, generated tokens), or why none are read."""

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+from gymbench.replica_figures import ReplicaSummary
 from gymbench.rollout.client_delay import ClientDelayStats, ClientDelaySummary
 from gymbench.rollout.latency import LATENCY_METRICS, Slo, percentile_table
 from gymbench.rollout.reservoir import Reservoir
@@ -74,6 +75,9 @@ class CollectSummary(_SummaryFields, total=False):
     """Rollouts written but left out of the latencies, stages and goodput: warm-up and cool-down."""
     arrivals: dict[str, object]
     """An open-loop strategy's target and achieved arrival rate."""
+    replicas: ReplicaSummary
+    """Each replica's requests, errors, latency and throughput, the imbalance and the straggler, when
+    the backend spread its requests over several (``gymbench.replica_figures``)."""
 
 
 @dataclass

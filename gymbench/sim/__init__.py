@@ -22,6 +22,7 @@ _EXPORTS = {
     "InProcessBackend": "gymbench.sim.inprocess",
     "SimServerHandle": "gymbench.sim.launcher",
     "running_sim_server": "gymbench.sim.launcher",
+    "running_sim_replicas": "gymbench.sim.launcher",
     "start_sim_server": "gymbench.sim.launcher",
     "VirtualTimeLoop": "gymbench.sim.virtual",
     "run_in_simulated_time": "gymbench.sim.virtual",

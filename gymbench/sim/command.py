@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gymbench.settings import JsonOutput, ServerAddress, doc, with_defaults
-from gymbench.sim.config import PRESET_HELP, SimConfig
+from gymbench.sim.config import PRESET_HELP, SimConfig, slowed
 
 if TYPE_CHECKING:
     from gymbench.plugins import Plugins
@@ -31,6 +32,13 @@ class SimServeSettings(SimConfig, ServerAddress, JsonOutput):
             "a calibrated simulator profile (YAML from gymbench calibrate-sim), laid over the preset", path=True
         ),
     )
+    replicas: int = field(
+        default=1,
+        metadata=doc("serve this many replicas, on port, port+1, ... (each its own engine; +base_url takes the list)"),
+    )
+    slow_replica_factor: float = field(
+        default=1.0, metadata=doc("the last replica's steps take this many times as long (a straggler to find)")
+    )
     describe: bool = field(default=False, metadata=doc("print the theoretical capacity and exit"))
     prompt_tokens: float = field(default=32, metadata=doc("assumed prompt length for --describe"))
     describe_max_tokens: int | None = field(
@@ -44,6 +52,9 @@ class SimServeSettings(SimConfig, ServerAddress, JsonOutput):
         check_listen(self.host, self.port)
         require(self.prompt_tokens > 0, "prompt_tokens", self.prompt_tokens, "a number of tokens above 0")
         at_least("describe_max_tokens", self.describe_max_tokens, 1)
+        at_least("replicas", self.replicas, 1, 64)
+        require(0 < self.slow_replica_factor <= 1000, "slow_replica_factor", self.slow_replica_factor,
+                "a step-time multiplier above 0 (1: as fast as the others)")  # fmt: skip
 
     def engine(self) -> SimConfig:
         return SimConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SimConfig)})
@@ -85,11 +96,27 @@ def run(args: argparse.Namespace, plugins: Plugins) -> int:
 
     install_fast_loop()
 
-    def announce(port: int) -> None:
-        print(f"gymbench simulated server listening on http://{settings.host}:{port}/v1 (Ctrl-C to stop)", flush=True)
+    configs = [config] * (settings.replicas - 1) + [slowed(config, settings.slow_replica_factor)]
+    urls: dict[int, str] = {}
+
+    def announcer(index: int) -> Callable[[int], None]:
+        def announce(port: int) -> None:
+            urls[index] = f"http://{settings.host}:{port}/v1"
+            if len(urls) < len(configs):
+                return
+            if len(configs) == 1:
+                print(f"gymbench simulated server listening on {urls[0]} (Ctrl-C to stop)", flush=True)
+            else:
+                listed = ", ".join(urls[i] for i in range(len(configs)))
+                print(f"gymbench simulated replicas listening: +base_url=[{listed}] (Ctrl-C to stop)", flush=True)
+
+        return announce
 
     async def main() -> None:
-        await serve(config, settings.host, settings.port, announce, asyncio.Event())
+        stop = asyncio.Event()
+        ports = [settings.port + i if settings.port else 0 for i in range(len(configs))]
+        await asyncio.gather(*(serve(each, settings.host, port, announcer(index), stop)
+                               for index, (each, port) in enumerate(zip(configs, ports, strict=True))))  # fmt: skip
 
     try:
         asyncio.run(main())

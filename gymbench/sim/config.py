@@ -362,3 +362,16 @@ def load_profile(path: str) -> dict[str, Any]:
             message = str(exc).removeprefix(f"{path}: ").removeprefix("invalid simulator configuration: ")
             raise GymbenchError(f"{path}: sim.{key}: {message}") from None
     return settings
+
+
+def slowed(config: SimConfig, factor: float) -> SimConfig:
+    """``config`` with every step cost ``factor`` times as long (a replica on a slower machine)."""
+    if factor == 1.0:
+        return config
+    return dataclasses.replace(
+        config,
+        step_base_s=config.step_base_s * factor,
+        step_per_seq_s=config.step_per_seq_s * factor,
+        prefill_per_token_s=config.prefill_per_token_s * factor,
+        step_curve_s={seqs: step * factor for seqs, step in config.step_curve_s.items()},
+    )

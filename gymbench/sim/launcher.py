@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from gymbench.engine_metrics import answers_ok, fetch_metrics_text
 from gymbench.errors import GymbenchError
-from gymbench.sim.config import SimConfig, config_from_preset
+from gymbench.sim.config import SimConfig, config_from_preset, slowed
 from gymbench.sim.metrics import sample_values
 from gymbench.sim.serve import READY_PREFIX
 
@@ -179,6 +179,23 @@ def running_sim_server(
         yield handle
     finally:
         handle.stop()
+
+
+@contextlib.contextmanager
+def running_sim_replicas(
+    config: SimConfig | None = None, *, replicas: int = 2, slow_replica_factor: float = 1.0, **overrides: Any
+) -> Iterator[list[SimServerHandle]]:
+    """``replicas`` simulated servers, the last one's steps ``slow_replica_factor`` times slower (a
+    straggler): ``+base_url=[h.base_url for h in handles]`` spreads a run over them."""
+    if replicas < 1 or not slow_replica_factor > 0:
+        raise GymbenchError(
+            f"running_sim_replicas: expected replicas >= 1 and slow_replica_factor > 0, got {replicas} and "
+            f"{slow_replica_factor}; pass a count of servers and a step-time multiplier"
+        )
+    base = config if config is not None else config_from_preset(None, overrides)
+    configs = [base] * (replicas - 1) + [slowed(base, slow_replica_factor)]
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(running_sim_server(each)) for each in configs]
 
 
 @atexit.register

@@ -42,6 +42,7 @@ CORE = {
     "gymbench.client_cycles",
     "gymbench.console",
     "gymbench.labels",
+    "gymbench.replica_figures",
 }
 ROOMS = ("builtin", "rollout", "sim", "train", "gate", "engine")
 

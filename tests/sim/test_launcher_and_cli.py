@@ -124,3 +124,32 @@ def test_cli_serves_in_the_foreground_and_stops_on_sigint() -> None:
         assert process.wait(10) == 0
     finally:
         process.kill()
+
+
+def test_cli_serves_replicas_the_last_one_slower() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gymbench.cli", "sim-server", "--preset", "zero-latency", "--port", "0",
+         "+replicas=2", "+slow_replica_factor=3", "+step_base_s=0.001"],
+        stdout=subprocess.PIPE, text=True, preexec_fn=terminal_sigint,
+    )  # fmt: skip
+    try:
+        line = process.stdout.readline()
+        assert "replicas listening: +base_url=[" in line
+        urls = line.split("+base_url=[")[1].split("]")[0].split(", ")
+        assert len(urls) == 2 and len(set(urls)) == 2
+        for url in urls:
+            with urllib.request.urlopen(f"{url}/models", timeout=5) as answer:
+                assert json.loads(answer.read())["data"]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(10) == 0
+    finally:
+        process.kill()
+
+
+def test_a_slowed_replica_scales_every_step_cost() -> None:
+    from gymbench.sim.config import SimConfig, slowed
+
+    config = SimConfig(step_base_s=0.01, step_per_seq_s=0.001, prefill_per_token_s=1e-5, step_curve_s={1: 0.002})
+    slow = slowed(config, 2.0)
+    assert (slow.step_base_s, slow.step_per_seq_s, slow.step_curve_s) == (0.02, 0.002, {1: 0.004})
+    assert slow.prefill_per_token_s == 2e-5 and slowed(config, 1.0) is config

@@ -1,0 +1,148 @@
+"""Many model replicas behind one backend: what each one did, and whether one is out of line.
+
+The router of a backend with several ``base_url`` s (:mod:`gymbench.builtin.routing`) counts every
+try it sends to each replica; :func:`replica_summary` turns those counts into the figures the
+summary, the record and the metrics file carry: requests, completions, errors, latency p50/p99 and
+throughput per replica, an imbalance figure (max ÷ mean requests) and the straggler, when one
+replica's latency or throughput is out of line with the others'. It lives in the core so that the
+backend (which counts), the statistics (which type the summary) and the collect command (which
+prints it) share one shape.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Protocol, TypedDict, runtime_checkable
+
+STRAGGLER_LATENCY = 1.5
+"""A replica whose p50 latency is above this many times the median of the others' p50 is named."""
+STRAGGLER_SHARE = 0.5
+"""A replica that completed less than this share of its fair part (1/N of all) is named."""
+STRAGGLER_MIN_COMPLETED = 8
+"""Completions per live replica, on average, below which no throughput share is judged (chance)."""
+
+
+@dataclass(frozen=True)
+class ReplicaCounts:
+    """One replica's figures as its router counted them: every try, so a failed-over request counts
+    once on the replica that failed it and once on the one that answered."""
+
+    url: str
+    requests: int
+    completed: int
+    errors: int
+    peak_in_flight: int
+    out: bool
+    """Taken out of the rotation (it stopped answering); the run went on over the others."""
+    latencies_s: tuple[float, ...]
+    """A sample of the answered tries' durations, send to last byte read."""
+
+
+@dataclass(frozen=True)
+class RoutingCounts:
+    policy: str
+    replicas: tuple[ReplicaCounts, ...]
+
+
+@runtime_checkable
+class RoutesReplicas(Protocol):
+    """A backend that spreads its requests over several replicas and counts them."""
+
+    def replica_counts(self) -> RoutingCounts | None: ...
+
+
+class ReplicaFigures(TypedDict):
+    url: str
+    requests: int
+    completed: int
+    errors: int
+    peak_in_flight: int
+    out: bool
+    latency_p50_s: float | None
+    latency_p99_s: float | None
+    completed_per_s: float
+    share: float | None
+    """This replica's part of all completions (1/N is a fair part)."""
+
+
+class ReplicaSummary(TypedDict):
+    policy: str
+    replicas: list[ReplicaFigures]
+    imbalance: float | None
+    """Most requests on one replica ÷ the mean over the replicas (1.0: even)."""
+    straggler: str | None
+    """The replica out of line, by URL, or None."""
+    straggler_reason: str | None
+
+
+def replica_summary(counts: RoutingCounts, elapsed_s: float) -> ReplicaSummary:
+    total = sum(replica.completed for replica in counts.replicas)
+    figures = [_figures(replica, elapsed_s, total) for replica in counts.replicas]
+    requests = [replica.requests for replica in counts.replicas]
+    mean = sum(requests) / len(requests) if requests else 0.0
+    straggler = find_straggler(figures)
+    return {
+        "policy": counts.policy,
+        "replicas": figures,
+        "imbalance": max(requests) / mean if mean else None,
+        "straggler": straggler[0] if straggler else None,
+        "straggler_reason": straggler[1] if straggler else None,
+    }
+
+
+def _figures(replica: ReplicaCounts, elapsed_s: float, total: int) -> ReplicaFigures:
+    p50, p99 = _percentiles(replica.latencies_s)
+    return {
+        "url": replica.url,
+        "requests": replica.requests,
+        "completed": replica.completed,
+        "errors": replica.errors,
+        "peak_in_flight": replica.peak_in_flight,
+        "out": replica.out,
+        "latency_p50_s": p50,
+        "latency_p99_s": p99,
+        "completed_per_s": replica.completed / max(elapsed_s, 1e-9),
+        "share": replica.completed / total if total else None,
+    }
+
+
+def _percentiles(values: tuple[float, ...]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    if len(values) == 1:
+        return values[0], values[0]
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return cuts[49], cuts[98]
+
+
+def find_straggler(figures: list[ReplicaFigures]) -> tuple[str, str] | None:
+    """The live replica whose p50 latency is far above the others' median, else the one whose share
+    of the completions is far below a fair part; a replica taken out is no straggler (it is out)."""
+    live = [replica for replica in figures if not replica["out"]]
+    if len(live) < 2:
+        return None
+    slow = _slowest_out_of_line(live)
+    if slow is not None:
+        return slow
+    total = sum(replica["completed"] for replica in live)
+    if total < STRAGGLER_MIN_COMPLETED * len(live):
+        return None
+    fair = 1 / len(live)
+    least = min(live, key=lambda replica: replica["completed"])
+    share = least["completed"] / total
+    if share < STRAGGLER_SHARE * fair:
+        return least["url"], f"{share:.0%} of the completions, against a fair {fair:.0%}"
+    return None
+
+
+def _slowest_out_of_line(live: list[ReplicaFigures]) -> tuple[str, str] | None:
+    timed = [replica for replica in live if replica["latency_p50_s"] is not None]
+    if len(timed) < 2:
+        return None
+    slowest = max(timed, key=lambda replica: replica["latency_p50_s"] or 0.0)
+    others = statistics.median(r["latency_p50_s"] or 0.0 for r in timed if r is not slowest)
+    p50 = slowest["latency_p50_s"] or 0.0
+    if others > 0 and p50 > STRAGGLER_LATENCY * others:
+        return slowest["url"], f"p50 latency {p50 / others:.1f}x the median of the others"
+    return None

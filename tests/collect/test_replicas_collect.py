@@ -1,0 +1,75 @@
+"""``gymbench collect`` over several simulated replicas, one slow: the table, the straggler, the record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gymbench.record import load_record
+from gymbench.sim import running_sim_replicas
+
+from .test_collect_cli import EXAMPLES, gymbench, rows
+
+SIM = {"model": "m", "step_base_s": 0.004, "step_per_seq_s": 0.0, "output_tokens_mean": 8}
+
+
+def test_a_collection_over_replicas_names_the_slow_one(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    with running_sim_replicas(replicas=3, slow_replica_factor=4.0, **SIM) as servers:
+        urls = [server.base_url for server in servers]
+        done = gymbench(
+            "collect", f"+input_jsonl_fpath={EXAMPLES}", f"+output_jsonl_fpath={out}", f"+base_url={json.dumps(urls)}",
+            "+model=m", "+num_samples_in_parallel=6", "+limit=45", f"+results_dir={tmp_path / 'r'}",
+        )  # fmt: skip
+        finished = [sum(v for k, v in s.metrics().items() if k.startswith("vllm:request_success")) for s in servers]
+    assert done.returncode == 0, done.stderr
+    assert len(rows(out)) == 45 and finished == [15, 15, 15]  # sticky: consecutive tasks take turns
+    summary = load_record(next((tmp_path / "r").glob("*/*_collect.json"))).benchmarks[0].extra["summary"]
+    replicas = summary["replicas"]
+    watched = summary["server_metrics"]["replicas"]  # each replica's own /metrics, its engine recognised
+    generated = [{h["key"]: h["value"] for h in each["highlights"]}["generated_tokens"] for each in watched]
+    assert [each["engine"] for each in watched] == ["vllm"] * 3 and generated == [15 * 8] * 3
+    assert "server metrics (/metrics of each replica, after the run):" in done.stderr
+    assert [r["url"] for r in replicas["replicas"]] == urls
+    assert [r["requests"] for r in replicas["replicas"]] == [15, 15, 15] and replicas["imbalance"] == 1.0
+    assert replicas["policy"] == "sticky" and replicas["straggler"] == urls[2]  # 4x slower steps
+    assert f"straggler {urls[2]}: p50 latency" in done.stderr and "replicas (sticky): imbalance 1.00" in done.stderr
+    metrics = json.loads(out.with_name("out.jsonl.metrics.json").read_text())["summary"]
+    assert metrics["replicas"]["straggler"] == urls[2]
+
+
+def test_one_replica_is_as_today(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    with running_sim_replicas(replicas=1, **SIM) as servers:
+        done = gymbench(
+            "collect", f"+input_jsonl_fpath={EXAMPLES}", f"+output_jsonl_fpath={out}",
+            f"+base_url=[{servers[0].base_url}]", "+model=m", "+limit=5", "+save_results=false",
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "replicas (" not in done.stderr
+    assert "replicas" not in json.loads(out.with_name("out.jsonl.metrics.json").read_text())["summary"]
+
+
+def test_a_bad_routing_policy_is_one_line(tmp_path: Path) -> None:
+    done = gymbench(
+        "collect", f"+input_jsonl_fpath={EXAMPLES}", f"+output_jsonl_fpath={tmp_path / 'o.jsonl'}",
+        "+base_url=[http://127.0.0.1:9/v1, http://127.0.0.1:10/v1]", "+model=m", "+routing=random",
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "routing" in done.stderr and "one of sticky, round-robin, least-in-flight" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_settings_file_lists_the_replicas_and_the_policy(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    with running_sim_replicas(replicas=2, **SIM) as servers:
+        settings = tmp_path / "settings.yaml"
+        listed = "".join(f"  - {server.base_url}\n" for server in servers)
+        settings.write_text(f"base_url:\n{listed}routing: round-robin\nmodel: m\n")
+        done = gymbench(
+            "collect", "--config", str(settings), f"+input_jsonl_fpath={EXAMPLES}", f"+output_jsonl_fpath={out}",
+            "+num_samples_in_parallel=1", "+limit=8", "+save_results=false",
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    replicas = json.loads(out.with_name("out.jsonl.metrics.json").read_text())["summary"]["replicas"]
+    assert replicas["policy"] == "round-robin" and [r["requests"] for r in replicas["replicas"]] == [4, 4]
