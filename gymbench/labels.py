@@ -68,6 +68,7 @@ LABELS: dict[str, str] = {
     "activation_memory": "activation memory",
     "padding_share": "padding share",
     "stage_ttft": "time to first token per rollout",
+    "cpu_ms_per_rollout": "CPU per rollout",
 }
 
 ACRONYMS = {
@@ -98,6 +99,9 @@ def label(name: str) -> str:
     """The label a person reads for metric ``name`` (the table's, else words made from the id)."""
     if name in LABELS:
         return LABELS[name]
+    if name.endswith("]") and "[" in name:  # ``metric[which]``: a server or replica's name, kept as written
+        base, which = name[:-1].split("[", 1)
+        return f"{label(base)}, {which}"
     for prefix in ("fp32_ckpt_", "bf16_ckpt_", "fp16_ckpt_", "fp32_", "bf16_", "fp16_"):
         if name.startswith(prefix) and name[len(prefix) :] in LABELS:
             return f"{_words(prefix.rstrip('_'))}: {LABELS[name[len(prefix) :]]}"

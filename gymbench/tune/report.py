@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +230,7 @@ def diagnose_result(diagnosis: Diagnosis, params: dict[str, Any]) -> BenchmarkRe
         if probe.latency_p50_s is not None:
             metrics[f"{label}_latency_p50"] = Metric(probe.latency_p50_s, "s", "lower")
     metrics["gain"] = Metric(diagnosis.gain, "ratio", "higher")
+    metrics.update(server_cpu_metrics(diagnosis.servers))
     extra: dict[str, Any] = {
         "verdict": diagnosis.verdict,
         "next_step": diagnosis.next_step,  # the run report's answer: what to do about the verdict
@@ -241,6 +243,17 @@ def diagnose_result(diagnosis: Diagnosis, params: dict[str, Any]) -> BenchmarkRe
         extra["servers"] = [server_load_record(load) for load in diagnosis.servers]
     params = {**params, "low": diagnosis.low.parallelism, "high": diagnosis.high.parallelism}
     return BenchmarkResult(name="diagnose", params=params, metrics=metrics, extra=extra)
+
+
+def server_cpu_metrics(loads: Sequence[ServerLoad]) -> dict[str, Metric]:
+    """Each seen server's CPU per rollout as a metric, ``cpu_ms_per_rollout[<server name>]``: so
+    ``gymbench compare`` sets two NeMo Gym versions, or two commits of a resources server, side by
+    side per server, and gates a server that got costlier like any other metric (3+ runs a side)."""
+    return {
+        f"cpu_ms_per_rollout[{load.server.name}]": Metric(load.cpu_ms_per_rollout, "ms", "lower")
+        for load in loads
+        if load.cpu_ms_per_rollout is not None
+    }
 
 
 def server_load_record(load: ServerLoad) -> dict[str, Any]:

@@ -15,3 +15,8 @@ def test_label_of_an_unknown_name_is_words_with_acronyms_and_rates() -> None:
     assert label("packed_tokens_per_s_vs_padded") == "packed tokens/s vs padded"
     assert label("ttft_p99") == "TTFT p99"
     assert label("") == ""
+
+
+def test_a_bracketed_name_keeps_the_server_as_written_after_its_metrics_label() -> None:
+    assert label("cpu_ms_per_rollout[example_single_tool_call]") == "CPU per rollout, example_single_tool_call"
+    assert label("latency_p50[http://127.0.0.1:8001/v1]") == "latency p50, http://127.0.0.1:8001/v1"

@@ -122,8 +122,9 @@ def diagnose_stack(stack: NeMoGymStack, tmp_path: Path, low: int, high: int) -> 
         f"+results_dir={tmp_path / 'results'}", "+max_batches=8", timeout=500,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    [bench] = load_record(next((tmp_path / "results").glob("*/*_diagnose.json"))).benchmarks
-    return {**bench.extra, "stdout": done.stdout}
+    record = next((tmp_path / "results").glob("*/*_diagnose.json"))
+    [bench] = load_record(record).benchmarks
+    return {**bench.extra, "stdout": done.stdout, "metrics": bench.metrics, "record": record}
 
 
 def cpu_by_ps(pids: list[int]) -> dict[int, int]:
@@ -151,6 +152,15 @@ def test_diagnose_names_the_agent_server_when_the_model_is_instant(
             servers[role]["cpu_ms_per_rollout"] > 0 and servers[role]["pid"] in gymbench_nemo_gym_stack.pids().values()
         )
     assert "driver (gymbench):" in found["stdout"]
+    for server in found["servers"]:  # each server's CPU per rollout is a metric, for `gymbench compare`
+        if server["cpu_ms_per_rollout"] is not None:
+            metric = found["metrics"][f"cpu_ms_per_rollout[{server['name']}]"]
+            assert metric.value == server["cpu_ms_per_rollout"] and metric.unit == "ms"
+    (tmp_path / "again").mkdir()
+    again = diagnose_stack(gymbench_nemo_gym_stack, tmp_path / "again", 4, 32)  # the same stack, measured again
+    compared = gymbench("compare", str(found["record"]), str(again["record"]), "-v", timeout=120)
+    assert compared.returncode in (0, 1, 3), compared.stderr  # one run a side: the verdict is noise's, not ours
+    assert f"CPU per rollout, {servers['agent server']['name']}" in compared.stdout, compared.stdout
 
 
 def test_diagnose_names_the_model_server_when_the_model_is_slow(
