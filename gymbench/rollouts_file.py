@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from gymbench.console import printable
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import JSONReadError, capped_lines, loads, refuse_device
 
@@ -63,6 +64,9 @@ class RolloutsFile:
     def lines(self, on_bad: OnBad = "raise", on_cut: OnCut = "read") -> Iterator[RolloutLine]:
         """Each non-blank line with its number and bytes."""
         self.skipped, self.first_skipped, self.cut = 0, None, False
+        if "\0" in str(self.path):  # open() would raise ValueError, past the OSError below
+            name = printable(str(self.path))
+            raise GymbenchError(f"{name}: not a file name (it holds a NUL byte){self.if_unreadable}")
         try:
             refuse_device(self.path, "rollouts")
             with open(self.path, "rb") as handle:

@@ -230,7 +230,12 @@ class _Signals:
 def _sigterm_as_ctrl_c() -> Iterator[_Signals]:
     """SIGTERM (``kill``, a cancelled CI job) stops a tune as Ctrl-C does, by sending this process
     SIGINT: the event loop then cancels the probe in flight and the tune reports what it measured
-    (issue 39: it used to die and leave nothing). Only the main thread may set a handler."""
+    (issue 39: it used to die and leave nothing). Only the main thread may set a handler.
+
+    The handler calls SIGINT's handler itself rather than raising SIGINT: a process started in the
+    background by a non-interactive shell (a CI step, ``nohup cmd &``) inherits SIGINT *ignored*,
+    so a raised SIGINT did nothing and the tune ran on to the end, exit 0. With SIGINT ignored (or
+    not Python's), it raises KeyboardInterrupt where the program is, as a second Ctrl-C does."""
     signals = _Signals()
     if threading.current_thread() is not threading.main_thread():
         yield signals
@@ -238,7 +243,10 @@ def _sigterm_as_ctrl_c() -> Iterator[_Signals]:
 
     def terminated(signum: int, frame: object) -> None:
         signals.terminated = True
-        signal.raise_signal(signal.SIGINT)
+        on_interrupt = signal.getsignal(signal.SIGINT)
+        if not callable(on_interrupt):  # SIG_IGN, SIG_DFL, or None (a handler not set from Python)
+            raise KeyboardInterrupt
+        on_interrupt(signal.SIGINT, frame)  # asyncio's runner: cancels the tune's task, which reports
 
     previous = signal.signal(signal.SIGTERM, terminated)
     try:

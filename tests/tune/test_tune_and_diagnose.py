@@ -169,18 +169,25 @@ def test_a_third_partys_open_loop_strategy_is_refused_by_its_attribute() -> None
         diagnose_run(config("strategy=scheduled", schema=DiagnoseConfig), plugins)
 
 
-def test_sigterm_mid_tune_prints_and_saves_the_levels_measured(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_mid_tune_prints_and_saves_the_levels_measured(tmp_path: Path, sigint: str) -> None:
     """With the bar off, each level still says itself in a line; SIGTERM once the first has (a
     cancelled CI job) ends the tune as Ctrl-C does, with the partial curve and knee printed and
-    saved, marked partial, and the shell's status for SIGTERM (it used to die leaving nothing)."""
+    saved, marked partial, and the shell's status for SIGTERM (it used to die leaving nothing).
+    ``ignored``: started as a non-interactive shell starts a background job, SIGINT ignored (a CI
+    step's ``cmd &``), where SIGTERM used to do nothing at all and the tune ran to its end, exit 0."""
     import signal
     import threading
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     results = tmp_path / "results"
     process = subprocess.Popen(
         [sys.executable, "-m", "gymbench.cli", "tune", f"+input_jsonl_fpath={TASKS}", "+start=2", "+max_batches=8",
          "+plot=", "+progress=false", f"+results_dir={results}", *[f"+sim.{k}={v}" for k, v in KNEE16.items()]],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=ignore_sigint if sigint == "ignored" else None,  # noqa: PLW1509 (one call, no threads yet)
     )  # fmt: skip
     first_level = threading.Event()
     said: list[str] = []
