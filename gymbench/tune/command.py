@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gymbench.collect.collection import make_strategy
@@ -241,7 +242,7 @@ def _sigterm_as_ctrl_c() -> Iterator[_Signals]:
         yield signals
         return
 
-    def terminated(signum: int, frame: object) -> None:
+    def terminated(signum: int, frame: FrameType | None) -> None:
         signals.terminated = True
         on_interrupt = signal.getsignal(signal.SIGINT)
         if not callable(on_interrupt):  # SIG_IGN, SIG_DFL, or None (a handler not set from Python)
