@@ -445,12 +445,20 @@ class ServerCounters:
     """For the results record: ``url``, ``engine`` (a name or null), and what is read or why not."""
 
 
-def find_server_counters(base_url: str | None, engines: Sequence[EngineMetrics]) -> ServerCounters:
-    """Fetch ``base_url``'s ``/metrics`` once and recognise its engine among ``engines``."""
-    if not base_url:
+def find_server_counters(base_url: str | Sequence[str] | None, engines: Sequence[EngineMetrics]) -> ServerCounters:
+    """Fetch ``base_url``'s ``/metrics`` once and recognise its engine among ``engines``.
+
+    Several replicas (a list of base URLs) are read as one server: every read fetches each one's
+    ``/metrics`` and joins the texts, and :func:`sample_sums` adds their samples up, so the queue
+    and the generated tokens are the replicas' totals (a tune over three replicas read only the
+    first one's, a third of the tokens). A replica that cannot be read makes the read None: a
+    partial sum would read as a drop in throughput."""
+    urls = [base_url] if isinstance(base_url, str) else [str(u) for u in base_url or () if u]
+    if not urls:
         return ServerCounters(None, {"url": None, "engine": None, "engine_note": "this backend names no server"})
-    url = metrics_url(base_url)
-    fetch = http_fetch(url)
+    each = [metrics_url(u) for u in urls]
+    url = each[0] if len(each) == 1 else ", ".join(each)
+    fetch = http_fetch(each[0]) if len(each) == 1 else _joined_fetch([http_fetch(u) for u in each])
     text = fetch()
     if text is None:
         return ServerCounters(None, {"url": url, "engine": None, "engine_note": f"{url} could not be read"})
@@ -462,6 +470,16 @@ def find_server_counters(base_url: str | None, engines: Sequence[EngineMetrics])
     record["reads"] = _what_is_read(engine)
     counters = Counters(fetch, url, engine)
     return ServerCounters(counters if counters.read() is not None else None, record)
+
+
+def _joined_fetch(fetches: Sequence[Callable[[], str | None]]) -> Callable[[], str | None]:
+    """Every replica's ``/metrics`` text, one after another; None when any cannot be read."""
+
+    def fetch() -> str | None:
+        texts = [one() for one in fetches]
+        return None if any(text is None for text in texts) else "\n".join(t for t in texts if t is not None)
+
+    return fetch
 
 
 def _what_is_read(engine: EngineMetrics) -> dict[str, str]:

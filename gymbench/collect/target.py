@@ -192,7 +192,7 @@ class Target:
         """The server's counters for a probe (queue, generated tokens), or why none are read."""
         if not enabled:
             return ServerCounters(None, {"engine": None, "engine_note": "not read (+server_counters=false)"})
-        return find_server_counters(self.base_url, self.plugins.engine_metrics())
+        return find_server_counters(self.base_urls, self.plugins.engine_metrics())  # several: their sums
 
 
 def _setting(settings: object, name: str) -> object:

@@ -10,7 +10,7 @@ and printed beside it. The output names every signal used, and says which were n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gymbench.engine_metrics import ScrapeFailed, fetch_metrics_text
@@ -56,14 +56,29 @@ def slots_from_props(base_url: str) -> CapacitySignals:
     return CapacitySignals(slots, [f"llama.cpp /props: total_slots {slots}"])
 
 
+def slots_of_replicas(base_urls: Sequence[str]) -> CapacitySignals:
+    """Several replicas' slots, added up: the load is spread over all of them, so the search starts
+    below their total; one replica that does not say makes the total unknown."""
+    each = [slots_from_props(url) for url in base_urls]
+    said = [f"{len(each)} replicas: " + "; ".join(phrase for one in each for phrase in one.said)]
+    if any(one.slots is None for one in each):
+        return CapacitySignals(None, said)
+    total = sum(one.slots or 0 for one in each)
+    return CapacitySignals(total, [*said, f"{total} slots in all"])
+
+
 def read_capacity(
-    simulator: SimConfig | None, base_url: str | None, server: Mapping[str, object] | None
+    simulator: SimConfig | None, base_url: str | Sequence[str] | None, server: Mapping[str, object] | None
 ) -> CapacitySignals:
-    """Every capacity signal the server gives: its slots (the simulator's, or ``/props``) and its queue."""
+    """Every capacity signal the server gives: its slots (the simulator's, or ``/props``, added up
+    over replicas) and its queue."""
+    urls = [base_url] if isinstance(base_url, str) else list(base_url or ())
     if simulator is not None:
         found = slots_from_simulator(simulator)
-    elif base_url:
-        found = slots_from_props(base_url)
+    elif len(urls) > 1:
+        found = slots_of_replicas(urls)
+    elif urls:
+        found = slots_from_props(urls[0])
     else:
         found = CapacitySignals(None, ["no slot count (the backend names no server)"])
     reads = server.get("reads") if server is not None else None

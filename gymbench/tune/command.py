@@ -121,11 +121,13 @@ class PartialTune:
 
     log: SweepLog | None = None
     capacity: list[str] = dataclasses.field(default_factory=list)
+    replicas: int = 1
 
     def result(self, why: str) -> TuneResult | None:
         result = None if self.log is None else self.log.result(partial=why)
         if result is not None:
             result.capacity = self.capacity
+            result.replicas = self.replicas
         return result
 
 
@@ -147,9 +149,10 @@ def tune_run(
         else:
             log = SweepLog(prober, KneeSearch(settings), prober.clock())
             if partial is not None:
-                partial.log, partial.capacity = log, signals
+                partial.log, partial.capacity, partial.replicas = log, signals, _replicas(prober)
             result = await doubling_sweep(prober, settings, strategies=strategies, budget_s=budget_s, log=log)
         result.capacity = signals
+        result.replicas = _replicas(prober)
         if config.slo_p50_ms is not None:
             result.meet_latency_objective(config.slo_p50_ms / 1e3)
         prober.deadline = None  # the budget is the search's: a stability run is asked for by its count
@@ -167,13 +170,19 @@ def tune_run(
     return with_prober(config, plugins, work, running_sim)
 
 
+def _replicas(prober: Prober) -> int:
+    """How many model replicas the probes' load is spread over (1 for one server or an agent)."""
+    target = prober.collection.target
+    return max(1, len(target.base_urls)) if target is not None else 1
+
+
 async def _around_capacity(prober: Prober, search: SearchSettings) -> tuple[SearchSettings, list[str]]:
     """The search's settings with its first level below the slot count the server says it has, and
     the capacity signals used (:mod:`gymbench.tune.capacity`)."""
     target = prober.collection.target
     simulator = target.simulator if target is not None else None
-    base_url = target.base_url if target is not None else None
-    found = await asyncio.to_thread(read_capacity, simulator, base_url, prober.server)
+    base_urls = target.base_urls if target is not None else []
+    found = await asyncio.to_thread(read_capacity, simulator, base_urls, prober.server)
     start = found.start(search.start)
     if start == search.start:
         return search, found.said

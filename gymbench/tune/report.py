@@ -59,6 +59,8 @@ def summary_text(result: TuneResult) -> str:
         f"ceiling: {_ceiling(result)}",
         f"throughput read from {_sources(result)}; {_per_rollout(result)}",
     ]
+    if result.replicas > 1:
+        lines.append(per_replica_text(result))
     if result.objective_said:
         lines.append(result.objective_said)
     if result.first_pass is not None:
@@ -80,6 +82,18 @@ def summary_text(result: TuneResult) -> str:
             f"{s.error_rate:.1%}: {verdict}"
         )
     return "\n".join(lines)
+
+
+def per_replica_text(result: TuneResult) -> str:
+    """The knee and the recommendation over several replicas: the collector's setting is the total
+    (``num_samples_in_parallel``), what each replica sees is that over the replicas (evenly under
+    round-robin and least-in-flight; sticky routing spreads rollouts, not requests)."""
+    n, knee = result.replicas, result.knee
+    return (
+        f"over {n} replicas: the knee and the recommendation are totals; per replica the knee is "
+        f"{knee.parallelism / n:.1f} (95% CI {knee.low / n:.1f}–{knee.high / n:.1f}) and the recommendation "
+        f"{result.recommended / n:.1f} in flight, at {result.expected_rollouts_per_s / n:.3g} rollouts/s each"
+    )
 
 
 def _latency_there(result: TuneResult) -> str:
@@ -211,6 +225,13 @@ def tune_result(result: TuneResult, params: dict[str, Any]) -> BenchmarkResult:
         extra["partial"] = result.partial
     if result.capacity:
         extra["capacity_signals"] = result.capacity
+    if result.replicas > 1:
+        knee = result.knee
+        extra["per_replica"] = {
+            "replicas": result.replicas, "knee": knee.parallelism / result.replicas,
+            "knee_ci": [knee.low / result.replicas, knee.high / result.replicas],
+            "recommended": result.recommended / result.replicas,
+        }  # fmt: skip
     if result.server is not None:
         extra["server_counters"] = result.server
     return BenchmarkResult(name="tune", params={**params, "method": result.method}, metrics=metrics, extra=extra)

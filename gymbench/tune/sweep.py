@@ -105,6 +105,9 @@ class TuneResult:
     """What the latency objective decided, for the summary."""
     capacity: list[str] = field(default_factory=list)
     """The capacity signals the server gave and the tune used (its slots, its queue), or why none."""
+    replicas: int = 1
+    """Model replicas the load was spread over (``+base_url=[A, B, C]``): the knee and the
+    recommendation are totals, and the summary says what they are per replica."""
     partial: str | None = None
     """Why the tune ended before its search did (``interrupted (SIGTERM)``): the answer is read from
     the levels measured until then; None for a tune that ran to its end."""

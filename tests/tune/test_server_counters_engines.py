@@ -92,3 +92,24 @@ def test_the_summary_says_what_was_read_or_why_nothing() -> None:
         some = server_counters_text(find_server_counters(llama.base_url, BUILTINS).record)
     assert none.startswith("none read: no known engine's metric names among 3 samples")
     assert some.startswith("engine llamacpp (waiting: llamacpp:requests_deferred; generated_tokens: ")
+
+
+def test_replicas_are_read_as_one_server_their_queue_and_tokens_summed() -> None:
+    """Three replicas: the tune's counters are the three's totals (it read the first one's alone,
+    a third of the tokens); one unreadable replica makes the read None, never a partial sum."""
+    with (
+        serving_metrics(recorded("vllm_v0")) as one,
+        serving_metrics(recorded("vllm_v0")) as two,
+        serving_metrics(recorded("vllm_v0")) as three,
+    ):
+        found = find_server_counters([one.base_url, two.base_url, three.base_url], BUILTINS)
+        assert found.counters is not None and found.record["engine"] == "vllm"
+        assert found.record["url"] == f"{one.metrics_url}, {two.metrics_url}, {three.metrics_url}"
+        reading = found.counters.read()
+        assert reading is not None and reading.generation_tokens == 3 * 20480.0 and reading.waiting == 3 * 4.0
+        two.text = two.text.replace("} 20480.0", "} 20992.0")
+        later = found.counters.read()
+        assert later is not None and later.generation_tokens == 2 * 20480.0 + 20992.0
+    with serving_metrics(recorded("vllm_v0")) as alive:
+        counters = find_server_counters([alive.base_url, "http://127.0.0.1:9/v1"], BUILTINS)
+    assert counters.counters is None and "could not be read" in str(counters.record["engine_note"])
