@@ -22,6 +22,7 @@ from gymbench.errors import GymbenchError
 from gymbench.gate.markdown import write_step_summary
 from gymbench.jsonio import check_writable_file
 from gymbench.plugins import Plugins
+from gymbench.replica_figures import ReplicaSummary, RoutesReplicas, replica_summary
 from gymbench.run import Run
 from gymbench.settings import settings_dict
 from gymbench.tune.advice import backend_kind
@@ -274,12 +275,20 @@ def diagnose_run(config: DiagnoseConfig, plugins: Plugins) -> Diagnosis:
         meter.start()
         high = await prober.probe(config.high, strategies.fixed(config.high))
         loads = meter.finish(high.rollouts)
-        diagnosis = diagnose(low, high, servers=loads, host=meter.host)
+        replicas = _replica_figures(prober.collection.backend, low.elapsed_s + high.elapsed_s)
+        diagnosis = diagnose(low, high, servers=loads, host=meter.host, replicas=replicas)
         diagnosis.backend_kind = backend_kind(chosen_backend(config)[0])
         diagnosis.server = prober.server
         return diagnosis
 
     return with_prober(config, plugins, work)
+
+
+def _replica_figures(backend: object, elapsed_s: float) -> ReplicaSummary | None:
+    """Each model replica's figures over the probes so far (the router counts from the start), or
+    None for a backend with one server."""
+    counts = backend.replica_counts() if isinstance(backend, RoutesReplicas) else None
+    return replica_summary(counts, elapsed_s) if counts is not None and len(counts.replicas) > 1 else None
 
 
 def run_diagnose(config: DiagnoseConfig, plugins: Plugins) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gymbench.collect.summary import replica_lines
+from gymbench.replica_figures import ReplicaSummary
 from gymbench.rollout.client_delay import CLIENT_CORES, CLIENT_LAG_S
 from gymbench.tune import advice
 from gymbench.tune.probe import ProbeResult
@@ -39,7 +41,18 @@ NEXT_STEPS = {
     "model adapter": "NeMo Gym's model adapter fills its core before the model server is busy: run more of its "
     "workers or replicas in front of the same model server",
     "environment server": "the environment server fills its core first: run more of its workers or replicas",
+    "slow replica": "one model replica is slower than the others (named above): look at its GPU, its slots and its "
+    "load from others; with sticky or round-robin routing it holds back every rollout sent to it, "
+    "+routing=least-in-flight sends it less",
+    "replicas full": "every model replica is saturated evenly: add replicas, or tune each one's batching; raising "
+    "parallelism only queues requests",
+    "unbalanced routing": "the replicas answer alike but some get more requests than others: +routing=least-in-flight "
+    "or round-robin spreads them (sticky pins each rollout to one replica, uneven when rollouts differ in length)",
 }
+IMBALANCE_LIMIT = 1.3
+"""Most requests on one replica ÷ the mean over the replicas, above which routing is called
+unbalanced (when no replica is slow): round-robin and least-in-flight keep it within a few percent
+of 1.0; 1.3 is one replica carrying 30% more than its share."""
 
 
 @dataclass
@@ -55,6 +68,8 @@ class Diagnosis:
     """The server's /metrics as the probe read it (see ``TuneResult.server``)."""
     servers: list[ServerLoad] = field(default_factory=list)
     """Each NeMo Gym server's CPU over the high probe (empty for a backend with no head server)."""
+    replicas: ReplicaSummary | None = None
+    """Each model replica's figures over both probes (several ``base_url``), or None."""
 
     @property
     def next_step(self) -> str:
@@ -82,8 +97,10 @@ def diagnose(
     error_bound: float = 0.05,
     servers: Sequence[ServerLoad] = (),
     host: HostLoad | None = None,
+    replicas: ReplicaSummary | None = None,
 ) -> Diagnosis:
-    """The verdict; ``servers`` (NeMo Gym's, over the high probe) can name one of them as the full one."""
+    """The verdict; ``servers`` (NeMo Gym's, over the high probe) can name one of them as the full
+    one, and ``replicas`` (several model replicas) say which of them is the limit."""
     gain = high.rollouts_per_s / low.rollouts_per_s if low.rollouts_per_s > 0 else float("inf")
     evidence = [
         f"throughput {low.rollouts_per_s:.2f}/s at {low.parallelism} → {high.rollouts_per_s:.2f}/s at "
@@ -109,7 +126,23 @@ def diagnose(
     else:
         full = full_server(servers, high.server_waiting_max, host)
         verdict = _slow_part(verification, pool, high, full, seen=any(s.cpu_s is not None for s in servers))
-    return Diagnosis(verdict, gain, low, high, evidence, symptoms, servers=list(servers))
+    if replicas is not None and len(replicas["replicas"]) > 1:
+        evidence += replica_lines(replicas)
+        if verdict == "model server":
+            verdict = replica_verdict(replicas)
+    return Diagnosis(verdict, gain, low, high, evidence, symptoms, servers=list(servers), replicas=replicas)
+
+
+def replica_verdict(replicas: ReplicaSummary) -> str:
+    """Which of the model replicas is the limit, once the model server is: one out of line (the
+    straggler, by latency or by its share of the completions), requests spread unevenly over
+    replicas that answer alike, or all of them full."""
+    if replicas["straggler"] is not None:
+        return "slow replica"
+    imbalance = replicas["imbalance"]
+    if imbalance is not None and imbalance > IMBALANCE_LIMIT:
+        return "unbalanced routing"
+    return "replicas full"
 
 
 def server_evidence(high: ProbeResult, servers: Sequence[ServerLoad], host: HostLoad | None = None) -> list[str]:

@@ -146,7 +146,10 @@ def _per_rollout(result: TuneResult) -> str:
 
 
 def diagnosis_text(diagnosis: Diagnosis) -> str:
-    lines = [f"verdict: {diagnosis.verdict}", f"next step: {diagnosis.next_step}", "evidence:"]
+    which = ""
+    if diagnosis.verdict == "slow replica" and diagnosis.replicas is not None:
+        which = f": {diagnosis.replicas['straggler']} ({diagnosis.replicas['straggler_reason']})"
+    lines = [f"verdict: {diagnosis.verdict}{which}", f"next step: {diagnosis.next_step}", "evidence:"]
     lines += [f"  - {item}" for item in diagnosis.evidence]
     lines.append("symptoms:")
     lines += [f"  - {item}" for item in diagnosis.symptoms] or ["  - none seen"]
@@ -262,6 +265,8 @@ def diagnose_result(diagnosis: Diagnosis, params: dict[str, Any]) -> BenchmarkRe
         extra["server_counters"] = diagnosis.server
     if diagnosis.servers:
         extra["servers"] = [server_load_record(load) for load in diagnosis.servers]
+    if diagnosis.replicas is not None:
+        extra["replicas"] = diagnosis.replicas
     params = {**params, "low": diagnosis.low.parallelism, "high": diagnosis.high.parallelism}
     return BenchmarkResult(name="diagnose", params=params, metrics=metrics, extra=extra)
 

@@ -62,7 +62,8 @@ def test_replicas_slots_are_added_up_and_one_silent_replica_makes_the_total_unkn
         with running_sim_server(SimConfig(max_num_seqs=4)) as silent:
             unknown = read_capacity(None, [one, silent.base_url], None)
     assert found.slots == 6 and found.said[:2] == [
-        "2 replicas: llama.cpp /props: total_slots 4; llama.cpp /props: total_slots 2", "6 slots in all"
+        "2 replicas: llama.cpp /props: total_slots 4; llama.cpp /props: total_slots 2",
+        "6 slots in all",
     ]
     assert unknown.slots is None and "/props not served" in unknown.said[0]
 
@@ -82,7 +83,9 @@ def test_a_tune_over_three_replicas_reads_their_summed_counters_and_says_the_kne
     assert result.replicas == 3
     said = summary_text(result)
     knee = result.knee.parallelism
-    assert f"over 3 replicas: the knee and the recommendation are totals; per replica the knee is {knee / 3:.1f}" in said
+    assert f"over 3 replicas: the knee and the recommendation are totals; per replica the knee is {knee / 3:.1f}" in (
+        said
+    )
     assert not any("server counters read" in note for note in result.notes), result.notes  # sums agree with the client
     assert result.server is not None and str(result.server["url"]).count("/metrics") == 3
     per_replica = tune_result(result, {}).extra["per_replica"]
