@@ -36,6 +36,13 @@ class EngineSettings(ServerAddress):
                                                             for k, v in MODEL_SIZES.items())),
     )  # fmt: skip
     slots: int = field(default=4, metadata=doc("requests served at once (llama-server -np)"))
+    replicas: int = field(
+        default=1, metadata=doc("llama-servers to start, on consecutive ports from --port (free ones with port 0)")
+    )
+    slow_replica_slots: int | None = field(
+        default=None,
+        metadata=doc("slots of the last replica, fewer than --slots to make it a straggler (default: --slots)"),
+    )
     threads: int = field(default=1, metadata=doc("CPU threads for the model (llama-server -t)"))
     context: int = field(default=4096, metadata=doc("tokens of context per slot"))
     max_tokens: int = field(
@@ -65,6 +72,10 @@ class EngineSettings(ServerAddress):
             one_of("engine", self.engine, ENGINES)
         require(self.model_size in MODEL_SIZES, "model_size", self.model_size, " or ".join(MODEL_SIZES))
         at_least("slots", self.slots, 1)
+        at_least("replicas", self.replicas, 1)
+        if self.slow_replica_slots is not None:
+            at_least("slow_replica_slots", self.slow_replica_slots, 1)
+            require(self.replicas > 1, "slow_replica_slots", self.slow_replica_slots, "given with --replicas 2 or more")
         at_least("threads", self.threads, 1)
         at_least("context", self.context, 64)
         at_least("max_tokens", self.max_tokens, 1)
@@ -98,30 +109,48 @@ def run(args: argparse.Namespace, plugins: Plugins) -> int:
 
 
 def serve(binary: Path, model: Path, settings: EngineSettings) -> int:
+    import contextlib
     import time
 
-    from gymbench.engine.server import start_llama_server
+    from gymbench.engine.server import replicas_command, start_llama_server
 
-    server = start_llama_server(
-        binary, model, slots=settings.slots, threads=settings.threads, port=settings.port, host=settings.host,
-        context=settings.context, max_tokens=settings.max_tokens,
-        http_threads=settings.http_threads, ready_timeout_s=settings.ready_timeout_s,
-    )  # fmt: skip
-    # SIGTERM (kill, a CI runner's cancel) leaves through the with block, which stops the server,
+    # SIGTERM (kill, a CI runner's cancel) leaves through the with block, which stops the servers,
     # as Ctrl-C does; exit status 143 is the shell's for a SIGTERM.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    with server:
-        print(f"llama.cpp's llama-server is serving {model.name} on {server.base_url} (Ctrl-C to stop)")
-        print(f"  metrics: {server.metrics_url}   log: {server.log_path}   binary: {binary}")
-        print(f"  {server.collect_command()}")
-        print(f"  {server.tune_command()}")
+    with contextlib.ExitStack() as running:
+        servers = []
+        for index in range(settings.replicas):
+            last = index == settings.replicas - 1 and settings.replicas > 1
+            slots = settings.slow_replica_slots if last and settings.slow_replica_slots else settings.slots
+            port = settings.port + index if settings.port else 0
+            servers.append(running.enter_context(start_llama_server(
+                binary, model, slots=slots, threads=settings.threads, port=port, host=settings.host,
+                context=settings.context, max_tokens=settings.max_tokens,
+                http_threads=settings.http_threads, ready_timeout_s=settings.ready_timeout_s,
+            )))  # fmt: skip
+        if len(servers) == 1:
+            (server,) = servers
+            print(f"llama.cpp's llama-server is serving {model.name} on {server.base_url} (Ctrl-C to stop)")
+            print(f"  metrics: {server.metrics_url}   log: {server.log_path}   binary: {binary}")
+            lines = (server.collect_command(), server.tune_command())
+        else:
+            print(f"llama.cpp's llama-server is serving {model.name} as {len(servers)} replicas (Ctrl-C stops all); "
+                  f"binary: {binary}")  # fmt: skip
+            for server in servers:
+                where = f"metrics: {server.metrics_url}   log: {server.log_path}"
+                print(f"  {server.base_url}: {server.slots} slots   {where}")
+            lines = replicas_command(servers)
+        for line in lines:
+            print(f"  {line}")
         sys.stdout.flush()
-        while server.process.poll() is None:
+        while all(server.process.poll() is None for server in servers):
             time.sleep(0.5)
+        stopped = next(server for server in servers if server.process.poll() is not None)
     from gymbench.errors import GymbenchError
 
     raise GymbenchError(
-        f"llama-server stopped (status {server.process.returncode}); its last lines: {server.log_tail()}"
+        f"llama-server stopped (status {stopped.process.returncode}) at {stopped.base_url}; its last lines: "
+        f"{stopped.log_tail()}" + ("; the other replicas were stopped" if len(servers) > 1 else "")
     )
 
 

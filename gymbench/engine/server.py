@@ -103,6 +103,18 @@ class LlamaServer:
         self.stop()
 
 
+def replicas_command(servers: list[LlamaServer]) -> tuple[str, str]:
+    """Ready-to-paste ``gymbench collect`` and ``tune`` lines over several replicas (``+base_url=[A, B]``)."""
+    urls = "[" + ",".join(server.base_url for server in servers) + "]"
+    slots = sum(server.slots for server in servers)
+    common = f"+backend=openai '+base_url={urls}' +model={servers[0].model} +api=chat "
+    tasks = "+input_jsonl_fpath=gymbench/data/example_tasks.jsonl"
+    return (
+        f"gymbench collect {common}{tasks} +output_jsonl_fpath=rollouts.jsonl +num_samples_in_parallel={slots}",
+        f"gymbench tune {common}{tasks}",
+    )
+
+
 def server_command(
     binary: Path,
     model: Path,

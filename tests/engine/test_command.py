@@ -95,3 +95,46 @@ def test_a_stopped_or_killed_command_takes_its_server_with_it(tmp_path: Path, si
     finally:
         if command.poll() is None:
             command.kill()
+
+
+def test_replicas_start_on_consecutive_ports_one_with_fewer_slots_and_stop_together(tmp_path: Path) -> None:
+    """``--replicas 3 --slow-replica-slots 1``: three servers, the last with one slot, the collect
+    and tune lines over the three URLs; SIGTERM stops all three (none left serving)."""
+    psutil = pytest.importorskip("psutil")
+    from gymbench.engine.server import free_port
+
+    binary = tmp_path / "llama-server"
+    binary.write_text(FAKE_SERVER)
+    binary.chmod(0o755)
+    environment = {**os.environ, "GYMBENCH_LLAMA_SERVER": str(binary), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    port = free_port()
+    command = subprocess.Popen(
+        [sys.executable, "-m", "gymbench.cli", "engine", "llama-cpp", "--replicas", "3", "--slots", "4",
+         "--slow-replica-slots", "1", "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, text=True, preexec_fn=_interruptible,
+    )  # fmt: skip
+    try:
+        assert command.stdout is not None
+        said = [command.stdout.readline() for _ in range(6)]
+        urls = [f"http://127.0.0.1:{port + i}/v1" for i in range(3)]
+        assert "as 3 replicas (Ctrl-C stops all)" in said[0], said
+        slots = [line.strip().split("   ")[0] for line in said[1:4]]
+        assert slots == [f"{urls[0]}: 4 slots", f"{urls[1]}: 4 slots", f"{urls[2]}: 1 slots"]
+        assert f"'+base_url=[{','.join(urls)}]'" in said[4] and "+num_samples_in_parallel=9" in said[4]
+        assert said[5].strip().startswith("gymbench tune +backend=openai '+base_url=[")
+        servers = psutil.Process(command.pid).children()
+        assert len(servers) == 3
+        argv = [server.cmdline() for server in servers]
+        assert sorted(a[a.index("-np") + 1] for a in argv) == ["1", "4", "4"]
+        command.send_signal(signal.SIGTERM)
+        command.wait(timeout=120)
+        gone, alive = psutil.wait_procs(servers, timeout=120)
+        assert not alive and command.returncode == 128 + signal.SIGTERM
+    finally:
+        if command.poll() is None:
+            command.kill()
+
+
+def test_a_slow_replica_needs_replicas(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["engine", "llama-cpp", "--slow-replica-slots", "1"]) == 2
+    assert "slow_replica_slots" in capsys.readouterr().err
