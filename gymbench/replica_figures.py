@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Protocol, TypedDict, runtime_checkable
 
 STRAGGLER_LATENCY = 1.5
-"""A replica whose p50 latency is above this many times the median of the others' p50 is named."""
+"""A replica whose p50 latency is above this many times the replicas' median p50 is named (with
+two replicas, the other's: the median of two would be their mean)."""
 STRAGGLER_SHARE = 0.5
 """A replica that completed less than this share of its fair part (1/N of all) is named."""
 STRAGGLER_MIN_COMPLETED = 8
@@ -137,12 +138,24 @@ def find_straggler(figures: list[ReplicaFigures]) -> tuple[str, str] | None:
 
 
 def _slowest_out_of_line(live: list[ReplicaFigures]) -> tuple[str, str] | None:
+    """The slowest replica by p50, against the median of all the replicas' p50 (the other's, with two).
+
+    Not the median of the *others*: with three replicas that is the mean of two, and one replica
+    fast at p50 drags it down. Three llama.cpp replicas, the last with 1 slot of 4, at 9 rollouts
+    in parallel: p50 283, 312 and 106 ms (the 1-slot one runs each request alone, fast, and queues
+    the rest); against the others' median the 312 ms one read as a straggler at 1.6x, against the
+    replicas' median (283 ms) it is 1.1x, as even as it is."""
     timed = [replica for replica in live if replica["latency_p50_s"] is not None]
     if len(timed) < 2:
         return None
     slowest = max(timed, key=lambda replica: replica["latency_p50_s"] or 0.0)
-    others = statistics.median(r["latency_p50_s"] or 0.0 for r in timed if r is not slowest)
+    if len(timed) == 2:
+        reference = min(r["latency_p50_s"] or 0.0 for r in timed)
+        against = "the other's"
+    else:
+        reference = statistics.median(r["latency_p50_s"] or 0.0 for r in timed)
+        against = "the replicas' median"
     p50 = slowest["latency_p50_s"] or 0.0
-    if others > 0 and p50 > STRAGGLER_LATENCY * others:
-        return slowest["url"], f"p50 latency {p50 / others:.1f}x the median of the others"
+    if reference > 0 and p50 > STRAGGLER_LATENCY * reference:
+        return slowest["url"], f"p50 latency {p50 / reference:.1f}x {against}"
     return None
