@@ -143,14 +143,27 @@ def serve(binary: Path, model: Path, settings: EngineSettings) -> int:
         for line in lines:
             print(f"  {line}")
         sys.stdout.flush()
-        while all(server.process.poll() is None for server in servers):
+        said: set[int] = set()
+        while True:  # one replica stopping leaves the others serving (a run over them fails over)
+            stopped = [index for index, server in enumerate(servers) if server.process.poll() is not None]
+            for index in sorted(set(stopped) - said):
+                if len(stopped) < len(servers):
+                    gone = servers[index]
+                    print(
+                        f"gymbench: warning: llama-server stopped (status {gone.process.returncode}) at "
+                        f"{gone.base_url}; {len(servers) - len(stopped)} replicas still serving",
+                        file=sys.stderr,
+                    )
+                said.add(index)
+            if len(stopped) == len(servers):
+                break
             time.sleep(0.5)
-        stopped = next(server for server in servers if server.process.poll() is not None)
+        last = servers[stopped[-1]]
     from gymbench.errors import GymbenchError
 
     raise GymbenchError(
-        f"llama-server stopped (status {stopped.process.returncode}) at {stopped.base_url}; its last lines: "
-        f"{stopped.log_tail()}" + ("; the other replicas were stopped" if len(servers) > 1 else "")
+        f"llama-server stopped (status {last.process.returncode}) at {last.base_url}; its last lines: "
+        f"{last.log_tail()}" + ("; no replica is left serving" if len(servers) > 1 else "")
     )
 
 

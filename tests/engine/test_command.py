@@ -99,7 +99,8 @@ def test_a_stopped_or_killed_command_takes_its_server_with_it(tmp_path: Path, si
 
 def test_replicas_start_on_consecutive_ports_one_with_fewer_slots_and_stop_together(tmp_path: Path) -> None:
     """``--replicas 3 --slow-replica-slots 1``: three servers, the last with one slot, the collect
-    and tune lines over the three URLs; SIGTERM stops all three (none left serving)."""
+    and tune lines over the three URLs; one replica killed leaves the other two serving (a run over
+    them fails over: the command used to stop them all); SIGTERM stops the rest."""
     psutil = pytest.importorskip("psutil")
     from gymbench.engine.server import free_port
 
@@ -126,9 +127,16 @@ def test_replicas_start_on_consecutive_ports_one_with_fewer_slots_and_stop_toget
         assert len(servers) == 3
         argv = [server.cmdline() for server in servers]
         assert sorted(a[a.index("-np") + 1] for a in argv) == ["1", "4", "4"]
+        victim = next(server for server in servers if f"{port + 1}" in server.cmdline())
+        victim.kill()  # one replica dies: the others go on serving, and the command says so once
+        assert command.stderr is not None
+        warned = next(line for line in command.stderr if "replicas still serving" in line)
+        assert f"at {urls[1]}; 2 replicas still serving" in warned
+        others = [server for server in servers if server is not victim]
+        assert command.poll() is None and all(server.is_running() for server in others)
         command.send_signal(signal.SIGTERM)
         command.wait(timeout=120)
-        gone, alive = psutil.wait_procs(servers, timeout=120)
+        gone, alive = psutil.wait_procs(others, timeout=120)
         assert not alive and command.returncode == 128 + signal.SIGTERM
     finally:
         if command.poll() is None:
