@@ -12,6 +12,7 @@ prints it) share one shape.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypedDict, runtime_checkable
 
@@ -44,6 +45,32 @@ class ReplicaCounts:
 class RoutingCounts:
     policy: str
     replicas: tuple[ReplicaCounts, ...]
+
+
+def merged_counts(parts: Sequence[RoutingCounts]) -> RoutingCounts | None:
+    """Several collections' counts over the same replicas in one (a sharded run's workers, each
+    routing over the whole list): requests, completions and errors added up, the peaks of open
+    requests added (the shards ran at once: an upper bound), a replica out if any worker took it
+    out, the latency samples pooled (each worker's sample counts as many tries as its size)."""
+    if not parts:
+        return None
+    by_url: dict[str, list[ReplicaCounts]] = {}
+    for part in parts:
+        for replica in part.replicas:
+            by_url.setdefault(replica.url, []).append(replica)
+    merged = tuple(
+        ReplicaCounts(
+            url,
+            sum(r.requests for r in each),
+            sum(r.completed for r in each),
+            sum(r.errors for r in each),
+            sum(r.peak_in_flight for r in each),
+            any(r.out for r in each),
+            tuple(value for r in each for value in r.latencies_s),
+        )
+        for url, each in by_url.items()
+    )
+    return RoutingCounts(parts[0].policy, merged)
 
 
 @runtime_checkable

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gymbench.errors import GymbenchError, ServerUnreachable
+from gymbench.replica_figures import RoutesReplicas, RoutingCounts
 from gymbench.rollout.guard import OUTAGE_KINDS
 from gymbench.rollout.stats import CollectStats
 
@@ -55,6 +56,8 @@ class ShardOutcome:
     outage: bool = False
     """The model server was down (unreachable at the start, or ``stop_after_failures`` rollouts in a
     row failed): the driver waits for it and runs the shard again without spending an attempt."""
+    replicas: RoutingCounts | None = None
+    """What this worker sent to each model replica (several ``base_url``), for the merged record."""
 
 
 def worker_environment() -> dict[str, Any]:
@@ -128,6 +131,8 @@ def _collect(job: ShardJob, report: Callable[[int], None], outcome: ShardOutcome
     with contextlib.closing(collection):
         stats = run_loop(collect())
     outcome.stats, outcome.client_cpu_s, outcome.backend = stats, collection.client_cpu_s, collection.backend_name
+    if isinstance(collection.backend, RoutesReplicas):
+        outcome.replicas = collection.backend.replica_counts()
     assert collection.collector is not None
     problems = collection.collector.problems
     if problems.errors:

@@ -18,6 +18,7 @@ from gymbench.collect.config import CollectConfig
 from gymbench.collect.shard_worker import ShardOutcome
 from gymbench.collect.shards import Shard
 from gymbench.record import BenchmarkResult, Metric
+from gymbench.replica_figures import merged_counts, replica_summary
 from gymbench.rollout.latency import Slo
 from gymbench.rollout.stats import CollectStats
 
@@ -91,7 +92,11 @@ def sharded_result(
     stats, cpu = combined_stats(outcomes, wall_s, config.slo())
     stats.processes = config.num_workers
     backend = next((o.backend for attempts in outcomes.values() for o in attempts if o.backend), "")
-    result = collect_result(config, backend, stats, cpu)
+    summary = stats.summary()
+    routed = merged_counts([o.replicas for attempts in outcomes.values() for o in attempts if o.replicas])
+    if routed is not None:  # each worker routed over the whole list: its counts, added up
+        summary["replicas"] = replica_summary(routed, wall_s)
+    result = collect_result(config, backend, stats, cpu, summary)
     workers = worker_figures(outcomes)
     retries = sum(max(tries.get(shard.index, 0) - 1, 0) for shard in shards)
     result.metrics["shard_retries"] = Metric(float(retries), "shards", "lower")  # type: ignore[index]
@@ -102,7 +107,7 @@ def sharded_result(
     distribution = {"launcher": config.launcher, "num_workers": config.num_workers, "simulator": simulator,
                     "shard_attempts": config.shard_attempts}  # fmt: skip
     result.extra.update(  # type: ignore[attr-defined]
-        summary=stats.summary(),
+        summary=summary,
         workers=workers,
         shards=shard_figures(shards, outcomes, tries),
         distribution=distribution,

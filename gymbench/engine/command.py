@@ -158,12 +158,12 @@ def serve(binary: Path, model: Path, settings: EngineSettings) -> int:
             if len(stopped) == len(servers):
                 break
             time.sleep(0.5)
-        last = servers[stopped[-1]]
+        final = servers[stopped[-1]]
     from gymbench.errors import GymbenchError
 
     raise GymbenchError(
-        f"llama-server stopped (status {last.process.returncode}) at {last.base_url}; its last lines: "
-        f"{last.log_tail()}" + ("; no replica is left serving" if len(servers) > 1 else "")
+        f"llama-server stopped (status {final.process.returncode}) at {final.base_url}; its last lines: "
+        f"{final.log_tail()}" + ("; no replica is left serving" if len(servers) > 1 else "")
     )
 
 

@@ -73,3 +73,27 @@ def test_a_settings_file_lists_the_replicas_and_the_policy(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     replicas = json.loads(out.with_name("out.jsonl.metrics.json").read_text())["summary"]["replicas"]
     assert replicas["policy"] == "round-robin" and [r["requests"] for r in replicas["replicas"]] == [4, 4]
+
+
+def test_sharded_workers_each_route_over_the_whole_list_and_the_record_adds_them_up(tmp_path: Path) -> None:
+    """Two worker processes, several shards: every worker's router sends to all three replicas, and
+    the one merged record's per-replica requests are the workers' added up (each replica's own
+    /metrics agrees), with the straggler named from the pooled latencies."""
+    out = tmp_path / "out.jsonl"
+    with running_sim_replicas(replicas=3, slow_replica_factor=4.0, **SIM) as servers:
+        urls = [server.base_url for server in servers]
+        done = gymbench(
+            "collect", f"+input_jsonl_fpath={EXAMPLES}", f"+output_jsonl_fpath={out}", f"+base_url={json.dumps(urls)}",
+            "+model=m", "+num_samples_in_parallel=6", "+limit=60", "+num_workers=2", "+routing=round-robin",
+            "+progress=false", f"+results_dir={tmp_path / 'r'}",
+        )  # fmt: skip
+        finished = [sum(v for k, v in s.metrics().items() if k.startswith("vllm:request_success")) for s in servers]
+    assert done.returncode == 0, done.stderr
+    assert len(rows(out)) == 60
+    (bench,) = load_record(next((tmp_path / "r").glob("*/*_collect.json"))).benchmarks
+    replicas = bench.extra["summary"]["replicas"]
+    assert [r["url"] for r in replicas["replicas"]] == urls
+    assert [r["completed"] for r in replicas["replicas"]] == finished and sum(finished) == 60
+    assert all(r["requests"] > 0 for r in replicas["replicas"]) and replicas["straggler"] == urls[2]
+    assert "replica_imbalance" in bench.metrics
+    assert f"straggler {urls[2]}" in done.stderr
