@@ -17,7 +17,7 @@ The thresholds are the ones ``gymbench diagnose`` judges a busy client by.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
@@ -70,16 +70,27 @@ class ClientDelayStats:
     _start: tuple[float, float | None] = field(default_factory=cpu_clock)
 
     def add(self, delay: Mapping[str, float]) -> None:
-        if not delay:
-            return
-        total = 0.0
-        parts = self.parts
-        for name in COMPONENTS:
-            value = delay.get(name)
-            if value is not None:
-                total += value
-                parts[name].add(value)
-        self.total.add(total)
+        self.add_many((delay,))
+
+    def add_many(self, delays: Iterable[Mapping[str, float]]) -> None:
+        """Each request's delay, in order (the statistics fold a batch of landed rollouts at once)."""
+        columns: dict[str, list[float]] = {name: [] for name in COMPONENTS}
+        totals = []
+        for delay in delays:
+            if not delay:
+                continue
+            total = 0.0
+            for name in COMPONENTS:
+                value = delay.get(name)
+                if value is not None:
+                    total += value
+                    columns[name].append(value)
+            totals.append(total)
+        for name, values in columns.items():
+            if values:
+                self.parts[name].add_many(values)
+        if totals:
+            self.total.add_many(totals)
 
     def finish(self) -> None:
         """Take the CPU figures for the run so far (the run calls it once, when it ends)."""

@@ -189,6 +189,7 @@ class Collector:
             if callable(arrivals):
                 self.stats.arrivals = arrivals()
             self.stats.client.finish()
+            self.stats.settle()  # the last batch of landed rollouts, for whoever reads the figures
             tasks.close()
             self._close_writer(self._writer)
             self.verification.close()

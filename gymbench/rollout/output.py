@@ -162,18 +162,22 @@ def _rewrite_kept(path: Path, max_attempts: int) -> None:
 
 
 class RolloutWriter:
-    """Appends one JSON line per rollout; what was written is flushed :data:`FLUSH_AFTER_S` after
-    the first row since the last flush (one system call for all the rows of that time, not one
-    per row or per event-loop turn).
+    """Appends one JSON line per rollout; the rows given are written and flushed together
+    :data:`FLUSH_AFTER_S` after the first since the last flush (one system call for all the rows
+    of that time, not one per row or per event-loop turn).
 
     Rows are encoded exactly (integers past 64 bits, lone surrogates) and redacted, so an API key
-    a server echoed never reaches the file. A write error is a :class:`GymbenchError` naming the
-    file; one met by the timed flush (a loop callback, whose exceptions the loop only logs)
-    is raised by the next ``write`` or by ``close``. After the first error nothing more is written.
+    a server echoed never reaches the file. The redaction scans the rows of a flush in one pass:
+    each row ends with ``}\\n`` and starts with ``{``, so no pattern matches across two rows and
+    the batch holds a match exactly when one of its rows does; a batch with one is redacted row by
+    row, so each row is what redacting it alone gives. A write error is a :class:`GymbenchError`
+    naming the file; one met by the timed flush (a loop callback, whose exceptions the loop only
+    logs) is raised by the next ``write`` or by ``close``. After the first error nothing more is
+    written.
 
     A full disk can stop a flush part-way through a row. The file is then always a prefix of the
     rows given, so :meth:`lost` (after :meth:`close`) tells exactly which rows are not whole in
-    it by their end offsets: those a resume redoes (it drops a last line cut short).
+    it: those a resume redoes (it drops a last line cut short).
     """
 
     def __init__(self, path: Path, append: bool) -> None:
@@ -186,8 +190,11 @@ class RolloutWriter:
             raise self._error(exc) from None
         self._flush_scheduled = False
         self._failure: GymbenchError | None = None
-        self._unflushed: list[tuple[int, tuple[int, int]]] = []
-        """(end offset, pair) of each row given since the last flush that succeeded."""
+        self._rows: list[bytes] = []
+        self._pairs: list[tuple[int, int]] = []
+        """The encoded rows given since the last flush, and their (task, rollout) pairs."""
+        self._unflushed: list[tuple[int, list[bytes], list[tuple[int, int]]]] = []
+        """(start offset, rows, pairs) of each batch handed to the file whose flush has not succeeded."""
         self.rows_written = 0
 
     def _error(self, exc: OSError) -> GymbenchError:
@@ -203,14 +210,8 @@ class RolloutWriter:
     def write(self, row: dict[str, Any]) -> None:
         if self._failure is not None:
             raise self._failure
-        data = redact_bytes(dumps(row, newline=True))
-        self._end += len(data)
-        self._unflushed.append((self._end, (row.get("task_index", -1), row.get("rollout_index", -1))))
-        try:
-            self._handle.write(data)
-        except OSError as exc:
-            self._failure = self._error(exc)
-            raise self._failure from None
+        self._rows.append(dumps(row, newline=True))
+        self._pairs.append((row.get("task_index", -1), row.get("rollout_index", -1)))
         self.rows_written += 1
         if self._flush_scheduled:
             return
@@ -222,10 +223,22 @@ class RolloutWriter:
             self._raise_failure()
 
     def flush(self) -> None:
+        """Redact the rows given since the last flush, and write and flush them in one call."""
         self._flush_scheduled = False
         if self._handle.closed or self._failure is not None:
             return
+        rows, pairs = self._rows, self._pairs
+        if rows:
+            self._rows, self._pairs = [], []
+            data = b"".join(rows)
+            if redact_bytes(data) is not data:  # something to remove: row by row, as each alone
+                rows = [redact_bytes(row) for row in rows]
+                data = b"".join(rows)
+            self._unflushed.append((self._end, rows, pairs))
+            self._end += len(data)
         try:
+            if rows:
+                self._handle.write(data)
             self._handle.flush()
         except OSError as exc:
             self._failure = self._error(exc)
@@ -234,6 +247,7 @@ class RolloutWriter:
 
     def close(self) -> None:
         if not self._handle.closed:
+            self.flush()
             try:
                 self._handle.close()  # flushes what is left, which may fit now
             except OSError as exc:
@@ -246,13 +260,20 @@ class RolloutWriter:
     def lost(self) -> list[tuple[int, int]]:
         """After :meth:`close`: the (task, rollout) pairs given to :meth:`write` whose rows are not
         whole in the file (none when every write succeeded)."""
-        if not self._unflushed:
+        if not self._unflushed and not self._pairs:
             return []
         try:
             size = os.stat(self.path).st_size
         except OSError:
             size = 0
-        return [pair for end, pair in self._unflushed if end > size]
+        found = []
+        for start, rows, pairs in self._unflushed:
+            end = start
+            for row, pair in zip(rows, pairs, strict=True):
+                end += len(row)
+                if end > size:
+                    found.append(pair)
+        return found + self._pairs  # given but never handed to the file
 
 
 def check_output_path(input_path: str | os.PathLike[str], output_path: str | os.PathLike[str]) -> None:

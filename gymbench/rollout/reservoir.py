@@ -40,6 +40,17 @@ class Reservoir:  # slotted: several adds per rollout
         if slot < self.size:
             values[slot] = value
 
+    def add_many(self, values: list[float]) -> None:
+        """:meth:`add` each value in order (the same sample); those that fit are one list extend."""
+        room = self.size - len(self.values)
+        if room > 0:
+            taken = values[:room]
+            self.values.extend(taken)
+            self.seen += len(taken)
+            values = values[room:]
+        for value in values:
+            self.add(value)
+
     def percentiles(self, qs: tuple[float, ...]) -> list[float | None]:
         if not self.values:
             return [None] * len(qs)

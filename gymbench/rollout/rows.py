@@ -100,13 +100,10 @@ def count_row(
             stats.verify_failures += 1
         if not measured:
             return
-        stats.latency.add(timings["total"])
         tokens = generation.usage.completion_tokens
-        latencies = rollout_latencies(timings, tokens)
-        stats.add_latencies(latencies, tokens)
+        stats.add_completed(timings, tokens, generation.client_delay)
         if generation.server_timings:
-            stats.server.add(generation.server_timings, latencies)
-        stats.client.add(generation.client_delay)
+            stats.server.add(generation.server_timings, rollout_latencies(timings, tokens))
     elif failure is not None:
         stats.failed += 1
         stats.failure_kinds[failure.kind] += 1

@@ -13,7 +13,7 @@ from typing import TypedDict
 
 from gymbench.replica_figures import ReplicaSummary
 from gymbench.rollout.client_delay import ClientDelayStats, ClientDelaySummary
-from gymbench.rollout.latency import LATENCY_METRICS, Slo, percentile_table
+from gymbench.rollout.latency import LATENCY_METRICS, Slo, percentile_table, rollout_latencies
 from gymbench.rollout.reservoir import Reservoir
 from gymbench.rollout.server_timings import ServerComparison, ServerTimingsStats
 from gymbench.rollout.timeline import Timeline
@@ -24,6 +24,9 @@ COUNTS = (
     "completed", "failed", "skipped", "retries", "reward_sum", "rewarded", "verify_failures", "verify_skipped",
     "cache_hits", "cache_misses", "prompt_tokens", "completion_tokens",
 )  # fmt: skip
+
+SETTLE_EVERY = 1024
+"""Rollouts kept as they landed before :meth:`CollectStats.settle` folds them in: memory stays bounded."""
 
 
 class Goodput(TypedDict):
@@ -117,19 +120,66 @@ class CollectStats:
     """An open-loop strategy's arrivals, target against achieved (its ``arrival_summary()``)."""
     processes: int = 1
     """Collecting processes whose statistics these are (a sharded run's workers)."""
+    _completed: list[tuple[float, Mapping[str, float], int, Mapping[str, float]]] = field(
+        default_factory=list, repr=False, compare=False
+    )
+    """Measured completed rollouts not yet folded in: (seconds into the run, stages, output tokens,
+    client delay); :meth:`settle`."""
+    _timings: list[Mapping[str, float]] = field(default_factory=list, repr=False, compare=False)
+    """Measured rollouts' stages not yet summed; :meth:`settle`."""
 
     @property
     def request_latency(self) -> Reservoir:
         return self.latencies["e2e"]
 
-    def add_latencies(self, latencies: dict[str, float], output_tokens: int = 0) -> None:
-        reservoirs = self.latencies
-        for name, value in latencies.items():
-            reservoirs[name].add(value)
-        self.timeline.add(self.clock() - self.started, output_tokens, latencies["e2e"])
-        slo = self.slo
-        if slo.active and slo.met(latencies):
-            self.slo_met += 1
+    def add_completed(
+        self, timings: Mapping[str, float], output_tokens: int, client_delay: Mapping[str, float]
+    ) -> None:
+        """A measured rollout that completed: kept as it is and folded into the latency samples, the
+        timeline and the SLO count by :meth:`settle`, a batch at a time (per rollout, that fold is a
+        list append where one sample at a time was a method call per figure)."""
+        self._completed.append((self.clock() - self.started, timings, output_tokens, client_delay))
+        if len(self._completed) >= SETTLE_EVERY:
+            self.settle()
+
+    def add_timings(self, timings: Mapping[str, float]) -> None:
+        """A measured rollout's stages, summed by :meth:`settle` (a batch at a time, in landing order)."""
+        self._timings.append(timings)
+        if len(self._timings) >= SETTLE_EVERY:
+            self.settle()
+
+    def settle(self) -> None:
+        """Fold the rollouts added since the last call into the samples, sums and timeline, in the
+        order they landed, so every figure is what adding them one at a time gave. Whatever reads
+        the figures calls it first (the summary, :meth:`absorb`; the engine when a run ends)."""
+        timings, self._timings = self._timings, []
+        sums, counts = self.stage_sums, self.stage_counts
+        for stage in STAGES:
+            found = [stages[stage] for stages in timings if stage in stages]
+            if found:
+                total = sums[stage]
+                for value in found:
+                    total += value
+                sums[stage] = total
+                counts[stage] += len(found)
+        completed, self._completed = self._completed, []
+        if not completed:
+            return
+        self.latency.add_many([stages["total"] for _, stages, _, _ in completed])
+        samples: dict[str, list[float]] = {name: [] for name in LATENCY_METRICS}
+        timeline, slo = self.timeline, self.slo
+        judged = slo.active
+        for at_s, stages, tokens, _ in completed:
+            latencies = rollout_latencies(stages, tokens)
+            for name, value in latencies.items():
+                samples[name].append(value)
+            timeline.add(at_s, tokens, latencies["e2e"])
+            if judged and slo.met(latencies):
+                self.slo_met += 1
+        for name, values in samples.items():
+            if values:
+                self.latencies[name].add_many(values)
+        self.client.add_many([delay for _, _, _, delay in completed])
 
     def __post_init__(self) -> None:
         if self.started < 0:
@@ -137,6 +187,8 @@ class CollectStats:
 
     def absorb(self, other: CollectStats) -> None:
         """Add another collection's counts and samples (a shard's); the time span stays this one's."""
+        self.settle()
+        other.settle()
         for name in COUNTS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.failure_kinds.update(other.failure_kinds)
@@ -153,13 +205,6 @@ class CollectStats:
             self.excluded[phase] = self.excluded.get(phase, 0) + count
         self.stopped = self.stopped or other.stopped
 
-    def add_timings(self, timings: Mapping[str, float]) -> None:
-        sums, counts = self.stage_sums, self.stage_counts
-        for stage, value in timings.items():
-            if stage in sums:
-                sums[stage] += value
-                counts[stage] += 1
-
     @property
     def elapsed_s(self) -> float:
         return (self.finished or self.clock()) - self.started
@@ -172,6 +217,7 @@ class CollectStats:
         """The share of attempted rollouts (failures count as missed) within the SLO, and their rate."""
         if not self.slo.active:
             return None
+        self.settle()
         attempted = self.completed + self.failed - sum(self.excluded.values())  # warm-up, cool-down: not judged
         return {
             "slo": {f"{name}_s": limit for name, limit in self.slo.limits().items()},
@@ -182,9 +228,11 @@ class CollectStats:
         }
 
     def percentile_tables(self) -> dict[str, dict[str, object]]:
+        self.settle()
         return {name: percentile_table(found.values) for name, found in self.latencies.items() if found.values}
 
     def summary(self) -> CollectSummary:
+        self.settle()
         summary = self._summary()
         server = self.server.summary()
         if server is not None:

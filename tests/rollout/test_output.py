@@ -17,7 +17,7 @@ from gymbench.rollout.output import (
     pair_key,
     refuse_to_overwrite,
 )
-from gymbench.secrets import register_secret
+from gymbench.secrets import redact_bytes, register_secret
 
 
 def row(task: int, rollout: int = 0, status: str = "ok", attempt: int = 1) -> str:
@@ -168,6 +168,30 @@ def test_echoed_api_keys_never_reach_the_file(tmp_path: Path) -> None:
     writer.close()
     text = path.read_text()
     assert secret not in text and "[REDACTED]" in text
+
+
+async def test_a_flush_redacts_each_row_as_if_alone(tmp_path: Path) -> None:
+    """The rows of a flush are scanned in one pass; a batch with a key is redacted row by row, so
+    the file holds exactly what writing each row alone gave (keys at a row's edges included)."""
+    secret = "test-key-" + os.urandom(8).hex()
+    register_secret(secret)
+    rows = [
+        {"text": "plain"},
+        {"text": f"Authorization: BEARER {secret}"},
+        {"text": "sk-abcdefgh12345678"},
+        {"reason": f"{secret}"},
+        {"text": "bearer"},
+        {"text": "ok"},
+    ]
+    path = tmp_path / "out.jsonl"
+    writer = RolloutWriter(path, append=False)
+    for row in rows:
+        writer.write(row)
+    await asyncio.sleep(0)  # one flush for all of them, when the timer is due
+    writer.close()
+    assert path.read_bytes() == b"".join(redact_bytes(jsonio.dumps(row, newline=True)) for row in rows)
+    assert secret not in path.read_text() and "sk-abcdefgh" not in path.read_text()
+    assert writer.rows_written == len(rows) and writer.lost() == []
 
 
 def test_a_write_error_names_the_file(tmp_path: Path) -> None:
