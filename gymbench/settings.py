@@ -238,6 +238,20 @@ class ServerAddress(Checked):
 
 
 @dataclasses.dataclass(frozen=True)
+class ServedReplicas(ServerAddress):
+    """Several servers started as replicas of one (the simulator's, llama.cpp's): one setting for both."""
+
+    replicas: int = dataclasses.field(
+        default=1,
+        metadata=doc("servers to start, on port, port+1, ... (free ports with port 0); +base_url takes the list"),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least("replicas", self.replicas, 1, 64)
+
+
+@dataclasses.dataclass(frozen=True)
 class JsonOutput(Checked):
     json: bool = dataclasses.field(default=False, metadata=doc("print machine-readable JSON"))
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 from gymbench.engine.build import SERVER_ENV
 from gymbench.engine.model import MODEL_SIZES
 from gymbench.engine.server import HTTP_THREADS, READY_TIMEOUT_S
-from gymbench.settings import ServerAddress, doc
+from gymbench.settings import ServedReplicas, doc
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,7 +28,7 @@ ENGINES = ("llama-cpp",)
 
 
 @dataclass(frozen=True)
-class EngineSettings(ServerAddress):
+class EngineSettings(ServedReplicas):
     engine: str | None = field(default=None, metadata=doc("the engine to run: " + ", ".join(ENGINES), positional=True))
     model_size: str = field(
         default="tiny",
@@ -36,9 +36,6 @@ class EngineSettings(ServerAddress):
                                                             for k, v in MODEL_SIZES.items())),
     )  # fmt: skip
     slots: int = field(default=4, metadata=doc("requests served at once (llama-server -np)"))
-    replicas: int = field(
-        default=1, metadata=doc("llama-servers to start, on consecutive ports from --port (free ones with port 0)")
-    )
     slow_replica_slots: int | None = field(
         default=None,
         metadata=doc("slots of the last replica, fewer than --slots to make it a straggler (default: --slots)"),
@@ -72,7 +69,6 @@ class EngineSettings(ServerAddress):
             one_of("engine", self.engine, ENGINES)
         require(self.model_size in MODEL_SIZES, "model_size", self.model_size, " or ".join(MODEL_SIZES))
         at_least("slots", self.slots, 1)
-        at_least("replicas", self.replicas, 1)
         if self.slow_replica_slots is not None:
             at_least("slow_replica_slots", self.slow_replica_slots, 1)
             require(self.replicas > 1, "slow_replica_slots", self.slow_replica_slots, "given with --replicas 2 or more")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gymbench.settings import JsonOutput, ServerAddress, doc, with_defaults
+from gymbench.settings import JsonOutput, ServedReplicas, doc, with_defaults
 from gymbench.sim.config import PRESET_HELP, SimConfig, slowed
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class SimServeSettings(SimConfig, ServerAddress, JsonOutput):
+class SimServeSettings(SimConfig, ServedReplicas, JsonOutput):
     preset: str | None = field(
         default=None, metadata=doc("start from a preset: " + "; ".join(f"{k}: {v}" for k, v in PRESET_HELP.items()))
     )
@@ -31,10 +31,6 @@ class SimServeSettings(SimConfig, ServerAddress, JsonOutput):
         metadata=doc(
             "a calibrated simulator profile (YAML from gymbench calibrate-sim), laid over the preset", path=True
         ),
-    )
-    replicas: int = field(
-        default=1,
-        metadata=doc("serve this many replicas, on port, port+1, ... (each its own engine; +base_url takes the list)"),
     )
     slow_replica_factor: float = field(
         default=1.0, metadata=doc("the last replica's steps take this many times as long (a straggler to find)")
@@ -52,7 +48,6 @@ class SimServeSettings(SimConfig, ServerAddress, JsonOutput):
         check_listen(self.host, self.port)
         require(self.prompt_tokens > 0, "prompt_tokens", self.prompt_tokens, "a number of tokens above 0")
         at_least("describe_max_tokens", self.describe_max_tokens, 1)
-        at_least("replicas", self.replicas, 1, 64)
         require(0 < self.slow_replica_factor <= 1000, "slow_replica_factor", self.slow_replica_factor,
                 "a step-time multiplier above 0 (1: as fast as the others)")  # fmt: skip
 

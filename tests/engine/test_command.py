@@ -102,13 +102,11 @@ def test_replicas_start_on_consecutive_ports_one_with_fewer_slots_and_stop_toget
     and tune lines over the three URLs; one replica killed leaves the other two serving (a run over
     them fails over: the command used to stop them all); SIGTERM stops the rest."""
     psutil = pytest.importorskip("psutil")
-    from gymbench.engine.server import free_port
-
     binary = tmp_path / "llama-server"
     binary.write_text(FAKE_SERVER)
     binary.chmod(0o755)
     environment = {**os.environ, "GYMBENCH_LLAMA_SERVER": str(binary), "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    port = free_port()
+    port = consecutive_free_ports(3)
     command = subprocess.Popen(
         [sys.executable, "-m", "gymbench.cli", "engine", "llama-cpp", "--replicas", "3", "--slots", "4",
          "--slow-replica-slots", "1", "--port", str(port)],
@@ -146,3 +144,23 @@ def test_replicas_start_on_consecutive_ports_one_with_fewer_slots_and_stop_toget
 def test_a_slow_replica_needs_replicas(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["engine", "llama-cpp", "--slow-replica-slots", "1"]) == 2
     assert "slow_replica_slots" in capsys.readouterr().err
+
+
+def consecutive_free_ports(count: int) -> int:
+    """The first of ``count`` consecutive ports free at once (bound together, then let go), so that
+    another test's ephemeral port is unlikely to sit on port+1 when the replicas start."""
+    import contextlib
+    import random
+    import socket
+
+    for _ in range(200):
+        base = random.randint(20000, 32000)  # below Linux's ephemeral ports (32768-60999): no client lands there
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(base, base + count):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports found")
