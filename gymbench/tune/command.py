@@ -245,8 +245,11 @@ def _sigterm_as_ctrl_c() -> Iterator[_Signals]:
 
     The handler calls SIGINT's handler itself rather than raising SIGINT: a process started in the
     background by a non-interactive shell (a CI step, ``nohup cmd &``) inherits SIGINT *ignored*,
-    so a raised SIGINT did nothing and the tune ran on to the end, exit 0. With SIGINT ignored (or
-    not Python's), it raises KeyboardInterrupt where the program is, as a second Ctrl-C does."""
+    so a raised SIGINT did nothing and the tune ran on to the end, exit 0. For the tune's length an
+    ignored SIGINT gets Python's default handler back, so that asyncio's runner installs its own
+    (it does only over the default one) and SIGTERM reaches the tune's task through it: raising
+    KeyboardInterrupt from this handler instead could land in a finaliser (aiohttp's
+    ``Connection.__del__``), where Python prints it and goes on, and the tune ran to its end."""
     signals = _Signals()
     if threading.current_thread() is not threading.main_thread():
         yield signals
@@ -255,15 +258,20 @@ def _sigterm_as_ctrl_c() -> Iterator[_Signals]:
     def terminated(signum: int, frame: FrameType | None) -> None:
         signals.terminated = True
         on_interrupt = signal.getsignal(signal.SIGINT)
-        if not callable(on_interrupt):  # SIG_IGN, SIG_DFL, or None (a handler not set from Python)
+        if not callable(on_interrupt):  # SIG_DFL, or None (a handler not set from Python)
             raise KeyboardInterrupt
         on_interrupt(signal.SIGINT, frame)  # asyncio's runner: cancels the tune's task, which reports
 
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
         yield signals
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def diagnose_run(config: DiagnoseConfig, plugins: Plugins) -> Diagnosis:
