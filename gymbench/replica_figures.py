@@ -11,6 +11,7 @@ prints it) share one shape.
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,30 +48,51 @@ class RoutingCounts:
     replicas: tuple[ReplicaCounts, ...]
 
 
-def merged_counts(parts: Sequence[RoutingCounts]) -> RoutingCounts | None:
+LATENCY_SAMPLE = 4096
+"""Latencies kept per replica: each router's reservoir, and a merged record's sample."""
+
+
+def merged_counts(parts: Sequence[RoutingCounts], order: Sequence[str] = ()) -> RoutingCounts | None:
     """Several collections' counts over the same replicas in one (a sharded run's workers, each
-    routing over the whole list): requests, completions and errors added up, the peaks of open
-    requests added (the shards ran at once: an upper bound), a replica out if any worker took it
-    out, the latency samples pooled (each worker's sample counts as many tries as its size)."""
+    routing over the whole list or its ``by_shard`` part): requests, completions and errors added
+    up, the peaks of open requests added (the shards ran at once: an upper bound), a replica out if
+    any worker took it out, and one latency sample drawn from each part's in proportion to the
+    tries it answered, so a worker whose own sample was thinned weighs as much as it served and the
+    merged p50/p99 are the run's, not a mean of the workers'. Replicas in ``order`` (the configured
+    list) first, in that order."""
     if not parts:
         return None
     by_url: dict[str, list[ReplicaCounts]] = {}
     for part in parts:
         for replica in part.replicas:
             by_url.setdefault(replica.url, []).append(replica)
+    ranked = sorted(by_url, key=lambda url: order.index(url) if url in order else len(order))
     merged = tuple(
         ReplicaCounts(
             url,
-            sum(r.requests for r in each),
-            sum(r.completed for r in each),
-            sum(r.errors for r in each),
-            sum(r.peak_in_flight for r in each),
-            any(r.out for r in each),
-            tuple(value for r in each for value in r.latencies_s),
+            sum(r.requests for r in by_url[url]),
+            sum(r.completed for r in by_url[url]),
+            sum(r.errors for r in by_url[url]),
+            sum(r.peak_in_flight for r in by_url[url]),
+            any(r.out for r in by_url[url]),
+            _pooled_sample([(r.latencies_s, r.completed) for r in by_url[url]], LATENCY_SAMPLE),
         )
-        for url, each in by_url.items()
+        for url in ranked
     )
     return RoutingCounts(parts[0].policy, merged)
+
+
+def _pooled_sample(samples: list[tuple[tuple[float, ...], int]], size: int) -> tuple[float, ...]:
+    """One sample of at most ``size`` from several, each ``(values, how many they stand for)``: each
+    gives a share of ``size`` in proportion to what it stands for (all of it when everything fits)."""
+    total = sum(count for _, count in samples)
+    if total <= size:
+        return tuple(value for values, _ in samples for value in values)
+    rng = random.Random(0)
+    pooled: list[float] = []
+    for values, count in samples:
+        pooled += rng.sample(values, min(len(values), round(size * count / total)))
+    return tuple(pooled)
 
 
 @runtime_checkable

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from gymbench.builtin.backend_settings import ROUTING_POLICIES
 from gymbench.errors import ServerUnreachable
-from gymbench.replica_figures import ReplicaCounts, RoutingCounts
+from gymbench.replica_figures import LATENCY_SAMPLE, ReplicaCounts, RoutingCounts
 from gymbench.types import GenerationRequest
 
 OUT_AFTER = 3
@@ -37,7 +37,6 @@ OUT_AFTER = 3
 fails every try at once)."""
 REPLICA_FAILURES = frozenset({"connection_error", "timeout"})
 """The failures that say a replica is down, not that a request was refused."""
-LATENCY_SAMPLE = 4096
 
 
 class Replica:

@@ -35,6 +35,7 @@ from gymbench.settings import (
 
 LAUNCHERS = ("local", "ray")
 SHARD_TRANSFERS = ("auto", "files", "object_store")
+REPLICA_SUBSETS = ("all", "by_shard")
 
 
 # Shared groups listed first among the bases (Progress, ResultsStore, RayCluster): --help shows them after
@@ -180,6 +181,14 @@ class CollectConfig(RayCluster, ServerConfig, TaskRange, Parallelism, RunPolicy)
             run_neutral=True,
         ),
     )
+    replica_subset: str = field(
+        default="all",
+        metadata=doc(
+            "with several base_url across workers: all (every shard over every replica) or by_shard (shard i "
+            "over replicas i, i+g, ...; g = min(num_workers, replicas); docs/replicas.md)",
+            run_neutral=True,
+        ),
+    )
     slo_ttft_ms: float | None = field(
         default=None,
         metadata=doc(
@@ -217,6 +226,7 @@ class CollectConfig(RayCluster, ServerConfig, TaskRange, Parallelism, RunPolicy)
         at_least("num_shards", self.num_shards, 1, 1 << 20)
         at_least("shard_attempts", self.shard_attempts, 1, 100)
         one_of("shard_transfer", self.shard_transfer, SHARD_TRANSFERS)
+        one_of("replica_subset", self.replica_subset, REPLICA_SUBSETS)
         if self.sharded and self.strategy in OPEN_LOOP_STRATEGIES:
             raise GymbenchError(
                 f"strategy {self.strategy!r} sends requests on one schedule from one process; with "

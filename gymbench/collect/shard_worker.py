@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gymbench.errors import GymbenchError, ServerUnreachable
-from gymbench.replica_figures import RoutesReplicas, RoutingCounts
+from gymbench.replica_figures import ReplicaCounts, RoutesReplicas, RoutingCounts
 from gymbench.rollout.guard import OUTAGE_KINDS
 from gymbench.rollout.stats import CollectStats
 
 if TYPE_CHECKING:
+    from gymbench.collect.config import CollectConfig
     from gymbench.plugins import Plugins
 
 REPORT_EVERY_S = 0.25
@@ -131,8 +132,7 @@ def _collect(job: ShardJob, report: Callable[[int], None], outcome: ShardOutcome
     with contextlib.closing(collection):
         stats = run_loop(collect())
     outcome.stats, outcome.client_cpu_s, outcome.backend = stats, collection.client_cpu_s, collection.backend_name
-    if isinstance(collection.backend, RoutesReplicas):
-        outcome.replicas = collection.backend.replica_counts()
+    outcome.replicas = _replica_counts(collection.backend, config, stats)
     assert collection.collector is not None
     problems = collection.collector.problems
     if problems.errors:
@@ -165,3 +165,23 @@ def _worker_plugins() -> Plugins:
 
         _PLUGINS.append(Plugins())
     return _PLUGINS[0]
+
+
+def _replica_counts(backend: object, config: CollectConfig, stats: CollectStats) -> RoutingCounts | None:
+    """The backend's per-replica counts; for a shard handed one replica of a ``by_shard`` subset (a
+    list of one, which the backend serves as one server and does not count), that replica's figures
+    from the shard's rollouts: every rollout and retry a request, its failed tries errors, the
+    backend call's time as the latency, the shard's parallelism as its peak."""
+    if isinstance(backend, RoutesReplicas) and (counts := backend.replica_counts()) is not None:
+        return counts
+    base_url = getattr(config, "base_url", None)
+    if config.replica_subset != "by_shard" or not isinstance(base_url, list) or len(base_url) != 1:
+        return None
+    from gymbench.builtin.routing import replica_name
+
+    tries = stats.completed + stats.failed + stats.retries
+    attempted = stats.completed + stats.failed
+    replica = ReplicaCounts(replica_name(base_url[0]), tries, stats.completed, tries - stats.completed,
+                            min(config.num_samples_in_parallel or attempted, attempted), False,
+                            tuple(stats.request_latency.values))  # fmt: skip
+    return RoutingCounts(getattr(config, "routing", "sticky"), (replica,))

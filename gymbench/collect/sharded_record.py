@@ -93,8 +93,10 @@ def sharded_result(
     stats.processes = config.num_workers
     backend = next((o.backend for attempts in outcomes.values() for o in attempts if o.backend), "")
     summary = stats.summary()
-    routed = merged_counts([o.replicas for attempts in outcomes.values() for o in attempts if o.replicas])
-    if routed is not None:  # each worker routed over the whole list: its counts, added up
+    routed = merged_counts(
+        [o.replicas for attempts in outcomes.values() for o in attempts if o.replicas], _replica_order(config)
+    )
+    if routed is not None:  # each worker routed over the list (or its part): its counts, added up
         summary["replicas"] = replica_summary(routed, wall_s)
     result = collect_result(config, backend, stats, cpu, summary)
     workers = worker_figures(outcomes)
@@ -113,3 +115,11 @@ def sharded_result(
         distribution=distribution,
     )
     return result
+
+
+def _replica_order(config: CollectConfig) -> list[str]:
+    """The configured replicas as the record names them, in the order given."""
+    from gymbench.builtin.routing import replica_name
+
+    urls = getattr(config, "base_url", None)
+    return [replica_name(str(url)) for url in urls] if isinstance(urls, list) else []

@@ -145,12 +145,25 @@ def shard_settings(
         if settings.get(key):
             settings[key] = os.path.abspath(settings[key])
     settings.update(server)
+    if config.replica_subset == "by_shard" and isinstance(settings.get("base_url"), list):
+        settings["base_url"] = shard_replicas(settings["base_url"], shard.index, config.num_workers)
     settings.update(
         start_idx=shard.start_idx, end_idx=shard.end_idx, limit=None, output_jsonl_fpath=shard.path, resume=True,
         overwrite=False, progress=False, save_results=False, disable_aggregation=True, num_workers=1,
         launcher="local", num_shards=None, cooldown_rollouts=cooldown_rollouts,
     )  # fmt: skip
     return settings
+
+
+def shard_replicas(base_urls: list[str], shard: int, workers: int) -> list[str]:
+    """``+replica_subset=by_shard``: shard ``i`` routes over replicas ``i mod g``, ``i mod g + g``, ...
+    with ``g = min(workers, replicas)``: the shards that run at once (workers take them in order)
+    cover the replicas about evenly, each worker's requests go to its own part of the list, and
+    every replica is in some group. Still a list when it holds one (the backend then serves it as
+    one server and counts nothing, and the merged record takes that shard's figures from its
+    rollouts)."""
+    groups = max(min(workers, len(base_urls)), 1)
+    return base_urls[shard % groups :: groups]
 
 
 class ShardProgress:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gymbench.collect.shards import shard_replicas
 from gymbench.record import load_record
+from gymbench.replica_figures import LATENCY_SAMPLE, ReplicaCounts, RoutingCounts, merged_counts, replica_summary
 from gymbench.sim import running_sim_replicas
 
 from .test_collect_cli import EXAMPLES, gymbench, rows
@@ -97,3 +99,77 @@ def test_sharded_workers_each_route_over_the_whole_list_and_the_record_adds_them
     assert all(r["requests"] > 0 for r in replicas["replicas"]) and replicas["straggler"] == urls[2]
     assert "replica_imbalance" in bench.metrics
     assert f"straggler {urls[2]}" in done.stderr
+
+
+def test_by_shard_gives_each_shard_its_part_of_the_list(tmp_path: Path) -> None:
+    """Two workers, three replicas, ``+replica_subset=by_shard``: even shards over replicas 0 and 2,
+    odd shards over replica 1 alone (a list of one: its figures come from the shard's rollouts).
+    Each replica's own /metrics says it served exactly its shards' rollouts."""
+    out = tmp_path / "out.jsonl"
+    with running_sim_replicas(replicas=3, **SIM) as servers:
+        urls = [server.base_url for server in servers]
+        done = gymbench(
+            "collect", f"+input_jsonl_fpath={EXAMPLES}", f"+output_jsonl_fpath={out}", f"+base_url={json.dumps(urls)}",
+            "+model=m", "+num_samples_in_parallel=3", "+limit=45", "+num_workers=2", "+replica_subset=by_shard",
+            "+progress=false", f"+results_dir={tmp_path / 'r'}",
+        )  # fmt: skip
+        counted = [sum(v for k, v in s.metrics().items() if k.startswith("vllm:request_success")) for s in servers]
+    assert done.returncode == 0, done.stderr
+    assert len(rows(out)) == 45
+    plan = json.loads((tmp_path / "out.jsonl.shards" / "plan.json").read_text())["shards"]
+    odd = sum(end - start for index, (start, end) in enumerate(plan) if index % 2)
+    assert 0 < odd < 45 and counted[1] == odd
+    assert counted[0] + counted[2] == 45 - odd and counted[0] > 0 and counted[2] > 0
+    (bench,) = load_record(next((tmp_path / "r").glob("*/*_collect.json"))).benchmarks
+    replicas = bench.extra["summary"]["replicas"]["replicas"]
+    assert [r["url"] for r in replicas] == urls
+    assert [r["requests"] for r in replicas] == counted and [r["errors"] for r in replicas] == [0, 0, 0]
+    assert all(r["latency_p50_s"] is not None for r in replicas)
+
+
+def test_by_shard_parts_cover_every_replica() -> None:
+    urls = [f"http://h{i}:8000/v1" for i in range(5)]
+    assert [shard_replicas(urls, shard, workers=2) for shard in range(3)] == [urls[0::2], urls[1::2], urls[0::2]]
+    assert [shard_replicas(urls, shard, workers=8) for shard in range(6)] == [[u] for u in urls] + [[urls[0]]]
+    assert shard_replicas(urls[:1], 3, workers=4) == urls[:1]
+
+
+def test_a_bad_replica_subset_is_one_line(tmp_path: Path) -> None:
+    done = gymbench(
+        "collect", f"+input_jsonl_fpath={EXAMPLES}", f"+output_jsonl_fpath={tmp_path / 'o.jsonl'}",
+        "+replica_subset=by_node", "+progress=false",
+    )  # fmt: skip
+    assert done.returncode != 0 and "replica_subset" in done.stderr and "by_shard" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "o.jsonl").exists()
+
+
+def test_merged_counts_add_up_and_pool_the_latencies_by_what_each_served() -> None:
+    """Counts add; out in any part is out; p50 comes from the pooled latencies (10 tries at 1 s, 30 at
+    3 s: 3 s), not the mean of the parts' p50s (2 s); the configured order is kept."""
+    a, b = "http://a/v1", "http://b/v1"
+    first = RoutingCounts(
+        "sticky", (ReplicaCounts(b, 5, 5, 0, 2, False, (2.0,) * 5), ReplicaCounts(a, 11, 10, 1, 4, False, (1.0,) * 10))
+    )
+    second = RoutingCounts(
+        "sticky", (ReplicaCounts(a, 30, 30, 0, 3, True, (3.0,) * 30), ReplicaCounts(b, 5, 5, 0, 1, False, (2.0,) * 5))
+    )
+    merged = merged_counts([first, second], [a, b])
+    assert merged is not None and merged.policy == "sticky"
+    (ra, rb) = merged.replicas
+    assert (ra.url, ra.requests, ra.completed, ra.errors, ra.peak_in_flight, ra.out) == (a, 41, 40, 1, 7, True)
+    assert (rb.url, rb.requests, rb.completed, rb.out) == (b, 10, 10, False)
+    assert replica_summary(merged, 10.0)["replicas"][0]["latency_p50_s"] == 3.0
+    assert merged_counts([]) is None
+
+
+def test_a_thinned_sample_weighs_as_the_tries_it_stands_for() -> None:
+    """One worker answered 40,960 tries and kept a sample of 4,096; another answered 4,096 and kept
+    all: the merged sample (4,096) takes about ten of the first's for one of the second's."""
+    url = "http://a/v1"
+    many = RoutingCounts("sticky", (ReplicaCounts(url, 40960, 40960, 0, 8, False, (1.0,) * LATENCY_SAMPLE),))
+    few = RoutingCounts("sticky", (ReplicaCounts(url, 4096, 4096, 0, 8, False, (9.0,) * 4096),))
+    merged = merged_counts([many, few])
+    assert merged is not None
+    (replica,) = merged.replicas
+    assert len(replica.latencies_s) == LATENCY_SAMPLE
+    assert replica.latencies_s.count(9.0) == round(LATENCY_SAMPLE * 4096 / (40960 + 4096))
