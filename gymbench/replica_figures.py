@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypedDict, runtime_checkable
 
+from gymbench.units import duration
+
 STRAGGLER_LATENCY = 1.5
 """A replica whose p50 latency is above this many times the replicas' median p50 is named (with
 two replicas, the other's: the median of two would be their mean)."""
@@ -208,3 +210,29 @@ def _slowest_out_of_line(live: list[ReplicaFigures]) -> tuple[str, str] | None:
     if reference > 0 and p50 > STRAGGLER_LATENCY * reference:
         return slowest["url"], f"p50 latency {p50 / reference:.1f}x {against}"
     return None
+
+
+REPLICA_HEADERS = ("replica", "requests", "completed", "errors", "p50", "p99", "completed/s", "share", "peak open")
+
+
+def replica_rows(found: ReplicaSummary) -> list[tuple[str, ...]]:
+    """The per-replica table's rows (under :data:`REPLICA_HEADERS`), one text per cell: the
+    terminal summary, diagnose and the HTML report show the same table."""
+    rows: list[tuple[str, ...]] = []
+    for replica in found["replicas"]:
+        share = "-" if replica["share"] is None else f"{replica['share']:.0%}"
+        rows.append((
+            replica["url"] + (" (out)" if replica["out"] else ""), str(replica["requests"]), str(replica["completed"]),
+            str(replica["errors"]), duration(replica["latency_p50_s"]), duration(replica["latency_p99_s"]),
+            f"{replica['completed_per_s']:.2f}", share, str(replica["peak_in_flight"]),
+        ))  # fmt: skip
+    return rows
+
+
+def replica_head(found: ReplicaSummary) -> str:
+    """The table's answer in one line: the policy, the imbalance and the straggler (or none)."""
+    imbalance = "-" if found["imbalance"] is None else f"{found['imbalance']:.2f}"
+    head = f"{len(found['replicas'])} replicas ({found['policy']}): imbalance {imbalance}"
+    head += " (most requests on one ÷ the mean)"
+    straggler = found["straggler"]
+    return head + (f"; straggler {straggler}: {found['straggler_reason']}" if straggler else "; no straggler")

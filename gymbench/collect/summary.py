@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.labels import label
-from gymbench.replica_figures import ReplicaSummary
+from gymbench.replica_figures import REPLICA_HEADERS, ReplicaSummary, replica_head, replica_rows
 from gymbench.rollout.client_delay import ClientDelaySummary
 from gymbench.rollout.server_timings import COMPARISON_HEADERS, ServerComparison, comparison_rows
 from gymbench.rollout.stats import CollectSummary, Goodput
@@ -203,25 +203,11 @@ def server_timing_lines(found: ServerComparison | None) -> list[str]:
     return [title, *lines, *([f"  {note}"] if note else [])]
 
 
-REPLICA_HEADERS = ("replica", "requests", "completed", "errors", "p50", "p99", "completed/s", "share", "peak open")
-
-
 def replica_lines(found: ReplicaSummary | None) -> list[str]:
     """One row per replica (several ``base_url``), the imbalance, and the straggler when one is out of line."""
     if not found:
         return []
-    rows = [REPLICA_HEADERS]
-    for replica in found["replicas"]:
-        share = "-" if replica["share"] is None else f"{replica['share']:.0%}"
-        rows.append((
-            replica["url"] + (" (out)" if replica["out"] else ""), str(replica["requests"]), str(replica["completed"]),
-            str(replica["errors"]), duration(replica["latency_p50_s"]), duration(replica["latency_p99_s"]),
-            f"{replica['completed_per_s']:.2f}", share, str(replica["peak_in_flight"]),
-        ))  # fmt: skip
+    rows = [REPLICA_HEADERS, *replica_rows(found)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(REPLICA_HEADERS))]
     table = ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
-    imbalance = "-" if found["imbalance"] is None else f"{found['imbalance']:.2f}"
-    head = f"replicas ({found['policy']}): imbalance {imbalance} (most requests on one ÷ the mean)"
-    straggler = found["straggler"]
-    head += f"; straggler {straggler}: {found['straggler_reason']}" if straggler else "; no straggler"
-    return [head, *table]
+    return [replica_head(found), *table]

@@ -134,7 +134,7 @@ def serve(binary: Path, model: Path, settings: EngineSettings) -> int:
                   f"binary: {binary}")  # fmt: skip
             for server in servers:
                 where = f"metrics: {server.metrics_url}   log: {server.log_path}"
-                print(f"  {server.base_url}: {server.slots} slots   {where}")
+                print(f"  {server.base_url}: {server.slots} slot{'s' if server.slots != 1 else ''}   {where}")
             lines = replicas_command(servers)
         for line in lines:
             print(f"  {line}")

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from gymbench.labels import label
 from gymbench.record import BenchmarkResult, Metric
+from gymbench.replica_figures import replica_head
 from gymbench.units import duration, interval, number, quantity
 
 SIM_METRIC_PREFIX = "gymbench_sim:"
@@ -78,21 +79,26 @@ def collect_headline(bench: BenchmarkResult) -> Headline:
     )
     answer = [first, *latency_sentences(summary.get("latency_percentiles_s") or {})]
     answer += [s for s in (goodput_sentence(summary.get("goodput")), stage_sentence(summary)) if s]
+    replicas = summary.get("replicas")
+    if replicas and len(replicas.get("replicas", [])) > 1:
+        answer.append(replica_head(replicas)[0].upper() + replica_head(replicas)[1:] + ".")
     delay = summary.get("client_delay") or {}
     notes = list(delay.get("notes", [])) if delay.get("client_bound") or delay.get("cpu_limited") else []
     return Headline(title, answer, notes)
 
 
-def server_text(backend: str | None, server: Mapping[str, Any] | None) -> str:
+def server_text(backend: str | None, server: Mapping[str, Any] | None, replicas: int = 0) -> str:
     """The simulator when its own metrics say so, else the backend and the server's host."""
     server = server or {}
     names = {**(server.get("before") or {}), **(server.get("after") or {})}
     engine = server.get("engine")
+    replicas = replicas or len(server.get("replicas") or [])
+    over = f" over {replicas} replicas" if replicas > 1 else ""
     if any(str(name).startswith(SIM_METRIC_PREFIX) for name in names):
-        return "the gymbench simulator" + (f" ({engine}-like)" if engine else "")
-    host = urlsplit(str(server.get("url") or "")).netloc
+        return "the gymbench simulator" + (f" ({engine}-like)" if engine else "") + over
     what = backend or (f"a {engine} server" if engine else "a server")
-    return what + (f" at {host}" if host else "")
+    host = urlsplit(str(server.get("url") or "")).netloc
+    return what + (over or (f" at {host}" if host else ""))
 
 
 def _load_text(params: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
@@ -156,9 +162,10 @@ def tune_headline(bench: BenchmarkResult) -> Headline:
     levels = sorted({row["parallelism"] for row in table})
     span = f" over parallelism {levels[0]}–{levels[-1]}" if levels else ""
     method = bench.params.get("method", "sweep")
+    replicas = (bench.extra.get("per_replica") or {}).get("replicas", 0)
     title = (
         f"tune: {method} of {bench.params.get('input') or 'the input'}{span} against "
-        f"{server_text(None, bench.extra.get('server_counters'))}"
+        f"{server_text(None, bench.extra.get('server_counters'), replicas)}"
     )
     m = bench.metrics
     answer = []
@@ -180,6 +187,14 @@ def tune_headline(bench: BenchmarkResult) -> Headline:
             + (f"; plateau {number(plateau.value, 3)} rollouts/s" if plateau else "")
             + "."
         )
+    per_replica = bench.extra.get("per_replica")
+    if per_replica:
+        low, high = per_replica["knee_ci"]
+        answer.append(
+            f"Over {per_replica['replicas']} replicas that is {number(per_replica['recommended'], 3)} in parallel "
+            f"per replica; knee {number(per_replica['knee'], 3)} per replica (95% interval {number(low, 3)}–"
+            f"{number(high, 3)})."
+        )
     if bench.extra.get("stop_reason"):
         answer.append(f"The sweep stopped: {bench.extra['stop_reason']}.")
     return Headline(title, answer)
@@ -190,12 +205,16 @@ def tune_headline(bench: BenchmarkResult) -> Headline:
 
 def diagnose_headline(bench: BenchmarkResult) -> Headline:
     params, m = bench.params, bench.metrics
+    found = bench.extra.get("replicas") or {}
+    replicas = len(found.get("replicas", []))
     title = (
         f"diagnose: {params.get('input') or 'the input'} at parallelism {params.get('low', '?')} and "
-        f"{params.get('high', '?')} against {server_text(None, bench.extra.get('server_counters'))}"
+        f"{params.get('high', '?')} against {server_text(None, bench.extra.get('server_counters'), replicas)}"
     )
     verdict = bench.extra.get("verdict", "unknown")
     advice = bench.extra.get("next_step")
+    if verdict == "slow replica" and found.get("straggler"):
+        verdict += f": {found['straggler']} ({found['straggler_reason']})"
     answer = [f"Bottleneck: {verdict}." + (f" Next step: {advice}." if advice else "")]
     if "low_rollouts_per_s" in m and "high_rollouts_per_s" in m:
         gain = f" ({number(m['gain'].value, 3)}×)" if "gain" in m else ""

@@ -65,6 +65,31 @@ def bar_figure(values_s: Mapping[str, float | None], title: str, measure: str) -
     return figure
 
 
+def replica_figure(found: Mapping[str, Any]) -> Figure:
+    """Each replica's completions per second and its p50 latency side by side, the straggler in red:
+    a replica out of line shows as the one bar that differs."""
+    plt = pyplot()
+    replicas = found["replicas"]
+    names = [r["url"] + (" (out)" if r["out"] else "") for r in replicas]
+    colours = ["tab:red" if r["url"] == found.get("straggler") else "tab:blue" for r in replicas]
+    figure, (rate, latency) = plt.subplots(1, 2, figsize=(10, 0.45 * len(replicas) + 1.6), sharey=True)
+    rate.barh(names, [r["completed_per_s"] for r in replicas], color=colours)
+    rate.set_xlabel("completed/s")
+    rate.set_title("throughput per replica")
+    p50 = [r["latency_p50_s"] or 0.0 for r in replicas]
+    scale, unit = time_axis([max(p50, default=1.0) or 1.0])
+    latency.barh(names, [v / scale for v in p50], color=colours)
+    for y, value in enumerate(p50):
+        latency.annotate(duration(value), (value / scale, y), xytext=(4, 0), textcoords="offset points",
+                         va="center", fontsize=9)  # fmt: skip
+    latency.margins(x=0.18)
+    latency.set_xlabel(f"p50 latency ({unit})")
+    latency.set_title("latency per replica" + (" (straggler in red)" if found.get("straggler") else ""))
+    rate.invert_yaxis()
+    figure.tight_layout()
+    return figure
+
+
 def diagnose_figure(
     parallelism: tuple[int, int], rates: tuple[float, float], latencies_s: tuple[float | None, float | None]
 ) -> Figure:

@@ -15,6 +15,7 @@ from gymbench.console import printable
 from gymbench.errors import GymbenchError
 from gymbench.labels import label
 from gymbench.record import BenchmarkResult, ResultsRecord
+from gymbench.replica_figures import REPLICA_HEADERS, replica_head, replica_rows
 from gymbench.report.html import STYLE
 from gymbench.report.run_headline import LATENCY_NAMES, Headline, headline, shown
 from gymbench.report.run_plots import (
@@ -23,6 +24,7 @@ from gymbench.report.run_plots import (
     over_time_figure,
     percentile_figure,
     png,
+    replica_figure,
     server_figure,
     step_time_figure,
     tune_figure,
@@ -94,11 +96,23 @@ def collect_parts(bench: BenchmarkResult) -> list[str]:
         named = {label(f"stage_{name}").removesuffix(" per rollout"): value for name, value in stages.items()}
         figure = bar_figure(named, "where a rollout's time goes (mean per rollout)", "mean per rollout")
         parts += ["<h2>Stage breakdown</h2>", _img(png(figure), "stage breakdown")]
+    parts += replica_parts(summary.get("replicas"))
     parts += client_delay_parts(summary.get("client_delay"))
     parts += server_parts(summary.get("server_metrics"))
     parts += server_timing_parts(summary.get("server_timings"))
     parts += ["<h2>Every metric recorded</h2>", _metrics_table(bench)]
     return parts
+
+
+def replica_parts(found: Mapping[str, Any] | None) -> list[str]:
+    """Several model replicas (a list of ``base_url``): the answer (imbalance, straggler), a figure
+    where the odd one out shows, and the table the terminal prints."""
+    if not found or len(found.get("replicas", [])) < 2:
+        return []
+    head = replica_head(found)  # type: ignore[arg-type]
+    kind = ' class="warn"' if found.get("straggler") else ""
+    return ["<h2>Replicas</h2>", f"<p{kind}>{_e(head)}.</p>", _img(png(replica_figure(found)), "per-replica figures"),
+            _table(REPLICA_HEADERS, replica_rows(found))]  # type: ignore[arg-type]  # fmt: skip
 
 
 def client_delay_parts(found: Mapping[str, Any] | None) -> list[str]:
@@ -186,6 +200,7 @@ def diagnose_parts(bench: BenchmarkResult) -> list[str]:
         figure = diagnose_figure((low, high), (rates[0].value, rates[1].value), latencies)  # type: ignore[arg-type]
         parts += ["<h2>The two probes</h2>", _img(png(figure), "throughput and latency at the two parallelism levels")]
     parts += _list_parts("Evidence", bench.extra.get("evidence") or [])
+    parts += replica_parts(bench.extra.get("replicas"))
     parts += _list_parts("Symptoms", bench.extra.get("symptoms") or [])
     return [*parts, "<h2>Every metric recorded</h2>", _metrics_table(bench)]
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gymbench.collect.summary import replica_lines
-from gymbench.replica_figures import ReplicaSummary
+from gymbench.replica_figures import ReplicaSummary, replica_head
 from gymbench.rollout.client_delay import CLIENT_CORES, CLIENT_LAG_S
 from gymbench.tune import advice
 from gymbench.tune.probe import ProbeResult
@@ -127,7 +126,7 @@ def diagnose(
         full = full_server(servers, high.server_waiting_max, host)
         verdict = _slow_part(verification, pool, high, full, seen=any(s.cpu_s is not None for s in servers))
     if replicas is not None and len(replicas["replicas"]) > 1:
-        evidence += replica_lines(replicas)
+        evidence.append(replica_head(replicas))  # the table itself follows the evidence (diagnosis_text)
         if verdict == "model server":
             verdict = replica_verdict(replicas)
     return Diagnosis(verdict, gain, low, high, evidence, symptoms, servers=list(servers), replicas=replicas)
@@ -186,9 +185,26 @@ def _slow_part(
         return "verification"
     if full is not None:
         return full.server.role
-    if high.client_cpu_cores >= CLIENT_CORES or (not seen and high.loop_lag_p99_s >= CLIENT_LAG_S):
+    if high.client_cpu_cores >= CLIENT_CORES:
+        return "client"
+    if not seen and not server_queued(high) and high.loop_lag_p99_s >= CLIENT_LAG_S:
         return "client"
     return "model server"
+
+
+QUEUED_SHARE = 0.25
+"""A model server whose queue held at least this share of the high probe's parallelism is full:
+the requests wait there, so the client sends them fast enough whatever its event loop's lag."""
+
+
+def server_queued(high: ProbeResult) -> bool:
+    """The model server's own queue (``/metrics``, summed over replicas) held a quarter of the
+    requests open at once: a drift-free sign that the server, not a late client, is the limit.
+
+    Three llama.cpp replicas on the 2-core machine the client shares (2026-11-29): 0.03 client
+    cores, event-loop lag p99 410 ms (the servers took the cores), up to 22 of 24 requests waiting
+    in the servers' queues; the late loop alone read "client"."""
+    return high.server_waiting_max is not None and high.server_waiting_max >= QUEUED_SHARE * high.parallelism
 
 
 def _latency_growth(low: ProbeResult, high: ProbeResult) -> float:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gymbench.collect.summary import replica_lines
 from gymbench.jsonio import AtomicFile
 from gymbench.record import BenchmarkResult, Metric
 from gymbench.tune.diagnose import Diagnosis
@@ -151,6 +152,8 @@ def diagnosis_text(diagnosis: Diagnosis) -> str:
         which = f": {diagnosis.replicas['straggler']} ({diagnosis.replicas['straggler_reason']})"
     lines = [f"verdict: {diagnosis.verdict}{which}", f"next step: {diagnosis.next_step}", "evidence:"]
     lines += [f"  - {item}" for item in diagnosis.evidence]
+    if diagnosis.replicas is not None and len(diagnosis.replicas["replicas"]) > 1:
+        lines += ["  " + line for line in replica_lines(diagnosis.replicas)[1:]]
     lines.append("symptoms:")
     lines += [f"  - {item}" for item in diagnosis.symptoms] or ["  - none seen"]
     return "\n".join(lines)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+from gymbench.cli import main
 from gymbench.collect.shards import shard_replicas
 from gymbench.record import load_record
 from gymbench.replica_figures import LATENCY_SAMPLE, ReplicaCounts, RoutingCounts, merged_counts, replica_summary
 from gymbench.sim import running_sim_replicas
+from tests.report.test_run_report import image_sizes, opening
 
 from .test_collect_cli import EXAMPLES, gymbench, rows
 
@@ -38,6 +41,23 @@ def test_a_collection_over_replicas_names_the_slow_one(tmp_path: Path) -> None:
     assert f"straggler {urls[2]}: p50 latency" in done.stderr and "replicas (sticky): imbalance 1.00" in done.stderr
     metrics = json.loads(out.with_name("out.jsonl.metrics.json").read_text())["summary"]
     assert metrics["replicas"]["straggler"] == urls[2]
+    check_replica_report(tmp_path, urls, [15, 15, 15])
+
+
+def check_replica_report(tmp_path: Path, urls: list[str], requests: list[int]) -> None:
+    """``gymbench report`` on the record: the title says how many replicas, the answer names the
+    straggler, and a Replicas section has a figure and the table with each replica's requests."""
+    record = next((tmp_path / "r").glob("*/*_collect.json"))
+    report = tmp_path / "report.html"
+    assert main(["report", str(record), "-o", str(report)]) == 0
+    text = report.read_text()
+    title, answer = opening(text)
+    assert f"over {len(urls)} replicas at parallelism" in title
+    assert f"{len(urls)} replicas (sticky): imbalance 1.00" in answer and f"straggler {urls[2]}: p50" in answer
+    section = text[text.index("<h2>Replicas</h2>") : text.index("<h2>", text.index("<h2>Replicas</h2>") + 1)]
+    assert section.count("<img") == 1 and len(image_sizes(section)) == 1
+    found = re.findall(r"<tr><td>(http[^<]*)</td><td>(\d+)</td>", section)
+    assert found == [(url, str(n)) for url, n in zip(urls, requests, strict=True)], section[-2000:]
 
 
 def test_one_replica_is_as_today(tmp_path: Path) -> None:

@@ -118,7 +118,7 @@ def test_replicas_start_on_consecutive_ports_one_with_fewer_slots_and_stop_toget
         urls = [f"http://127.0.0.1:{port + i}/v1" for i in range(3)]
         assert "as 3 replicas (Ctrl-C stops all)" in said[0], said
         slots = [line.strip().split("   ")[0] for line in said[1:4]]
-        assert slots == [f"{urls[0]}: 4 slots", f"{urls[1]}: 4 slots", f"{urls[2]}: 1 slots"]
+        assert slots == [f"{urls[0]}: 4 slots", f"{urls[1]}: 4 slots", f"{urls[2]}: 1 slot"]
         assert f"'+base_url=[{','.join(urls)}]'" in said[4] and "+num_samples_in_parallel=9" in said[4]
         assert said[5].strip().startswith("gymbench tune +backend=openai '+base_url=[")
         servers = psutil.Process(command.pid).children()

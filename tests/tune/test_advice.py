@@ -87,3 +87,18 @@ def test_a_stage_that_takes_the_time_wins_over_a_late_event_loop() -> None:
     assert diagnose(low, high).verdict == "client"  # the slot's own wait is not a stage of the rollout
     high.loop_lag_p99_s = 0.001
     assert diagnose(low, high).verdict == "model server"
+
+
+def test_a_late_event_loop_with_the_servers_queue_full_is_the_model_server() -> None:
+    """The client's loop is late because the model servers took the cores, and their queue holds
+    most of the requests: the server is the limit. An empty queue leaves the verdict the client's,
+    and a client that uses its cores is the client whatever the queue."""
+    low, high = probe(3, 24.0, 0.1), probe(24, 27.0, 0.62)
+    high.loop_lag_p99_s, high.client_cpu_cores, high.server_waiting_max = 0.41, 0.03, 22.0
+    assert diagnose(low, high).verdict == "model server"
+    high.server_waiting_max = 1.0
+    assert diagnose(low, high).verdict == "client"
+    high.server_waiting_max = None
+    assert diagnose(low, high).verdict == "client"
+    high.server_waiting_max, high.client_cpu_cores = 22.0, 0.95
+    assert diagnose(low, high).verdict == "client"

@@ -7,9 +7,12 @@ where the case needs a straggler; the verdicts are judged from the router's own 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
+from gymbench.cli import main
+from gymbench.record import ResultsRecord, save_record
 from gymbench.replica_figures import ReplicaFigures, ReplicaSummary
 from gymbench.settings import build_settings
 from gymbench.sim import running_sim_replicas
@@ -18,6 +21,8 @@ from gymbench.tune.command import diagnose_run
 from gymbench.tune.config import DiagnoseConfig
 from gymbench.tune.diagnose import IMBALANCE_LIMIT, replica_verdict
 from gymbench.tune.report import diagnose_result, diagnosis_text
+from tests.gate.synthetic import fingerprint
+from tests.report.test_run_report import image_sizes, opening
 
 TASKS = Path(__file__).resolve().parents[2] / "gymbench" / "data" / "example_tasks.jsonl"
 SIM = {"model": "m", "max_num_seqs": 2, "step_base_s": 0.01, "step_per_seq_s": 0.0, "output_tokens_mean": 8}
@@ -42,6 +47,24 @@ def test_one_slow_replica_is_named_by_its_url() -> None:
     record = diagnose_result(found, {}).extra
     assert record["verdict"] == "slow replica" and record["replicas"]["straggler"] == urls[2]
     assert [replica["url"] for replica in record["replicas"]["replicas"]] == urls
+    table = said[said.index("    replica ") : said.index("symptoms:")].splitlines()  # a table, not bullets
+    assert table[0].startswith("    replica ") and [line.split()[0] for line in table[1:]] == urls
+
+
+def test_the_report_of_a_slow_replica_names_it_first_and_shows_the_table(tmp_path: Path) -> None:
+    with running_sim_replicas(replicas=3, slow_replica_factor=4.0, **SIM) as servers:
+        urls = [server.base_url for server in servers]
+        found = diagnose_replicas(urls, "routing=round-robin")
+    path = save_record(
+        ResultsRecord("d", [diagnose_result(found, {})], fingerprint(), kind="diagnose"), tmp_path / "d.json"
+    )
+    assert main(["report", str(path), "-o", str(tmp_path / "d.html")]) == 0
+    text = (tmp_path / "d.html").read_text()
+    title, answer = opening(text)
+    assert title.endswith("over 3 replicas") and f"Bottleneck: slow replica: {urls[2]} (p50 latency" in answer
+    section = text[text.index("<h2>Replicas</h2>") :]
+    assert len(image_sizes(section[: section.index("<h2>", 5)])) == 1
+    assert [url for url in re.findall(r"<tr><td>(http[^<]*)</td>", section)] == urls
 
 
 def test_equal_replicas_all_saturated_are_full() -> None:
