@@ -127,6 +127,20 @@ def test_a_tune_report_answers_with_the_recommendation_first(tmp_path: Path) -> 
     check_readable(text)
 
 
+def test_a_tune_report_over_replicas_gives_the_answer_per_replica(tmp_path: Path) -> None:
+    bench = BenchmarkResult("tune", {"input": "tasks.jsonl", "method": "sweep"}, {
+        "knee_parallelism": Metric(17.7, "parallelism", "higher"),
+        "recommended_parallelism": Metric(18.0, "parallelism", "higher"),
+    }, extra={"knee_ci": [11.2, 32.0], "table": [], "server_counters": {"url": "http://127.0.0.1:8000/metrics",
+              "engine": "llamacpp"},
+              "per_replica": {"replicas": 3, "knee": 5.9, "knee_ci": [3.73, 10.67], "recommended": 6.0}})  # fmt: skip
+    path = save_record(ResultsRecord("sweep", [bench], fingerprint(), kind="tune"), tmp_path / "t.json")
+    assert main(["report", str(path), "-o", str(tmp_path / "tune.html")]) == 0
+    title, answer = opening((tmp_path / "tune.html").read_text())
+    assert title == "tune: sweep of tasks.jsonl against a llamacpp server over 3 replicas"
+    assert "Over 3 replicas that is 6 in parallel per replica; knee 5.9 per replica (95% interval 3.73–10.7)." in answer
+
+
 def test_a_diagnosis_report_opens_with_the_verdict_and_what_to_do(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "gymbench.cli", "diagnose", f"+input_jsonl_fpath={EXAMPLES}", "+low=2", "+high=8",
