@@ -222,6 +222,7 @@ class Collection:
     async def __aenter__(self) -> Collection:
         try:
             if self.target is not None:
+                self._check_profile_workload(self.target)
                 self.backend = self._stack.enter_context(self.target.started(self.shared_sim))
                 self._watch_server(self.target)
             if self.config is not None:
@@ -230,6 +231,25 @@ class Collection:
             self.close()
             raise
         return self
+
+    def _check_profile_workload(self, target: Target) -> None:
+        """With the simulator run from a calibrated profile: one warning when the tasks ask for
+        another output length than the profile was fitted on (:func:`gymbench.sim.profile.workload_note`),
+        read from the first tasks of a regular input file (a pipe is read once, by the run)."""
+        profile = getattr(target.settings, "sim_profile", None)
+        if target.simulator is None or not profile or not check_input_file(self.settings.input_path):
+            return
+        from gymbench.console import warn
+        from gymbench.sim.profile import workload_note
+
+        overrides = self.settings.overrides
+        asked = [
+            _asked_tokens({**(task.row.get("responses_create_params") or {}), **overrides})
+            for task in read_tasks(self.settings.input_path, TaskSlice(limit=PROFILE_SAMPLE))
+        ]
+        note = workload_note(profile, asked)
+        if note:
+            warn(note)
 
     def _watch_server(self, target: Target) -> None:
         if self.config is None:
@@ -327,3 +347,12 @@ def _freeze_what_exists() -> bool:
         return False
     gc.freeze()
     return True
+
+
+PROFILE_SAMPLE = 100
+"""Tasks read to compare the run's workload with a simulator profile's."""
+
+
+def _asked_tokens(params: dict[str, Any]) -> int | None:
+    value = params.get("max_output_tokens")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

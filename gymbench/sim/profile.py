@@ -72,3 +72,50 @@ def public_url(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+LENGTH_RATIO = 2.0
+"""Tasks asking for more than this many times the calibrated output length (or less than its
+inverse) are another workload: the fitted step costs are extrapolated to them."""
+
+
+def workload_note(path: str | Path, asked: list[int | None]) -> str | None:
+    """Whether ``asked`` (the output tokens each of the run's first tasks asks for, None where it
+    sets no ``max_output_tokens``) is the workload the profile at ``path`` was calibrated on, in
+    one warning line when it is not (None when it is, or when the profile records no workload).
+
+    A profile fitted with ``max_tokens`` 64 on every request gives tasks that set none 64 tokens,
+    where the engine gives them its own default (128 for the tasks in issue 39): the simulator then
+    reported twice the engine's rollouts/s, silently."""
+    from gymbench.settings import load_settings_file
+
+    workload = (load_settings_file(Path(path)).get("calibration") or {}).get("workload") or {}
+    calibrated, sent = _count(workload.get("max_tokens")), _count(workload.get("max_tokens_sent"))
+    if calibrated is None or not asked:
+        return None
+    unset = sum(1 for tokens in asked if tokens is None)
+    if unset and sent is not None:
+        return (
+            f"{path}: calibrated with max_output_tokens {sent} on every request, but {unset} of the first "
+            f"{len(asked)} tasks set none: the simulator gives them {calibrated} tokens, the engine its own "
+            f"default; set +responses_create_params.max_output_tokens={sent}, or calibrate without "
+            "+output_tokens (the engine's default length)"
+        )
+    given = sorted(tokens for tokens in asked if tokens is not None)
+    if given:
+        median = given[len(given) // 2]
+        if not 1 / LENGTH_RATIO <= median / calibrated <= LENGTH_RATIO:
+            return (
+                f"{path}: calibrated on {calibrated} output tokens per request, but the tasks ask for "
+                f"{median} (median of the first {len(asked)}): the fitted step costs are extrapolated; "
+                f"calibrate again with +output_tokens={median}"
+            )
+    return None
+
+
+def _count(value: object) -> int | None:
+    """A whole number from the settings file (which keeps scalars as their text), else None."""
+    try:
+        return int(str(value)) if value is not None else None
+    except ValueError:
+        return None

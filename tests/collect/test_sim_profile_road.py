@@ -109,3 +109,36 @@ def test_a_profile_written_by_calibrate_sim_runs_collect_tune_and_diagnose(
     printed = capsys.readouterr()
     assert code == 0, printed.err
     assert f"profile {calibrated}" in printed.err and "Traceback" not in printed.err
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        ([], "calibrated with max_output_tokens 8 on every request, but 4 of the first 4 tasks set none"),
+        (["+responses_create_params.max_output_tokens=8"], None),
+        (
+            ["+responses_create_params.max_output_tokens=64"],
+            "calibrated on 8 output tokens per request, but the tasks ask for 64",
+        ),
+    ],
+)
+def test_a_profile_used_on_another_workload_warns(
+    extra: list[str],
+    said: str | None,
+    calibrated: Path,
+    tasks: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The profile records the workload it was fitted on (8 tokens sent on every request); tasks that
+    set no length get the calibrated 8 from the simulator but the engine's default from the engine,
+    and tasks asking for 64 extrapolate the fit: each is one warning, a matching workload none."""
+    code = main(["collect", f"+output_jsonl_fpath={tmp_path / 'out.jsonl'}", f"+input_jsonl_fpath={tasks}",
+                 f"+sim_profile={calibrated}", "+progress=false", "+save_results=false", *extra])  # fmt: skip
+    printed = capsys.readouterr().err
+    assert code == 0, printed
+    if said is None:
+        assert ": calibrated " not in printed, printed
+    else:
+        (line,) = [line for line in printed.splitlines() if said in line]
+        assert str(calibrated) in line and "+output_tokens" in line
