@@ -29,7 +29,8 @@ so a tune's knee is judged against the truth's interval as well as against ±5%.
   simulator's largest error against the calibration's own loads (``own_loads_max_abs_error``): the
   profile's error without the machine's drift between calibration and truth.
 
-The requests: one fixed 24-word prompt, 64 output tokens (``ignore_eos``), not streamed, chat API.
+The requests: 64 distinct 24-word prompts (a row number in front of the same words, so the prompt
+cache does not make every request identical), 64 output tokens (``ignore_eos``), not streamed, chat API.
 The window is 30 s per point (the issue's); ``GYMBENCH_TRUTH_WINDOW_S`` shortens it and
 ``GYMBENCH_TRUTH_P=1,4,16`` takes a subset of the grid. Quick mode: 3 s windows at three points, the
 sweep alone. Skipped, with the reason, where no real engine can be had (the cached build, or
@@ -86,7 +87,7 @@ whose plateau stops at the slot count has a lower plateau, so an earlier knee, t
 searches on; the two are only comparable over the same range."""
 CONFIGS = {"slot-bound": 4, "compute-bound": 64}
 """Configuration → llama-server's ``-np``."""
-PROMPT_WORDS, MAX_TOKENS = 24, 64
+PROMPT_WORDS, MAX_TOKENS, TASKS = 24, 64, 64
 
 
 @dataclass
@@ -161,7 +162,7 @@ async def light_window(server: LlamaServer, p: int, window_s: float, warmup_s: f
         note = (await settle_server(session_of(backend.client), server.metrics_url, PLUGINS.engine_metrics())).note()
         if note:
             print(f"  p={p}: {note}")
-        return await closed_loop(backend, workload_params(PROMPT_WORDS, MAX_TOKENS), p, window_s, warmup_s)
+        return await closed_loop(backend, distinct_tasks(), p, window_s, warmup_s)
 
 
 def rate_of(windows: list[LoadResult]) -> Rate:
@@ -228,11 +229,19 @@ def record_truth(gymbench: Recorder, truth: Truth) -> None:
     gymbench.record("load", os.getloadavg()[0], "load", "lower")
 
 
-def tasks_file(directory: Path, rows: int = 64) -> Path:
-    """The truth's request as NeMo Gym rows (no verifier: a rollout is one request)."""
+def distinct_tasks(rows: int = TASKS) -> list[dict[str, Any]]:
+    """The bench's requests: the same length, each prompt its own (a row number in front), so
+    llama.cpp's prompt cache does not make every request identical; the truth cycles through them
+    and tune reads them as rows."""
+    return [workload_params(PROMPT_WORDS, MAX_TOKENS, salt=f"t{i}") for i in range(rows)]
+
+
+def tasks_file(directory: Path, rows: int = TASKS) -> Path:
+    """The truth's requests as NeMo Gym rows (no verifier: a rollout is one request)."""
     path = directory / "tasks.jsonl"
-    row = {"responses_create_params": workload_params(PROMPT_WORDS, MAX_TOKENS)}
-    path.write_text("".join(json.dumps({**row, "task_id": f"t{i}"}) + "\n" for i in range(rows)))
+    lines = [json.dumps({"responses_create_params": params, "task_id": f"t{i}"}) for i, params in
+             enumerate(distinct_tasks(rows))]  # fmt: skip
+    path.write_text("".join(line + "\n" for line in lines))
     return path
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -150,7 +151,7 @@ def answer_of(sent: float, done: float, generation: Generation) -> Answer:
 
 async def closed_loop(
     backend: OpenAIBackend,
-    params: Mapping[str, Any],
+    params: Mapping[str, Any] | Sequence[Mapping[str, Any]],
     concurrency: int,
     duration_s: float,
     warmup_s: float = 0.5,
@@ -158,7 +159,9 @@ async def closed_loop(
     engines: Sequence[EngineMetrics] = (),
 ) -> LoadResult:
     """Run ``concurrency`` clients for ``warmup_s + duration_s`` through the opened ``backend``, each
-    asking for the task ``params`` (its ``responses_create_params``); count what finishes in the window.
+    asking for the task ``params`` (its ``responses_create_params``), or for each of a list of tasks
+    in turn (distinct prompts, so an engine's prompt cache does not make every request the same);
+    count what finishes in the window.
 
     With ``metrics_url``, the server's own generated-token counter is read at the window's edges, by
     the names of the engine recognised among ``engines`` (the plugins' ``engine_metrics()``, handed
@@ -166,7 +169,8 @@ async def closed_loop(
     """
     if metrics_url and not engines:
         raise TypeError("closed_loop: a metrics_url needs the engines whose names to read it by")
-    request = GenerationRequest(0, 0, params)
+    tasks = [params] if isinstance(params, Mapping) else list(params)
+    requests = itertools.cycle([GenerationRequest(index, 0, task) for index, task in enumerate(tasks)])
     loop = asyncio.get_running_loop()
     start = loop.time() + warmup_s
     stop = start + duration_s
@@ -179,7 +183,7 @@ async def closed_loop(
         while loop.time() < stop:
             sent = loop.time()
             try:
-                generation: Generation | None = await backend.generate(request)
+                generation: Generation | None = await backend.generate(next(requests))
             except GenerationFailed as exc:
                 generation, result.last_error = None, exc.reason
                 await asyncio.sleep(ERROR_PAUSE_S)

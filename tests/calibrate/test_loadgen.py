@@ -51,3 +51,20 @@ def test_a_load_on_the_simulator_reads_its_generated_tokens(fast_sim: SimServerH
     assert result.errors == 0 and result.completed > 0
     assert result.generated_tokens is not None and result.generated_tokens > 0
     assert all(a.output_tokens for a in result.answers)  # the usage the simulator reports
+
+
+def test_a_load_over_several_tasks_sends_each_in_turn() -> None:
+    """Distinct prompts (issue 39): the server sees every task's body, in turn, not one body again."""
+    engine = StepModel(slots=2)
+    tasks = [{"input": f"task {i}: one two three", "max_output_tokens": 3} for i in range(3)]
+    with fake_llama_server(engine) as url:
+        settings = load_settings(url, "tiny", extra_body={"ignore_eos": True})
+        expected = [load_backend(settings).request_body(task) for task in tasks]
+
+        async def one_load() -> LoadResult:
+            async with load_backend(settings) as backend:
+                return await closed_loop(backend, tasks, 1, 0.3, warmup_s=0.0)
+
+        result = asyncio.run(one_load())
+    assert result.errors == 0 and len(engine.bodies) >= 3
+    assert engine.bodies == [expected[i % 3] for i in range(len(engine.bodies))]  # one client: strictly in turn
