@@ -49,6 +49,24 @@ class RoutingCounts:
     policy: str
     replicas: tuple[ReplicaCounts, ...]
 
+    def since(self, before: RoutingCounts) -> RoutingCounts:
+        """What each replica did after ``before`` (the same router's counts earlier): one probe's
+        figures out of counts kept from the start. Requests, completions and errors are the
+        differences; the latencies those added after ``before`` (exact while the router's sample
+        had room; after that the sample is the run's, as kept); the peak and ``out`` are the later
+        counts' (a peak cannot be split)."""
+        earlier = {replica.url: replica for replica in before.replicas}
+        return RoutingCounts(self.policy, tuple(_since(replica, earlier.get(replica.url)) for replica in self.replicas))
+
+
+def _since(now: ReplicaCounts, before: ReplicaCounts | None) -> ReplicaCounts:
+    if before is None:
+        return now
+    seen = len(before.latencies_s)
+    latencies = now.latencies_s[seen:] if seen < LATENCY_SAMPLE else now.latencies_s
+    return ReplicaCounts(now.url, now.requests - before.requests, now.completed - before.completed,
+                         now.errors - before.errors, now.peak_in_flight, now.out, latencies)  # fmt: skip
+
 
 LATENCY_SAMPLE = 4096
 """Latencies kept per replica: each router's reservoir, and a merged record's sample."""

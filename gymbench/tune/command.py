@@ -22,7 +22,7 @@ from gymbench.errors import GymbenchError
 from gymbench.gate.markdown import write_step_summary
 from gymbench.jsonio import check_writable_file
 from gymbench.plugins import Plugins
-from gymbench.replica_figures import ReplicaSummary, RoutesReplicas, replica_summary
+from gymbench.replica_figures import ReplicaSummary, RoutesReplicas, RoutingCounts, replica_summary
 from gymbench.run import Run
 from gymbench.settings import settings_dict
 from gymbench.tune.advice import backend_kind
@@ -281,9 +281,10 @@ def diagnose_run(config: DiagnoseConfig, plugins: Plugins) -> Diagnosis:
         low = await prober.probe(config.low, strategies.fixed(config.low))
         meter = ServerMeter(listed_servers(prober.collection.backend))
         meter.start()
+        routed = _routing_counts(prober.collection.backend)
         high = await prober.probe(config.high, strategies.fixed(config.high))
         loads = meter.finish(high.rollouts)
-        replicas = _replica_figures(prober.collection.backend, low.elapsed_s + high.elapsed_s)
+        replicas = _replica_figures(prober.collection.backend, high.elapsed_s, since=routed)
         diagnosis = diagnose(low, high, servers=loads, host=meter.host, replicas=replicas)
         diagnosis.backend_kind = backend_kind(chosen_backend(config)[0])
         diagnosis.server = prober.server
@@ -292,11 +293,21 @@ def diagnose_run(config: DiagnoseConfig, plugins: Plugins) -> Diagnosis:
     return with_prober(config, plugins, work)
 
 
-def _replica_figures(backend: object, elapsed_s: float) -> ReplicaSummary | None:
-    """Each model replica's figures over the probes so far (the router counts from the start), or
-    None for a backend with one server."""
-    counts = backend.replica_counts() if isinstance(backend, RoutesReplicas) else None
-    return replica_summary(counts, elapsed_s) if counts is not None and len(counts.replicas) > 1 else None
+def _routing_counts(backend: object) -> RoutingCounts | None:
+    return backend.replica_counts() if isinstance(backend, RoutesReplicas) else None
+
+
+def _replica_figures(backend: object, elapsed_s: float, since: RoutingCounts | None = None) -> ReplicaSummary | None:
+    """Each model replica's figures over the high probe (the router counts from the start, so the
+    counts ``since`` the low probe ended), or None for a backend with one server. The high probe
+    alone: a replica with few slots is fast at the low probe (it runs each request alone) and slow
+    only once it queues, so pooling the two probes dilutes what the verdict is about (three
+    llama.cpp replicas, one with 1 slot of 4, over both probes: 1.3x the replicas' median p50 in one
+    run, under the 1.5x that names a straggler, and 5.2x in the next)."""
+    counts = _routing_counts(backend)
+    if counts is None or len(counts.replicas) < 2:
+        return None
+    return replica_summary(counts.since(since) if since is not None else counts, elapsed_s)
 
 
 def run_diagnose(config: DiagnoseConfig, plugins: Plugins) -> int:

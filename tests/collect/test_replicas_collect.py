@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 from gymbench.cli import main
@@ -97,21 +98,33 @@ def test_a_settings_file_lists_the_replicas_and_the_policy(tmp_path: Path) -> No
     assert replicas["policy"] == "round-robin" and [r["requests"] for r in replicas["replicas"]] == [4, 4]
 
 
+def collect_over_replicas(
+    tmp_path: Path, *settings: str, slow: float = 1.0
+) -> tuple[subprocess.CompletedProcess[str], list[str], list[int]]:
+    """``gymbench collect`` over three simulated replicas (the last ``slow`` times slower) into
+    ``tmp_path/out.jsonl``, results under ``tmp_path/r``: the run, the URLs, and the requests each
+    replica finished by its own /metrics."""
+    with running_sim_replicas(replicas=3, slow_replica_factor=slow, **SIM) as servers:
+        urls = [server.base_url for server in servers]
+        done = gymbench(
+            "collect", f"+input_jsonl_fpath={EXAMPLES}", f"+output_jsonl_fpath={tmp_path / 'out.jsonl'}",
+            f"+base_url={json.dumps(urls)}", "+model=m", "+progress=false", f"+results_dir={tmp_path / 'r'}", *settings,
+        )  # fmt: skip
+        finished = [
+            int(sum(v for k, v in s.metrics().items() if k.startswith("vllm:request_success"))) for s in servers
+        ]
+    assert done.returncode == 0, done.stderr
+    return done, urls, finished
+
+
 def test_sharded_workers_each_route_over_the_whole_list_and_the_record_adds_them_up(tmp_path: Path) -> None:
     """Two worker processes, several shards: every worker's router sends to all three replicas, and
     the one merged record's per-replica requests are the workers' added up (each replica's own
     /metrics agrees), with the straggler named from the pooled latencies."""
-    out = tmp_path / "out.jsonl"
-    with running_sim_replicas(replicas=3, slow_replica_factor=4.0, **SIM) as servers:
-        urls = [server.base_url for server in servers]
-        done = gymbench(
-            "collect", f"+input_jsonl_fpath={EXAMPLES}", f"+output_jsonl_fpath={out}", f"+base_url={json.dumps(urls)}",
-            "+model=m", "+num_samples_in_parallel=6", "+limit=60", "+num_workers=2", "+routing=round-robin",
-            "+progress=false", f"+results_dir={tmp_path / 'r'}",
-        )  # fmt: skip
-        finished = [sum(v for k, v in s.metrics().items() if k.startswith("vllm:request_success")) for s in servers]
-    assert done.returncode == 0, done.stderr
-    assert len(rows(out)) == 60
+    done, urls, finished = collect_over_replicas(
+        tmp_path, "+num_samples_in_parallel=6", "+limit=60", "+num_workers=2", "+routing=round-robin", slow=4.0
+    )
+    assert len(rows(tmp_path / "out.jsonl")) == 60
     (bench,) = load_record(next((tmp_path / "r").glob("*/*_collect.json"))).benchmarks
     replicas = bench.extra["summary"]["replicas"]
     assert [r["url"] for r in replicas["replicas"]] == urls
@@ -125,17 +138,10 @@ def test_by_shard_gives_each_shard_its_part_of_the_list(tmp_path: Path) -> None:
     """Two workers, three replicas, ``+replica_subset=by_shard``: even shards over replicas 0 and 2,
     odd shards over replica 1 alone (a list of one: its figures come from the shard's rollouts).
     Each replica's own /metrics says it served exactly its shards' rollouts."""
-    out = tmp_path / "out.jsonl"
-    with running_sim_replicas(replicas=3, **SIM) as servers:
-        urls = [server.base_url for server in servers]
-        done = gymbench(
-            "collect", f"+input_jsonl_fpath={EXAMPLES}", f"+output_jsonl_fpath={out}", f"+base_url={json.dumps(urls)}",
-            "+model=m", "+num_samples_in_parallel=3", "+limit=45", "+num_workers=2", "+replica_subset=by_shard",
-            "+progress=false", f"+results_dir={tmp_path / 'r'}",
-        )  # fmt: skip
-        counted = [sum(v for k, v in s.metrics().items() if k.startswith("vllm:request_success")) for s in servers]
-    assert done.returncode == 0, done.stderr
-    assert len(rows(out)) == 45
+    _, urls, counted = collect_over_replicas(
+        tmp_path, "+num_samples_in_parallel=3", "+limit=45", "+num_workers=2", "+replica_subset=by_shard"
+    )
+    assert len(rows(tmp_path / "out.jsonl")) == 45
     plan = json.loads((tmp_path / "out.jsonl.shards" / "plan.json").read_text())["shards"]
     odd = sum(end - start for index, (start, end) in enumerate(plan) if index % 2)
     assert 0 < odd < 45 and counted[1] == odd
@@ -193,3 +199,21 @@ def test_a_thinned_sample_weighs_as_the_tries_it_stands_for() -> None:
     (replica,) = merged.replicas
     assert len(replica.latencies_s) == LATENCY_SAMPLE
     assert replica.latencies_s.count(9.0) == round(LATENCY_SAMPLE * 4096 / (40960 + 4096))
+
+
+def test_counts_since_an_earlier_read_are_one_probes_figures() -> None:
+    """diagnose's high probe out of the router's counts kept from the start: differences of the
+    counts, the latencies added since (the sample still had room), the later peak and state."""
+    a, b = "http://a/v1", "http://b/v1"
+    before = RoutingCounts("sticky", (ReplicaCounts(a, 10, 9, 1, 2, False, (0.1,) * 9),
+                                      ReplicaCounts(b, 10, 10, 0, 2, False, (0.1,) * 10)))  # fmt: skip
+    after = RoutingCounts("sticky", (ReplicaCounts(a, 50, 48, 2, 9, False, (0.1,) * 9 + (0.5,) * 39),
+                                     ReplicaCounts(b, 40, 30, 10, 8, True, (0.1,) * 10 + (2.0,) * 20)))  # fmt: skip
+    high = after.since(before)
+    assert [(r.requests, r.completed, r.errors, r.peak_in_flight, r.out) for r in high.replicas] == [
+        (40, 39, 1, 9, False), (30, 20, 10, 8, True)]  # fmt: skip
+    assert high.replicas[0].latencies_s == (0.5,) * 39 and high.replicas[1].latencies_s == (2.0,) * 20
+    kept = (0.3,) * LATENCY_SAMPLE
+    full = RoutingCounts("sticky", (ReplicaCounts(a, 9000, 9000, 0, 9, False, kept),))
+    earlier = RoutingCounts("sticky", (ReplicaCounts(a, 5000, 5000, 0, 9, False, kept),))
+    assert full.since(earlier).replicas[0].latencies_s == kept  # a full sample: the run's, as kept
