@@ -117,7 +117,12 @@ class PrecisionSettings(Checked):
         super().__post_init__()
         require(0 < self.target_precision < 1, "target_precision", self.target_precision, "a share in (0, 1)")
         at_least("min_batches", self.min_batches, 2)
-        require(self.max_batches >= self.min_batches, "max_batches", self.max_batches, "at least min_batches")
+        require(
+            self.max_batches >= self.min_batches,
+            "max_batches",
+            self.max_batches,
+            f"at least min_batches ({self.min_batches})",
+        )
 
     def precision_rule(self) -> Precision:
         from gymbench.tune.rates import Precision

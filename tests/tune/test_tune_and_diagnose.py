@@ -169,6 +169,11 @@ def test_a_third_partys_open_loop_strategy_is_refused_by_its_attribute() -> None
         diagnose_run(config("strategy=scheduled", schema=DiagnoseConfig), plugins)
 
 
+def test_max_batches_below_min_batches_says_the_minimum() -> None:
+    with pytest.raises(GymbenchError, match=r"'max_batches': got 4, expected at least min_batches \(6\)"):
+        build_settings(DiagnoseConfig, ["max_batches=4"])
+
+
 @pytest.mark.parametrize("sigint", ["default", "ignored"])
 def test_sigterm_mid_tune_prints_and_saves_the_levels_measured(tmp_path: Path, sigint: str) -> None:
     """With the bar off, each level still says itself in a line; SIGTERM once the first has (a

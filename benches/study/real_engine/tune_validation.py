@@ -1,0 +1,133 @@
+"""Issue 39's validation: ``gymbench tune`` with defaults, ten times, against a truth measured the
+same day on one llama-server, some runs with a CPU hog beside them. Not a benchmark (it takes about
+an hour per slot count); its table goes into docs/tuning.md.
+
+Run from the repository root::
+
+    python benches/study/real_engine/tune_validation.py SLOTS [RUNS] [TRUTH_WINDOW_S] [OUT.json]
+
+The truth is the real-engine bench's (``benches/test_real_engine.py``: closed loops through the
+``openai`` backend over 64 distinct prompts, each grid point in shuffled passes, its interval from
+the spread between windows), measured before the tunes and again after them, pooled. Each tune
+runs with the bench's requests and nothing else set (``tune_run`` with the defaults a user gets).
+Every odd-numbered run has one busy-looping process beside it. Per run: the knee and its printed
+interval, whether the truth's knee is inside it, the recommendation, the share of the true plateau
+it delivers (the truth interpolated there), the recommendation against the truth's smallest
+parallelism giving 95% of its plateau, and the tune's wall time. One JSON object at the end.
+"""
+
+# ruff: noqa: E501
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, "benches")
+from test_real_engine import MAX_TOKENS, common, interpolated, one_window, rate_of, tasks_file
+
+from gymbench.engine.build import cache_root, find_server
+from gymbench.engine.model import cached_model
+from gymbench.engine.server import start_llama_server
+from gymbench.settings import build_settings
+from gymbench.testing import make_plugins
+from gymbench.tune.command import tune_run
+from gymbench.tune.config import TuneConfig
+from gymbench.tune.curves import find_knee
+
+SLOTS = int(sys.argv[1])
+RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+WINDOW_S = float(sys.argv[3]) if len(sys.argv) > 3 else 15.0
+OUT = Path(sys.argv[4]) if len(sys.argv) > 4 else Path(f"/tmp/tune_validation_{SLOTS}.json")
+PASSES = 3
+POINTS = {4: [1, 2, 3, 4, 5, 6, 8, 12, 16, 32], 64: [1, 4, 16, 32, 48, 64, 80, 96, 128, 192]}
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def measure_truth(server, points: list[int], seed: int) -> dict[int, list]:
+    windows: dict[int, list] = {p: [] for p in points}
+    for turn in range(PASSES):
+        order = list(points)
+        random.Random(seed + turn).shuffle(order)
+        for p in order:
+            windows[p].append(one_window(server, p, WINDOW_S / PASSES))
+    return windows
+
+
+def hog() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+points = POINTS.get(SLOTS) or sorted({1, max(1, SLOTS // 2), SLOTS, 2 * SLOTS, 4 * SLOTS})
+server = start_llama_server(
+    find_server(), cached_model("tiny", cache_root()), slots=SLOTS, threads=1, context=512, max_tokens=MAX_TOKENS
+)
+runs: list[dict] = []
+with server, tempfile.TemporaryDirectory() as tmp:
+    tasks = tasks_file(Path(tmp))
+    say(f"-np {SLOTS}: truth before, {WINDOW_S:g} s per point in {PASSES} passes, load {os.getloadavg()[0]:.1f}")
+    before = measure_truth(server, points, 0)
+    for p in points:
+        say(f"  p={p:>3}: " + ", ".join(f"{w.requests_per_s:.1f}" for w in before[p]))
+    for run in range(RUNS):
+        busy = hog() if run % 2 else None
+        load_before = os.getloadavg()[0]
+        started = time.perf_counter()
+        try:
+            result = tune_run(build_settings(TuneConfig, [*common(server, tasks), "plot="]), make_plugins())
+        finally:
+            if busy is not None:
+                busy.kill()
+                busy.wait()
+        wall = time.perf_counter() - started
+        knee = result.knee
+        runs.append({"run": run + 1, "hog": busy is not None, "load": [round(load_before, 1), round(os.getloadavg()[0], 1)],
+                     "knee": knee.parallelism, "knee_low": knee.low, "knee_high": knee.high, "plateau": knee.plateau,
+                     "recommended": result.recommended, "wall_s": wall, "stop": result.stop_reason,
+                     "levels": {p: round(r.value, 2) for p, r in sorted(result.curve.items())}})  # fmt: skip
+        say(f"run {run + 1}{' (hog)' if busy else ''}: knee {knee.parallelism:.1f} [{knee.low:.1f}, {knee.high:.1f}], "
+            f"recommended {result.recommended}, {wall:.0f} s, load {load_before:.1f}-{os.getloadavg()[0]:.1f}; levels "
+            + ", ".join(f"{p}: {r.value:.1f}" for p, r in sorted(result.curve.items())))  # fmt: skip
+    say(f"truth after, load {os.getloadavg()[0]:.1f}")
+    after = measure_truth(server, points, 100)
+    for p in points:
+        say(f"  p={p:>3}: " + ", ".join(f"{w.requests_per_s:.1f}" for w in after[p]))
+
+rates = {p: rate_of(before[p] + after[p]) for p in points}
+found = find_knee(rates)
+curve = {p: r.value for p, r in rates.items()}
+plateau = found.plateau
+smallest_95 = next(p for p in range(1, max(points) + 1) if interpolated(curve, p) >= 0.95 * plateau)
+truth = {"knee": found.parallelism, "low": found.low, "high": found.high, "plateau": plateau, "smallest_95": smallest_95,
+         "curve": {p: [round(r.value, 2), round(r.half_width, 2)] for p, r in rates.items()},
+         "before": {p: [round(w.requests_per_s, 2) for w in before[p]] for p in points},
+         "after": {p: [round(w.requests_per_s, 2) for w in after[p]] for p in points}}  # fmt: skip
+say(f"truth (pooled): knee {found.parallelism:.1f} [{found.low:.1f}, {found.high:.1f}], plateau {plateau:.2f}, "
+    f"smallest giving 95% of it {smallest_95}")  # fmt: skip
+say(
+    "| run | hog | load | knee [printed interval] | truth's knee inside | recommended | delivers | ≤ 1.5× smallest-95 | wall |"
+)
+say("|---|---|---|---|---|---|---|---|---|")
+for r in runs:
+    r["inside"] = r["knee_low"] <= found.parallelism <= r["knee_high"]
+    r["delivers"] = interpolated(curve, r["recommended"]) / plateau
+    r["within_1_5"] = r["recommended"] <= 1.5 * smallest_95
+    say(f"| {r['run']} | {'yes' if r['hog'] else ''} | {r['load'][0]}-{r['load'][1]} | {r['knee']:.1f} [{r['knee_low']:.1f}, "
+        f"{r['knee_high']:.1f}] | {'yes' if r['inside'] else 'no'} | {r['recommended']} | {r['delivers']:.1%} | "
+        f"{'yes' if r['within_1_5'] else 'no'} | {r['wall_s']:.0f} s |")  # fmt: skip
+summary = {"inside": sum(r["inside"] for r in runs), "delivers_95": sum(r["delivers"] >= 0.95 for r in runs),
+           "within_1_5": sum(r["within_1_5"] for r in runs), "under_5_min": sum(r["wall_s"] <= 300 for r in runs),
+           "runs": len(runs)}  # fmt: skip
+say(json.dumps(summary))
+OUT.write_text(json.dumps({"slots": SLOTS, "truth": truth, "runs": runs, "summary": summary}, indent=1, default=str))
+assert math.isfinite(plateau)
