@@ -134,13 +134,15 @@ class Router:
     def _sticky(self, request: GenerationRequest | None, avoid: Replica | None) -> Replica:
         if request is None:
             return self._round_robin(request, avoid)
-        replicas, count = self.replicas, len(self.replicas)
-        start = (request.task_index + request.rollout_index) % count  # consecutive ones: consecutive replicas
-        for step in range(count):  # the next live one when its own is out: other rollouts stay put
-            replica = replicas[(start + step) % count]
-            if self._usable(replica, avoid):
-                return replica
-        return self._fallback(avoid)
+        identity = request.task_index + request.rollout_index
+        own = self.replicas[identity % len(self.replicas)]  # consecutive ones: consecutive replicas
+        if self._usable(own, avoid):
+            return own
+        # Its own is out: one of the usable others, by the identity again, so the rollouts of a dead
+        # replica spread evenly over the rest (the next in the list took them all: a 1-slot replica
+        # then carried 62% of a run) while each keeps to one replica and the others stay put.
+        usable = [replica for replica in self.replicas if self._usable(replica, avoid)]
+        return usable[identity // len(self.replicas) % len(usable)] if usable else self._fallback(avoid)
 
     def _round_robin(self, request: GenerationRequest | None, avoid: Replica | None) -> Replica:
         replicas, count = self.replicas, len(self.replicas)

@@ -81,6 +81,19 @@ async def test_sticky_spreads_consecutive_tasks_evenly(replicas: list[SimServerH
         assert requests_per_replica(client) == [10, 10, 10]
 
 
+def test_sticky_spreads_a_dead_replicas_rollouts_over_the_others_and_keeps_each_on_one() -> None:
+    router = Router([Replica(str(i), f"u{i}", f"m{i}") for i in range(4)], "sticky", lambda _: None)
+    router.take_out(router.replicas[1], "test")
+    first = {task: router.choose(GenerationRequest(task, 0, QUESTION)).name for task in range(120)}
+    assert [first[task] for task in range(120) if task % 4 != 1] == [
+        str(task % 4) for task in range(120) if task % 4 != 1
+    ]
+    moved = [first[task] for task in range(120) if task % 4 == 1]  # replica 1's thirty
+    assert sorted(moved.count(name) for name in "023") == [10, 10, 10]
+    again = {task: router.choose(GenerationRequest(task, 0, QUESTION)).name for task in range(120)}
+    assert again == first  # every later turn of a rollout goes where its first went
+
+
 async def test_round_robin_takes_turns(replicas: list[SimServerHandle]) -> None:
     async with backend([s.base_url for s in replicas], routing="round-robin") as client:
         await run_all(client, [(0, 0)] * 12, parallel=1)
