@@ -13,6 +13,12 @@ row's ``agent_ref.name``, is looked up in the head server's listing
 ``+agent_name`` routes every row to that agent, overriding a row's own ``agent_ref`` (one warning
 per overridden name; NeMo Gym 0.5 let the row win).
 Every agent is checked to answer before its first row is sent: a dead agent costs seconds.
+
+Where the head server lists environment servers (NeMo Gym 0.7.0), a row goes where 0.7.0 sends it:
+to the one environment server in front of its agent (the agent fronted by none or by several is an
+error), and the row is stamped with that server's name (``_ng_environment_server``) and
+implementation (``_ng_result_type``), as 0.7.0 stamps its results. Only rows that went through one
+are stamped. ``+agent_url`` posts to the server it names, as it is.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import orjson
 
 from gymbench.builtin.backend_settings import HttpSettings, NemoGymSettings
 from gymbench.builtin.http_client import RequestClock, RetryingClient
-from gymbench.builtin.nemo_gym_head import AgentDirectory, head_server_url, read_directory
+from gymbench.builtin.nemo_gym_head import AgentDirectory, AgentRoute, head_server_url, read_directory
 from gymbench.builtin.openai_shapes import read_responses
 from gymbench.console import warn
 from gymbench.errors import GymbenchError
@@ -36,6 +42,8 @@ from gymbench.types import Generation, GenerationFailed, GenerationRequest, JSON
 
 SCORED_FIELDS = ("response", "reward")
 """What an agent's answer adds to the row; every other field it returns goes to the row as is."""
+ENVIRONMENT_SERVER_KEY = "_ng_environment_server"
+RESULT_TYPE_KEY = "_ng_result_type"
 
 
 def agent_name_of(row: Mapping[str, Any]) -> str | None:
@@ -87,9 +95,9 @@ class NemoGymBackend:
                 f"+agent_name={name} overrides the rows' agent_ref {own!r} "
                 "(as NeMo Gym 0.7.0 does; leave +agent_name out to route by agent_ref)"
             )
-        url = self._route(name)
+        route = self._route(name)
         try:
-            await self._reachable(url)
+            await self._reachable(route)
         except GymbenchError as exc:
             raise GenerationFailed("connection_error", str(exc)) from None
         body = {
@@ -100,9 +108,11 @@ class NemoGymBackend:
         }
         if name is not None:
             body["agent_ref"] = request.row.get("agent_ref") if name == own else {"name": name}
-        posted = await self.client.post(url + "/run", orjson.dumps(body, default=str), _read_run)
+        posted = await self.client.post(route.url + "/run", orjson.dumps(body, default=str), _read_run)
         generation: Generation = posted.value
-        extra = {**generation.extra, "agent_ref": body["agent_ref"]} if name is not None else generation.extra
+        extra = {**generation.extra, **_stamps(route)}
+        if name is not None:
+            extra["agent_ref"] = body["agent_ref"]
         timings = {**generation.timings, "connection_wait": posted.connection_wait}
         return Generation(
             generation.text,
@@ -115,10 +125,10 @@ class NemoGymBackend:
             client_delay=posted.client_delay,
         )
 
-    def _route(self, name: str | None, strict: bool = False) -> str:
-        """The agent server for a row; a row no agent can take fails (the whole run, when ``strict``)."""
+    def _route(self, name: str | None, strict: bool = False) -> AgentRoute:
+        """Where a row goes; a row no agent can take fails (the whole run, when ``strict``)."""
         if self.agent_url is not None:
-            url = self.agent_url
+            route = AgentRoute(self.agent_url)
         elif name is None:
             raise GenerationFailed(
                 "bad_request",
@@ -127,23 +137,32 @@ class NemoGymBackend:
             )
         else:
             assert self.directory is not None
-            if name not in self.directory.agents:
+            try:
+                route = self.directory.route(name)
+            except GymbenchError as exc:
                 if strict:
-                    raise GymbenchError(self.directory.unknown(name))
-                raise GenerationFailed("bad_request", self.directory.unknown(name))
-            url = self.directory.agents[name]
+                    raise
+                raise GenerationFailed("bad_request", str(exc)) from None
         if name is not None:
-            self.agent_routes.setdefault(name, url)
-        return url
+            self.agent_routes.setdefault(name, route.agent_url)
+        return route
 
-    async def _reachable(self, url: str) -> None:
-        """One check per agent server, shared by the rows that wait for it; its failure is kept."""
+    async def _reachable(self, route: AgentRoute) -> None:
+        """One check per server rows are posted to, shared by the rows that wait for it; its failure is kept."""
         if not self.client.preflight:
             return
-        check = self._checks.get(url)
+        check = self._checks.get(route.url)
         if check is None:
-            check = self._checks[url] = asyncio.ensure_future(self.client.reach(url))
+            what = "agent server" if route.environment is None else f"environment server {route.environment.name}"
+            check = self._checks[route.url] = asyncio.ensure_future(self.client.reach(route.url, what))
         await asyncio.shield(check)
+
+
+def _stamps(route: AgentRoute) -> dict[str, str]:
+    """What NeMo Gym 0.7.0 stamps on a result its environment server ran; nothing for a direct post."""
+    if route.environment is None:
+        return {}
+    return {ENVIRONMENT_SERVER_KEY: route.environment.name, RESULT_TYPE_KEY: route.environment.result_type}
 
 
 async def _read_run(answer: aiohttp.ClientResponse, clock: RequestClock) -> Generation:

@@ -7,12 +7,21 @@ gives), ``server_type`` (``responses_api_agents`` for agents), ``host``, ``port`
 servers older than that listing (NeMo Gym 0.1) answer 404 there; their ``GET
 /global_config_dict_yaml`` holds the whole config, where an agent is
 ``NAME: {responses_api_agents: {IMPLEMENTATION: {host, port, ...}}}``.
+
+NeMo Gym 0.7.0 reaches an agent only through the one **environment server** in front of it: a config
+entry ``NAME: {environment_servers: {IMPLEMENTATION: {agent_server: {name: AGENT}, host, port}}}``
+(``ng_run`` generates a ``legacy_agent`` relay for every agent without one). ``/server_instances``
+lists environment servers but not which agent each fronts, so when it lists any, the config is read
+too, and :meth:`AgentDirectory.route` applies 0.7.0's rule (``_environment_server_for_agent``): one
+in front of the agent is where its rows go; none or several is an error. A head server that lists
+no environment server at all (NeMo Gym before 0.7.0) keeps the direct post to the agent.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,6 +34,9 @@ from gymbench.server_instances import ServerInstance, parse_server_instances
 from gymbench.types import JSONValue
 
 AGENT_SERVER_TYPE = "responses_api_agents"
+ENVIRONMENT_SERVER_TYPE = "environment_servers"
+AGENT_REF_FIELD = "agent_server"
+"""The field an environment server names its agent in (its ``type`` may be left out there)."""
 ANY_ADDRESS = ("0.0.0.0", "::", "")
 """A server bound to every interface is reached at the head server's host."""
 SHOWN_NAMES = 20
@@ -37,20 +49,74 @@ def head_server_url(head_server: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
+class EnvironmentServer:
+    """An environment server of NeMo Gym 0.7.0: rows of the agents it fronts are posted to it."""
+
+    name: str
+    """The config's top-level key: stamped on each row it ran as ``_ng_environment_server``."""
+    url: str
+    result_type: str
+    """The implementation under ``environment_servers:`` (``legacy_agent``, ...): ``_ng_result_type``."""
+
+
+@dataclass(frozen=True)
+class AgentRoute:
+    """Where one agent's rows are posted: its environment server where the stack has them, else the agent."""
+
+    agent_url: str
+    environment: EnvironmentServer | None = None
+
+    @property
+    def url(self) -> str:
+        return self.environment.url if self.environment is not None else self.agent_url
+
+
+@dataclass(frozen=True)
 class AgentDirectory:
-    """The agents one head server knows, by name."""
+    """The agents one head server knows, by name, and the environment servers in front of them."""
 
     head_url: str
     agents: Mapping[str, str]
     """Agent name -> the agent server's base URL."""
     servers: tuple[ServerInstance, ...] = ()
     """Every server the head server lists, with its PID where it gives one (diagnose's per-server CPU)."""
+    environments: Mapping[str, EnvironmentServer] = field(default_factory=dict)
+    """Environment servers by name; empty for a stack that has none (NeMo Gym before 0.7.0)."""
+    fronting: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Agent name -> the environment servers that front it, one entry per implementation as 0.7.0 counts."""
 
     def url_for(self, name: str) -> str:
         url = self.agents.get(name)
         if url is None:
             raise GymbenchError(self.unknown(name))
         return url
+
+    def route(self, name: str) -> AgentRoute:
+        """The agent's route, by 0.7.0's rule when the stack has environment servers."""
+        url = self.url_for(name)
+        if not self.environments and not self.fronting:
+            return AgentRoute(url)
+        fronting = self.fronting.get(name, ())
+        if len(fronting) == 1:
+            environment = self.environments.get(fronting[0])
+            if environment is None:
+                raise GymbenchError(
+                    f"the NeMo Gym head server at {self.head_url} gives no host and port for environment server "
+                    f"{fronting[0]!r}, in front of agent {name!r}; give +agent_url=http://HOST:PORT"
+                )
+            return AgentRoute(url, environment)
+        if fronting:
+            raise GymbenchError(
+                f"the NeMo Gym head server at {self.head_url} lists several environment servers in front of agent "
+                f"{name!r}: {', '.join(sorted(fronting))}; rows routed by agent cannot choose between them (NeMo Gym "
+                "0.7.0 refuses them too): keep one of them in the config, or give +agent_url=http://HOST:PORT"
+            )
+        listed = ", ".join(sorted(self.environments)[:SHOWN_NAMES])
+        raise GymbenchError(
+            f"the NeMo Gym head server at {self.head_url} lists no environment server in front of agent {name!r} "
+            f"(it lists {listed}), and NeMo Gym 0.7.0 reaches an agent only through one: declare one "
+            f"(environment_servers: legacy_agent: agent_server: {{name: {name}}}), or give +agent_url=http://HOST:PORT"
+        )
 
     def unknown(self, name: str) -> str:
         names = sorted(self.agents)
@@ -68,8 +134,8 @@ async def read_directory(client: RetryingClient, head_url: str) -> AgentDirector
     try:
         listing = await client.reach(f"{head_url}/server_instances", what)
         if listing.status == 404:  # a head server from before the listing: read its config instead
-            config = await client.reach(f"{head_url}/global_config_dict_yaml", what)
-            return AgentDirectory(head_url, agents_from_global_config(_config_yaml(head_url, config.body), head_url))
+            config = await read_global_config(client, head_url)
+            return _with_environments(AgentDirectory(head_url, agents_from_global_config(config, head_url)), config)
     except GymbenchError as exc:
         raise GymbenchError(
             f"{exc} Start NeMo Gym's servers (ng_run), point +head_server.host/+head_server.port at its head "
@@ -78,7 +144,64 @@ async def read_directory(client: RetryingClient, head_url: str) -> AgentDirector
     if listing.status != 200:
         raise GymbenchError(f"the NeMo Gym head server at {head_url} refused /server_instances (HTTP {listing.status})")
     instances = _json(head_url, "/server_instances", listing.body)
-    return AgentDirectory(head_url, agents_from_instances(instances, head_url), parse_server_instances(instances))
+    servers = parse_server_instances(instances)
+    directory = AgentDirectory(head_url, agents_from_instances(instances, head_url), servers)
+    if not any(server.server_type == ENVIRONMENT_SERVER_TYPE for server in servers):
+        return directory
+    return _with_environments(directory, await read_global_config(client, head_url))
+
+
+async def read_global_config(client: RetryingClient, head_url: str) -> JSONValue:
+    """``GET /global_config_dict_yaml``: the merged config ``ng_run`` started from."""
+    config = await client.reach(f"{head_url}/global_config_dict_yaml", "NeMo Gym head server")
+    if config.status != 200:
+        raise GymbenchError(
+            f"the NeMo Gym head server at {head_url} refused /global_config_dict_yaml (HTTP {config.status}), "
+            "which says which agent each environment server fronts; give +agent_url=http://HOST:PORT instead"
+        )
+    return _config_yaml(head_url, config.body)
+
+
+def _with_environments(directory: AgentDirectory, config: Any) -> AgentDirectory:
+    listed = {server.name: server.url for server in directory.servers if server.port is not None}
+    environments, fronting = environment_servers_from_global_config(config, directory.head_url, listed)
+    return dataclasses.replace(directory, environments=environments, fronting=fronting)
+
+
+def environment_servers_from_global_config(
+    config: Any, head_url: str, listed: Mapping[str, str] | None = None
+) -> tuple[dict[str, EnvironmentServer], dict[str, tuple[str, ...]]]:
+    """The config's environment servers by name, and for each agent those that front it, read as
+    NeMo Gym 0.7.0 reads them (``_environment_servers_by_agent``, ``environment_server_agent_refs``):
+    an agent reference is a field whose value has ``type: responses_api_agents``, or ``agent_server``
+    without a type. A server's URL is the head server's listing of it (``listed``), else its config's."""
+    environments: dict[str, EnvironmentServer] = {}
+    fronting: dict[str, list[str]] = {}
+    for name, block in config.items() if isinstance(config, Mapping) else ():
+        implementations = block.get(ENVIRONMENT_SERVER_TYPE) if isinstance(block, Mapping) else None
+        if not isinstance(implementations, Mapping) or not implementations:
+            continue
+        result_type, first = next(iter(implementations.items()))
+        first = first if isinstance(first, Mapping) else {}
+        url = (listed or {}).get(str(name)) or _agent_url(first.get("host"), first.get("port"), head_url)
+        if url is not None:
+            environments[str(name)] = EnvironmentServer(str(name), url.rstrip("/"), str(result_type))
+        for server in implementations.values():
+            for agent in _fronted_agents(server):
+                fronting.setdefault(agent, []).append(str(name))
+    return environments, {agent: tuple(names) for agent, names in fronting.items()}
+
+
+def _fronted_agents(server: Any) -> list[str]:
+    if not isinstance(server, Mapping):
+        return []
+    return [
+        str(reference["name"])
+        for key, reference in server.items()
+        if isinstance(reference, Mapping)
+        and (reference.get("type") == AGENT_SERVER_TYPE or (key == AGENT_REF_FIELD and reference.get("type") is None))
+        and reference.get("name") is not None
+    ]
 
 
 def agents_from_instances(instances: Any, head_url: str) -> dict[str, str]:

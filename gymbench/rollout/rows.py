@@ -24,6 +24,9 @@ from gymbench.types import Generation, GenerationFailed, JSONObject
 
 AGENT_VERIFIER = "agent"
 """``verifier.name`` of a row the backend's agent scored (gymbench's verifier did not run)."""
+ROUTE_FIELDS = ("agent_ref", "_ng_environment_server", "_ng_result_type")
+"""What an agent backend says about where the rollout ran (the agent; NeMo Gym 0.7.0's environment
+server and its type): it replaces the input row's own value, as NeMo Gym's stamps do."""
 
 
 def build_row(
@@ -66,8 +69,9 @@ def build_row(
             row["client_delay"] = dict(generation.client_delay)
         for key, value in generation.extra.items():
             row.setdefault(key, value)
-        if "agent_ref" in generation.extra:  # the agent that ran it (+agent_name overrides the row's own)
-            row["agent_ref"] = generation.extra["agent_ref"]
+        for key in ROUTE_FIELDS:  # the agent that ran it (+agent_name overrides the row's own), its server
+            if key in generation.extra:
+                row[key] = generation.extra[key]
     else:
         assert failure is not None
         row["status"] = "failed"

@@ -10,9 +10,12 @@ Read from NeMo Gym's source (see ``docs/nemo-gym.md``):
   unknown ones a 422), seeds the session, calls the model until it answers without a tool call
   (tool calls go to the resources server), has the answer verified and returns the verify
   response; ``POST /aggregate_metrics`` is proxied to the resources server; ``GET /`` is liveness;
+* an **environment server** (NeMo Gym 0.7.0's ``legacy_agent`` relay): ``POST /run`` relayed to
+  its agent unchanged, its answer back; ``POST /aggregate_metrics`` forwarded likewise;
 * a **head server**: ``GET /server_instances`` (one entry per server: ``process_name``,
-  ``server_type``, ``name``, ``host``, ``port``, ``url``, ...) and, for head servers from before
-  that listing, ``GET /global_config_dict_yaml`` (the config as YAML in a JSON string).
+  ``server_type``, ``name``, ``host``, ``port``, ``url``, ...) and ``GET /global_config_dict_yaml``
+  (the config as YAML in a JSON string; an environment server's block names the agents it fronts,
+  ``agent_server: {type: responses_api_agents, name: AGENT}``, as 0.7.0's merged config does).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ PARAM_DEFAULTS: dict[str, Any] = {
 }  # fmt: skip
 """``NeMoGymResponseCreateParamsNonStreaming``'s fields and defaults, in its order (extra fields forbidden)."""
 AGENT_TYPE, RESOURCES_TYPE, MODEL_TYPE = "responses_api_agents", "resources_servers", "responses_api_models"
+ENVIRONMENT_TYPE = "environment_servers"
 
 
 def normalise_params(params: Any) -> dict[str, Any]:
@@ -219,12 +223,52 @@ class AgentServer:
 
 
 @dataclass
+class EnvironmentServer:
+    """NeMo Gym 0.7.0's ``legacy_agent`` environment server: relays ``/run`` to its agent as it is."""
+
+    agent_url: str
+    runs: int = 0
+    """``/run`` requests it relayed: a test counts what went through it."""
+    session: aiohttp.ClientSession | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/run", self.run)
+        app.router.add_post("/aggregate_metrics", self.aggregate_metrics)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+        return app  # no GET /: 0.7.0's relay has none (a 404 still says it is up)
+
+    async def _open(self, app: web.Application) -> None:
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+
+    async def _close(self, app: web.Application) -> None:
+        assert self.session is not None
+        await self.session.close()
+
+    async def run(self, request: web.Request) -> web.Response:
+        self.runs += 1
+        return await self._relay(request, "/run")
+
+    async def aggregate_metrics(self, request: web.Request) -> web.Response:
+        return await self._relay(request, "/aggregate_metrics")
+
+    async def _relay(self, request: web.Request, route: str) -> web.Response:
+        assert self.session is not None
+        headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
+        async with self.session.post(self.agent_url + route, data=await request.read(), headers=headers) as answer:
+            return web.Response(body=await answer.read(), status=answer.status, content_type=answer.content_type)
+
+
+@dataclass
 class HeadServer:
     """NeMo Gym's head server: the listing of the servers it started, and its config."""
 
     instances: list[dict[str, Any]] = field(default_factory=list)
     legacy: bool = False
     """Answer 404 at /server_instances, as head servers of NeMo Gym 0.1 do."""
+    fronted: dict[str, list[str]] = field(default_factory=dict)
+    """Environment server (process name) -> the agents its config block names."""
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -239,10 +283,19 @@ class HeadServer:
 
     async def global_config(self, request: web.Request) -> web.Response:
         config = {
-            entry["process_name"]: {entry["server_type"]: {entry["name"]: {k: entry[k] for k in ("host", "port")}}}
+            entry["process_name"]: {entry["server_type"]: {entry["name"]: self._block(entry)}}
             for entry in self.instances
         }
         return web.json_response(yaml.safe_dump(config))
+
+    def _block(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """One implementation's config; an environment server's names its agents as 0.7.0's does (the
+        first as ``agent_server``, others as fields with ``type: responses_api_agents``)."""
+        block: dict[str, Any] = {"entrypoint": "app.py", "host": entry["host"], "port": entry["port"]}
+        for index, agent in enumerate(self.fronted.get(entry["process_name"], ())):
+            field_name = "agent_server" if index == 0 else f"agent_{index}"
+            block[field_name] = {"type": AGENT_TYPE, "name": agent}
+        return block
 
 
 def instance(process_name: str, server_type: str, name: str, port: int) -> dict[str, Any]:

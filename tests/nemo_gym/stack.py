@@ -26,9 +26,11 @@ from aiohttp import web
 
 from .servers import (
     AGENT_TYPE,
+    ENVIRONMENT_TYPE,
     PARAM_DEFAULTS,
     RESOURCES_TYPE,
     AgentServer,
+    EnvironmentServer,
     HeadServer,
     ResourcesServer,
     instance,
@@ -50,7 +52,11 @@ class AgentStack:
     aggregates: bool = True
     agent_settings: dict[str, Any] = field(default_factory=dict)
     """Passed to every :class:`AgentServer` (``concurrency``, ``overhead_s``)."""
+    environment_servers: bool = False
+    """Put a ``legacy_agent`` environment server in front of each agent, as NeMo Gym 0.7.0's ``ng_run`` does."""
     agents: dict[str, AgentServer] = field(default_factory=dict)
+    environments: dict[str, EnvironmentServer] = field(default_factory=dict)
+    """By agent name: the environment server in front of it."""
     resources: dict[str, ResourcesServer] = field(default_factory=dict)
     head: HeadServer = field(default_factory=HeadServer)
     head_port: int = 0
@@ -78,8 +84,19 @@ class AgentStack:
                 instance(name, AGENT_TYPE, "simple_agent", agent_port),
                 instance(resources.name, RESOURCES_TYPE, "lookup_resources", resources_port),
             ]
+            if self.environment_servers:
+                await self.add_environment_server(f"{name}_environment_server", name)
         self.head_port = await self._serve(self.head.app())
         return self
+
+    async def add_environment_server(self, process_name: str, *agents: str) -> EnvironmentServer:
+        """A ``legacy_agent`` relay to the first of ``agents``, listed by the head server as fronting them all."""
+        environment = EnvironmentServer(self.agent_url(agents[0]))
+        port = await self._serve(environment.app())
+        self.environments.setdefault(agents[0], environment)
+        self.head.instances.append(instance(process_name, ENVIRONMENT_TYPE, "legacy_agent", port))
+        self.head.fronted[process_name] = list(agents)
+        return environment
 
     async def _serve(self, app: web.Application) -> int:
         runner = web.AppRunner(app, access_log=None)
@@ -148,6 +165,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--agents", default="simple_agent")
     parser.add_argument("--dead-agent", default=None, help="also list an agent of this name that is not running")
+    parser.add_argument("--environment-servers", action="store_true", help="an environment server before each agent")
     parser.add_argument("--agent", nargs="*", default=[], help="agent settings, KEY=VALUE (JSON values)")
     parser.add_argument("--sim", nargs="*", default=[], help="simulator settings, KEY=VALUE (JSON values)")
     args = parser.parse_args()
@@ -155,7 +173,10 @@ def main() -> None:
 
     async def serve() -> None:
         names = tuple(args.agents.split(","))
-        stack = await AgentStack(sim.base_url, sim.config.model, names, agent_settings=_key_values(args.agent)).start()
+        stack = await AgentStack(
+            sim.base_url, sim.config.model, names, agent_settings=_key_values(args.agent),
+            environment_servers=args.environment_servers,
+        ).start()  # fmt: skip
         if args.dead_agent:
             stack.head.instances.append(instance(args.dead_agent, AGENT_TYPE, "simple_agent", unused_port()))
         print(json.dumps(stack.addresses()), flush=True)

@@ -22,6 +22,9 @@ from tests.collect.test_collect_cli import gymbench, rows
 
 pytestmark = [pytest.mark.real_nemo_gym, pytest.mark.slow]
 TASKS = 50
+ROUTE_STAMPS = ("_ng_environment_server", "_ng_result_type")
+"""0.7.0's ``ng_run`` puts a generated ``legacy_agent`` environment server in front of the example agent;
+both tools dispatch through it and stamp its name and type on each row."""
 
 
 def distinct_tasks(venv: Path, path: Path, count: int = TASKS) -> Path:
@@ -77,6 +80,11 @@ def test_collect_joins_nemo_gyms_own_collection_on_the_same_stack(
         assert row["agent_ref"] == theirs[pair]["agent_ref"] == {"name": stack.agent_name}
         assert row["reward"] in (0.0, 1.0) and theirs[pair]["reward"] in (0.0, 1.0)
         assert row["response"]["model"] == theirs[pair]["response"]["model"] == "gymbench-sim"
+        assert [row[key] for key in ROUTE_STAMPS] == [theirs[pair][key] for key in ROUTE_STAMPS]
+    environment = stack.server("environment_servers")
+    assert {(row["_ng_environment_server"], row["_ng_result_type"]) for row in ours.values()} == {
+        (environment.name, "legacy_agent")
+    }
     aggregate = json.loads((tmp_path / "ours_aggregate_metrics.json").read_text())
     assert [entry["agent_ref"] for entry in aggregate] == [{"name": stack.agent_name}]
 
@@ -101,13 +109,15 @@ def test_a_run_nemo_gym_started_then_one_gymbench_killed_resume_to_every_pair_on
     done = gymbench(*args, timeout=300)
     assert done.returncode == 0, done.stderr
     assert out.read_text().startswith(started_by_nemo_gym)  # NeMo Gym's rows kept as they were
-    assert set(by_pair(rows(out))) == {(task, 0) for task in range(TASKS)}
+    written = by_pair(rows(out))
+    assert set(written) == {(task, 0) for task in range(TASKS)}
+    assert len({tuple(row[key] for key in ROUTE_STAMPS) for row in written.values()}) == 1  # theirs and ours
 
 
 def test_the_fixture_lists_every_server_with_its_pid(gymbench_nemo_gym_stack: NeMoGymStack) -> None:
     stack = gymbench_nemo_gym_stack
     types = {server.server_type for server in stack.servers}
-    assert {"responses_api_agents", "resources_servers", "responses_api_models"} <= types
+    assert {"responses_api_agents", "resources_servers", "responses_api_models", "environment_servers"} <= types
     assert stack.agent_name in {server.name for server in stack.servers}
     for pid in stack.pids().values():
         assert Path(f"/proc/{pid}").exists()
@@ -146,8 +156,8 @@ def test_diagnose_names_the_agent_server_when_the_model_is_instant(
     for server in found["servers"]:  # the high probe's CPU lies within what ps saw over the whole diagnose
         assert server["cpu_s"] <= after[server["pid"]] - before[server["pid"]] + 1.0
     servers = {server["role"]: server for server in found["servers"]}
-    assert {"agent server", "resources server", "model adapter"} <= set(servers)
-    for role in ("agent server", "resources server", "model adapter"):
+    assert {"agent server", "resources server", "model adapter", "environment server"} <= set(servers)
+    for role in ("agent server", "resources server", "model adapter", "environment server"):  # rows go through each
         assert (
             servers[role]["cpu_ms_per_rollout"] > 0 and servers[role]["pid"] in gymbench_nemo_gym_stack.pids().values()
         )
