@@ -102,6 +102,9 @@ class GenerationFailed(Exception):
         self.reason = reason
         self.status = status
         self.retries = retries
+        self.route: dict[str, str] = {}
+        """Where the request was sent, as an agent backend stamps its rows (NeMo Gym 0.7.0's
+        environment server and its type): a failed row carries them as a scored one does."""
 
     @property
     def rate_limit(self) -> bool:

@@ -97,6 +97,15 @@ class NemoGymBackend:
             )
         route = self._route(name)
         try:
+            return await self._generate(request, route, name, own)
+        except GenerationFailed as failed:
+            failed.route = _stamps(route)  # NeMo Gym 0.7.0 stamps its failed rows with the server too
+            raise
+
+    async def _generate(
+        self, request: GenerationRequest, route: AgentRoute, name: str | None, own: str | None
+    ) -> Generation:
+        try:
             await self._reachable(route)
         except GymbenchError as exc:
             raise GenerationFailed("connection_error", str(exc)) from None

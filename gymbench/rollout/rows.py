@@ -78,6 +78,9 @@ def build_row(
         row["response"] = None
         row["reward"] = None
         row["failure"] = {"kind": failure.kind, "reason": failure.reason, "status": failure.status}
+        for key in ROUTE_FIELDS:  # where it failed (NeMo Gym 0.7.0's environment server), as a scored row
+            if key in failure.route:
+                row[key] = failure.route[key]
     row["timings"] = dict(timings)
     return row
 

@@ -229,6 +229,8 @@ class EnvironmentServer:
     agent_url: str
     runs: int = 0
     """``/run`` requests it relayed: a test counts what went through it."""
+    refuse: int | None = None
+    """Answer every ``/run`` with this status instead of relaying it (a server that fails rows)."""
     session: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:
@@ -248,6 +250,8 @@ class EnvironmentServer:
 
     async def run(self, request: web.Request) -> web.Response:
         self.runs += 1
+        if self.refuse is not None:
+            return web.json_response({"detail": "refused by the test"}, status=self.refuse)
         return await self._relay(request, "/run")
 
     async def aggregate_metrics(self, request: web.Request) -> web.Response:

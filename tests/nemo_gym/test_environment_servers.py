@@ -13,6 +13,8 @@ import pytest
 
 from gymbench import GenerationFailed, GymbenchError
 from gymbench.builtin.nemo_gym_head import EnvironmentServer, environment_servers_from_global_config
+from gymbench.rollout.dataset import Task
+from gymbench.rollout.rows import build_row
 from gymbench.sim import SimServerHandle
 from tests.collect.test_collect_cli import EXAMPLES, gymbench, rows
 
@@ -49,6 +51,18 @@ async def test_rows_go_through_their_agents_environment_server_and_are_stamped_a
     assert fronted.environments["simple_agent"].runs == fronted.environments["math_agent"].runs == 2
     assert [t for t, _ in fronted.agents["simple_agent"].seen] == [0, 2]
     assert agents.agent_routes == {name: fronted.agent_url(name) for name in ("simple_agent", "math_agent")}
+
+
+async def test_a_row_its_environment_server_fails_is_stamped_with_it_too(fronted: AgentStack) -> None:
+    """NeMo Gym 0.7.0 stamps the rows of its failures file with the server as well."""
+    fronted.environments["simple_agent"].refuse = 400
+    async with backend(fronted.head_port) as agents:
+        with pytest.raises(GenerationFailed) as failed:
+            await agents.generate(request(0, agent_ref={"name": "simple_agent"}))
+    assert failed.value.kind == "bad_request" and failed.value.route == STAMPS
+    task = Task(0, 0, {"responses_create_params": {"input": "q"}, "_ng_result_type": "stale"})
+    row = build_row(task, 0, {"input": "q"}, None, failed.value, None, {}, "exact-match")
+    assert row["status"] == "failed" and {key: row[key] for key in STAMPS} == STAMPS
 
 
 async def test_an_agent_fronted_by_two_environment_servers_is_one_clear_error(fronted: AgentStack) -> None:
