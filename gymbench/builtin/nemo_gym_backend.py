@@ -95,7 +95,7 @@ class NemoGymBackend:
                 f"+agent_name={name} overrides the rows' agent_ref {own!r} "
                 "(as NeMo Gym 0.7.0 does; leave +agent_name out to route by agent_ref)"
             )
-        route = self._route(name)
+        route = self._route(name, stamped=request.row.get(ENVIRONMENT_SERVER_KEY))
         try:
             return await self._generate(request, route, name, own)
         except GenerationFailed as failed:
@@ -134,10 +134,17 @@ class NemoGymBackend:
             client_delay=posted.client_delay,
         )
 
-    def _route(self, name: str | None, strict: bool = False) -> AgentRoute:
-        """Where a row goes; a row no agent can take fails (the whole run, when ``strict``)."""
+    def _route(self, name: str | None, strict: bool = False, stamped: object = None) -> AgentRoute:
+        """Where a row goes; a row no agent can take fails (the whole run, when ``strict``). A row
+        that names its environment server (``stamped``) goes there on a stack that has them, as
+        NeMo Gym 0.7.0 dispatches it; a stack without them (before 0.7.0) ignores the field."""
         if self.agent_url is not None:
             route = AgentRoute(self.agent_url)
+        elif isinstance(stamped, str) and self.directory is not None and self.directory.environments:
+            try:
+                return self.directory.stamped_route(stamped)
+            except GymbenchError as exc:
+                raise GenerationFailed("bad_request", str(exc)) from None
         elif name is None:
             raise GenerationFailed(
                 "bad_request",

@@ -91,6 +91,20 @@ class AgentDirectory:
             raise GymbenchError(self.unknown(name))
         return url
 
+    def stamped_route(self, server: str) -> AgentRoute:
+        """The route of a row that names its environment server (``_ng_environment_server``): NeMo Gym
+        0.7.0 posts such a row there, whatever its agent, and refuses a name its config lacks."""
+        environment = self.environments.get(server)
+        if environment is None:
+            listed = ", ".join(sorted(self.environments)[:SHOWN_NAMES])
+            raise GymbenchError(
+                f"the row names environment server {server!r} (_ng_environment_server), which the NeMo Gym head "
+                f"server at {self.head_url} does not list (it lists {listed}); NeMo Gym 0.7.0 refuses it too: "
+                "remove the field from the input rows to route them by their agent"
+            )
+        agents = [agent for agent, servers in self.fronting.items() if server in servers and agent in self.agents]
+        return AgentRoute(self.agents[agents[0]] if len(agents) == 1 else environment.url, environment)
+
     def route(self, name: str) -> AgentRoute:
         """The agent's route, by 0.7.0's rule when the stack has environment servers."""
         url = self.url_for(name)

@@ -95,7 +95,8 @@ async def test_an_agent_no_environment_server_fronts_is_an_error_where_the_stack
 async def test_a_stack_without_environment_servers_is_posted_to_its_agents_unstamped(stack: AgentStack) -> None:
     async with backend(stack.head_port, agent_name="simple_agent") as agents:
         generation = await agents.generate(request())
-    assert stack.agents["simple_agent"].seen == [(0, 0)]
+        await agents.generate(request(1, _ng_environment_server="elsewhere"))  # before 0.7.0: an unknown field
+    assert stack.agents["simple_agent"].seen == [(0, 0), (1, 0)]
     assert agents.directory is not None and not agents.directory.environments
     assert not {"_ng_environment_server", "_ng_result_type"} & set(generation.extra)
 
@@ -107,14 +108,16 @@ async def test_agent_url_posts_to_the_server_it_names_unstamped(fronted: AgentSt
     assert "_ng_environment_server" not in generation.extra
 
 
-def test_collect_writes_the_stamps_on_every_row_replacing_an_input_rows_own(
+def test_collect_stamps_every_row_and_keeps_an_input_rows_own_correct_stamp(
     fronted_process_stack: AgentStack, tmp_path: Path
 ) -> None:
+    """Rows written by an earlier run (already stamped) are dispatched by their stamp, as NeMo Gym
+    0.7.0 does; its result type is rewritten from the server that ran them."""
     stack = fronted_process_stack
     tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
-    stale = {"_ng_environment_server": "elsewhere", "_ng_result_type": "stale"}
+    stamped = {"_ng_environment_server": "simple_agent_environment_server", "_ng_result_type": "stale"}
     lines = EXAMPLES.read_text().splitlines()[:6]
-    tasks.write_text("".join(json.dumps({**json.loads(line), **stale}) + "\n" for line in lines))
+    tasks.write_text("".join(json.dumps({**json.loads(line), **stamped}) + "\n" for line in lines))
     done = gymbench(
         "collect", f"+head_server.port={stack.head_port}", f"+input_jsonl_fpath={tasks}", f"+output_jsonl_fpath={out}",
         "+agent_name=simple_agent", "+num_repeats=2", "+save_results=false", "+progress=false",
@@ -123,6 +126,20 @@ def test_collect_writes_the_stamps_on_every_row_replacing_an_input_rows_own(
     written = rows(out)
     assert len(written) == 12 and all({k: row[k] for k in STAMPS} == STAMPS for row in written)
     assert stack.environments["simple_agent"].runs == 12 == len(stack.agents["simple_agent"].seen)
+
+
+async def test_a_row_naming_its_environment_server_goes_there_and_an_unknown_one_fails(fronted: AgentStack) -> None:
+    """0.7.0 dispatches a row that carries ``_ng_environment_server`` to that server, whatever its
+    agent_ref, and refuses a server its config lacks; a stack without environment servers ignores it."""
+    async with backend(fronted.head_port) as agents:
+        row = {"agent_ref": {"name": "simple_agent"}, "_ng_environment_server": "math_agent_environment_server"}
+        generation = await agents.generate(request(0, **row))
+        with pytest.raises(GenerationFailed) as failed:
+            await agents.generate(request(1, agent_ref={"name": "simple_agent"}, _ng_environment_server="elsewhere"))
+    assert generation.extra["_ng_environment_server"] == "math_agent_environment_server"
+    assert fronted.environments["math_agent"].runs == 1 and fronted.environments["simple_agent"].runs == 0
+    assert failed.value.kind == "bad_request" and "'elsewhere'" in failed.value.reason
+    assert "does not list" in failed.value.reason and fronted.agents["simple_agent"].seen == []
 
 
 def test_collect_with_an_ambiguous_agent_is_one_line_and_a_non_zero_exit(
