@@ -88,6 +88,12 @@ class Generation:
     the backend does not measure it."""
 
 
+ENVIRONMENT_SERVER_FIELD = "_ng_environment_server"
+RESULT_TYPE_FIELD = "_ng_result_type"
+"""NeMo Gym 0.7.0's stamps on a row its environment server ran: the server's name and its
+implementation. The ``nemo-gym`` backend sets them; the row builder writes them over a row's own."""
+
+
 class GenerationFailed(Exception):
     """A backend gave up on a request; the engine writes the kind and reason into the row.
 

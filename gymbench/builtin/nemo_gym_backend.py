@@ -38,12 +38,17 @@ from gymbench.builtin.nemo_gym_head import AgentDirectory, AgentRoute, head_serv
 from gymbench.builtin.openai_shapes import read_responses
 from gymbench.console import warn
 from gymbench.errors import GymbenchError
-from gymbench.types import Generation, GenerationFailed, GenerationRequest, JSONObject
+from gymbench.types import (
+    ENVIRONMENT_SERVER_FIELD,
+    RESULT_TYPE_FIELD,
+    Generation,
+    GenerationFailed,
+    GenerationRequest,
+    JSONObject,
+)
 
 SCORED_FIELDS = ("response", "reward")
 """What an agent's answer adds to the row; every other field it returns goes to the row as is."""
-ENVIRONMENT_SERVER_KEY = "_ng_environment_server"
-RESULT_TYPE_KEY = "_ng_result_type"
 
 
 def agent_name_of(row: Mapping[str, Any]) -> str | None:
@@ -95,7 +100,7 @@ class NemoGymBackend:
                 f"+agent_name={name} overrides the rows' agent_ref {own!r} "
                 "(as NeMo Gym 0.7.0 does; leave +agent_name out to route by agent_ref)"
             )
-        route = self._route(name, stamped=request.row.get(ENVIRONMENT_SERVER_KEY))
+        route = self._route(name, stamped=request.row.get(ENVIRONMENT_SERVER_FIELD))
         try:
             return await self._generate(request, route, name, own)
         except GenerationFailed as failed:
@@ -178,7 +183,7 @@ def _stamps(route: AgentRoute) -> dict[str, str]:
     """What NeMo Gym 0.7.0 stamps on a result its environment server ran; nothing for a direct post."""
     if route.environment is None:
         return {}
-    return {ENVIRONMENT_SERVER_KEY: route.environment.name, RESULT_TYPE_KEY: route.environment.result_type}
+    return {ENVIRONMENT_SERVER_FIELD: route.environment.name, RESULT_TYPE_FIELD: route.environment.result_type}
 
 
 async def _read_run(answer: aiohttp.ClientResponse, clock: RequestClock) -> Generation:

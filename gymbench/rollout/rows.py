@@ -20,11 +20,11 @@ from gymbench.rollout.dataset import Task
 from gymbench.rollout.latency import rollout_latencies
 from gymbench.rollout.stats import CollectStats
 from gymbench.rollout.verification import Judgement
-from gymbench.types import Generation, GenerationFailed, JSONObject
+from gymbench.types import ENVIRONMENT_SERVER_FIELD, RESULT_TYPE_FIELD, Generation, GenerationFailed, JSONObject
 
 AGENT_VERIFIER = "agent"
 """``verifier.name`` of a row the backend's agent scored (gymbench's verifier did not run)."""
-ROUTE_FIELDS = ("agent_ref", "_ng_environment_server", "_ng_result_type")
+ROUTE_FIELDS = ("agent_ref", ENVIRONMENT_SERVER_FIELD, RESULT_TYPE_FIELD)
 """What an agent backend says about where the rollout ran (the agent; NeMo Gym 0.7.0's environment
 server and its type): it replaces the input row's own value, as NeMo Gym's stamps do."""
 
