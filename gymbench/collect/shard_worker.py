@@ -174,7 +174,7 @@ def _replica_counts(backend: object, config: CollectConfig, stats: CollectStats)
     backend call's time as the latency, the shard's parallelism as its peak."""
     if isinstance(backend, RoutesReplicas) and (counts := backend.replica_counts()) is not None:
         return counts
-    base_url = getattr(config, "base_url", None)
+    base_url = config.base_url
     if config.replica_subset != "by_shard" or not isinstance(base_url, list) or len(base_url) != 1:
         return None
     from gymbench.builtin.routing import replica_name
@@ -184,4 +184,4 @@ def _replica_counts(backend: object, config: CollectConfig, stats: CollectStats)
     replica = ReplicaCounts(replica_name(base_url[0]), tries, stats.completed, tries - stats.completed,
                             min(config.num_samples_in_parallel or attempted, attempted), False,
                             tuple(stats.request_latency.values))  # fmt: skip
-    return RoutingCounts(getattr(config, "routing", "sticky"), (replica,))
+    return RoutingCounts(config.routing, (replica,))

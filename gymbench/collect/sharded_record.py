@@ -121,5 +121,5 @@ def _replica_order(config: CollectConfig) -> list[str]:
     """The configured replicas as the record names them, in the order given."""
     from gymbench.builtin.routing import replica_name
 
-    urls = getattr(config, "base_url", None)
+    urls = config.base_url
     return [replica_name(str(url)) for url in urls] if isinstance(urls, list) else []

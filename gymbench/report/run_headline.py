@@ -81,7 +81,7 @@ def collect_headline(bench: BenchmarkResult) -> Headline:
     answer += [s for s in (goodput_sentence(summary.get("goodput")), stage_sentence(summary)) if s]
     replicas = summary.get("replicas")
     if replicas and len(replicas.get("replicas", [])) > 1:
-        answer.append(replica_head(replicas)[0].upper() + replica_head(replicas)[1:] + ".")
+        answer.append(replica_head(replicas) + ".")  # it opens with the count: "3 replicas (sticky): ..."
     delay = summary.get("client_delay") or {}
     notes = list(delay.get("notes", [])) if delay.get("client_bound") or delay.get("cpu_limited") else []
     return Headline(title, answer, notes)
