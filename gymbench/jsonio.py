@@ -117,17 +117,20 @@ def decode_line(raw: bytes, first: bool = False) -> str:
         ) from None
 
 
-def dumps(obj: Any, *, newline: bool = False) -> bytes:
-    """Compact JSON bytes: orjson when it can, the standard library for what orjson refuses.
+def dumps(obj: Any, *, newline: bool = False, indent: bool = False) -> bytes:
+    """Compact JSON bytes (with ``indent``, indented by two): orjson when it can, the standard
+    library for what orjson refuses.
 
     orjson refuses integers beyond 64 bits and strings with lone surrogates; the fallback writes
-    both exactly (surrogates as ``\\udXXX`` escapes, so the output stays valid UTF-8).
+    both exactly (surrogates as ``\\udXXX`` escapes, so the output stays valid UTF-8). orjson writes
+    a NaN as ``null``: callers whose floats may not be finite use :func:`write_json_atomic`.
     """
-    option = orjson.OPT_APPEND_NEWLINE if newline else 0
+    option = (orjson.OPT_APPEND_NEWLINE if newline else 0) | (orjson.OPT_INDENT_2 if indent else 0)
     try:
         return orjson.dumps(obj, default=str, option=option)
     except TypeError:
-        text = json.dumps(obj, default=str, ensure_ascii=True, separators=(",", ":"))
+        separators = (",", ": ") if indent else (",", ":")
+        text = json.dumps(obj, default=str, ensure_ascii=True, separators=separators, indent=2 if indent else None)
         return (text + "\n" if newline else text).encode("ascii")
 
 

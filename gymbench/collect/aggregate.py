@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.console import warn
-from gymbench.jsonio import write_json_atomic
+from gymbench.jsonio import AtomicFile, dumps
 from gymbench.rollout.agent_metrics import (
     EncodedEntries,
     agent_entries,
@@ -39,7 +39,12 @@ def write_aggregate_metrics(output: Path, backend: Backend, backend_settings: ob
         if not isinstance(metrics, dict):
             metrics = baseline_metrics(rows)
         listing.append({"agent_ref": {"name": name}, **metrics})
-    return write_json_atomic(aggregate_metrics_path(output), listing)
+    with AtomicFile(aggregate_metrics_path(output)) as target:
+        # orjson: the standard library's indented writer took 0.33 ms per rollout (1 s for 3,000 rows'
+        # 3 MB), half of the collection's own CPU beside NeMo Gym's driver (docs/nemo-gym.md). Every
+        # value is finite: agents' answers are read refusing NaN, the baseline is statistics of them.
+        target.write(dumps(listing, newline=True, indent=True))
+    return target.path
 
 
 def _ask_agents(backend: Backend, backend_settings: object, entries: Mapping[str, EncodedEntries]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gymbench.errors import GymbenchError
-from gymbench.jsonio import JSONReadError, check_writable_file, loads
+from gymbench.jsonio import JSONReadError, check_writable_file, dumps, loads
 from gymbench.settings import build_settings, load_settings_file
 
 
@@ -23,6 +23,16 @@ def test_numbers_beyond_a_double_are_refused_not_turned_into_infinity() -> None:
     for text in ("1e400", b"[-2.5E+999]", "[" + "9" * 400 + ".5]"):
         with pytest.raises(JSONReadError, match="beyond a 64-bit float's range"):
             loads(text)
+
+
+def test_indented_dumps_reads_back_the_same_values_through_orjson_and_its_fallback() -> None:
+    """The aggregate-metrics file is written indented by orjson; a 20-digit id or a lone surrogate
+    takes the standard library's path, which must indent the same way and lose nothing."""
+    for value in ({"a": [1.5, {"b": "é"}], "n": 3}, {"id": 12345678901234567890123, "s": "\udc80"}):
+        text = dumps(value, newline=True, indent=True)
+        assert text.endswith(b"\n") and b'\n  "' in text
+        assert loads(text) == value
+    assert dumps({"a": 1}) == b'{"a":1}'
 
 
 def test_nan_is_refused_unless_another_tool_wrote_the_file() -> None:
