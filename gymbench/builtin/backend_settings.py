@@ -155,10 +155,37 @@ class NemoGymAgent(Checked):
             run_neutral=True,
         ),
     )
+    environment_routing_mode: str = field(
+        default="agent",
+        metadata=doc(
+            "NeMo Gym 0.7.0's routing of rows: agent (each through its agent's environment server) or legacy "
+            "(every row to +environment_server_name)"
+        ),
+    )
+    environment_server_name: str | None = field(
+        default=None, metadata=doc("the environment server every row goes to with environment_routing_mode=legacy")
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_head_server(self.head_server)
+        if self.environment_routing_mode == "taskset":
+            raise GymbenchError(
+                "environment_routing_mode=taskset is NeMo Gym's routing of materialized tasks (task_id.taskset with "
+                "task_input), which gymbench does not offer: give flat rows, routed by agent (the default) or legacy"
+            )
+        one_of("environment_routing_mode", self.environment_routing_mode, ("agent", "legacy"))
+        legacy = self.environment_routing_mode == "legacy"
+        if legacy and self.agent_url:
+            raise GymbenchError(
+                "+agent_url sends every row to that server as it is, so +environment_routing_mode=legacy has no "
+                "environment server to route to: give one of them"
+            )
+        if legacy != bool(self.environment_server_name):
+            raise GymbenchError(
+                "+environment_server_name=NAME goes with +environment_routing_mode=legacy, and legacy needs it "
+                "(as in NeMo Gym 0.7.0): give both, or neither to route each row by its agent"
+            )
 
 
 @dataclass

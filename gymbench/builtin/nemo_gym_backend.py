@@ -18,7 +18,9 @@ Where the head server lists environment servers (NeMo Gym 0.7.0), a row goes whe
 to the one environment server in front of its agent (the agent fronted by none or by several is an
 error), and the row is stamped with that server's name (``_ng_environment_server``) and
 implementation (``_ng_result_type``), as 0.7.0 stamps its results. Only rows that went through one
-are stamped. ``+agent_url`` posts to the server it names, as it is.
+are stamped. ``+agent_url`` posts to the server it names, as it is. With 0.7.0's
+``+environment_routing_mode=legacy +environment_server_name=NAME`` every row goes to that
+environment server instead, stamped with it.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ class NemoGymBackend:
         agent_url = settings.agent_url or settings.base_url
         self.agent_url = agent_url.rstrip("/") if agent_url else None
         self.agent_name = settings.agent_name or None
+        self.legacy_server = settings.environment_server_name if settings.environment_routing_mode == "legacy" else None
+        """NeMo Gym 0.7.0's ``environment_routing_mode=legacy``: every row to this environment server,
+        stamped with it, whatever the row's own stamp or agent (as NeMo Gym stamps each flat row)."""
         self.head_url = head_server_url(settings.head_server)
         self.client = RetryingClient(settings, "agent server")
         self.directory: AgentDirectory | None = None
@@ -78,8 +83,14 @@ class NemoGymBackend:
         try:
             if self.agent_url is None:
                 self.directory = await read_directory(self.client, self.head_url)
-            if self.agent_url is not None or self.agent_name is not None:
-                await self._reachable(self._route(self.agent_name, strict=True))
+                if self.legacy_server is not None and not self.directory.environments:
+                    raise GymbenchError(
+                        f"+environment_routing_mode=legacy sends every row to environment server "
+                        f"{self.legacy_server!r}, but the NeMo Gym head server at {self.head_url} lists no environment "
+                        "servers (NeMo Gym before 0.7.0 has none): leave both settings out"
+                    )
+            if self.agent_url is not None or self.agent_name is not None or self.legacy_server is not None:
+                await self._reachable(self._route(self.agent_name, strict=True, stamped=self.legacy_server))
         except BaseException:
             await self.client.close()
             raise
@@ -100,7 +111,7 @@ class NemoGymBackend:
                 f"+agent_name={name} overrides the rows' agent_ref {own!r} "
                 "(as NeMo Gym 0.7.0 does; leave +agent_name out to route by agent_ref)"
             )
-        route = self._route(name, stamped=request.row.get(ENVIRONMENT_SERVER_FIELD))
+        route = self._route(name, stamped=self.legacy_server or request.row.get(ENVIRONMENT_SERVER_FIELD))
         try:
             return await self._generate(request, route, name, own)
         except GenerationFailed as failed:
@@ -149,6 +160,8 @@ class NemoGymBackend:
             try:
                 return self.directory.stamped_route(stamped)
             except GymbenchError as exc:
+                if strict:
+                    raise
                 raise GenerationFailed("bad_request", str(exc)) from None
         elif name is None:
             raise GenerationFailed(

@@ -132,6 +132,9 @@ class CollectConfig(RayCluster, ServerConfig, TaskRange, Parallelism, RunPolicy)
         "split": Foreign("name the split's JSONL file with --input"),
         "benchmark": Foreign("name the benchmark's JSONL file with --input"),
         "no_health_check": Foreign("", takes_value=False),
+        "environment_server_routes": Foreign(
+            "materialized tasks (task_id.taskset with task_input) are not offered: give flat rows, routed by agent"
+        ),
     }
     """NeMo Gym's collection settings and ``gym eval run`` flags gymbench does not offer: each is one
     line saying what to do instead (``--no-serve`` and ``--no-health-check`` are accepted: gymbench never

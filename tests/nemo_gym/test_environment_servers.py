@@ -180,3 +180,50 @@ def test_the_config_is_read_as_nemo_gym_0_7_reads_it() -> None:
         "env_unlisted": EnvironmentServer("env_unlisted", "http://h:7004", "legacy_agent"),
     }
     assert fronting == {"a": ("env_a",), "assistant": ("env_duo",), "user": ("env_duo",), "b": ("env_unlisted",)}
+
+
+async def test_legacy_routing_sends_every_row_to_the_named_environment_server_stamped_with_it(
+    fronted: AgentStack,
+) -> None:
+    """0.7.0's ``environment_routing_mode=legacy``: every flat row to ``environment_server_name``,
+    whatever its agent_ref or its own stamp."""
+    legacy = {"environment_routing_mode": "legacy", "environment_server_name": "math_agent_environment_server"}
+    async with backend(fronted.head_port, **legacy) as agents:
+        for task, row in enumerate(({"agent_ref": {"name": "simple_agent"}}, {"agent_ref": {"name": "math_agent"}},
+                                    {"_ng_environment_server": "simple_agent_environment_server"})):  # fmt: skip
+            generation = await agents.generate(request(task, **row))
+            assert generation.extra["_ng_environment_server"] == "math_agent_environment_server"
+    assert fronted.environments["math_agent"].runs == 3 and fronted.environments["simple_agent"].runs == 0
+    with pytest.raises(GymbenchError, match="'elsewhere'.*does not list"):
+        async with backend(fronted.head_port, environment_routing_mode="legacy", environment_server_name="elsewhere"):
+            pass
+
+
+async def test_legacy_routing_on_a_stack_without_environment_servers_is_one_clear_error(stack: AgentStack) -> None:
+    with pytest.raises(GymbenchError, match="lists no environment servers") as info:
+        async with backend(stack.head_port, environment_routing_mode="legacy", environment_server_name="env"):
+            pass
+    assert "\n" not in str(info.value) and stack.agents["simple_agent"].seen == []
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"environment_routing_mode": "taskset"}, "materialized tasks"),
+        ({"environment_routing_mode": "legacy"}, "legacy needs it"),
+        ({"environment_server_name": "env"}, "goes with .environment_routing_mode=legacy"),
+        ({"environment_routing_mode": "agnet"}, "environment_routing_mode"),
+        ({"environment_routing_mode": "legacy", "environment_server_name": "e", "agent_url": "http://h:1"}, "agent_"),
+    ],
+)
+def test_routing_settings_nemo_gym_refuses_are_refused_in_one_line(settings: dict[str, Any], said: str) -> None:
+    with pytest.raises(GymbenchError, match=said) as info:
+        backend(11000, **settings)
+    assert "\n" not in str(info.value)
+
+
+def test_materialized_task_routes_are_one_line_on_the_command_line(tmp_path: Path) -> None:
+    done = gymbench("collect", f"+input_jsonl_fpath={EXAMPLES}", f"+output_jsonl_fpath={tmp_path / 'o.jsonl'}",
+                    "+agent_name=a", "+environment_server_routes={t: env}")  # fmt: skip
+    assert done.returncode == 2 and "materialized tasks" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "o.jsonl").exists()
