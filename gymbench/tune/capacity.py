@@ -5,7 +5,9 @@ slots: tune measured from 5 up, the truth's knee was 6-8 and its recommendation 
 39). Where the server tells its slot count, the search starts below it: llama.cpp's ``/props``
 (``total_slots``), or the simulator standing in (its ``--describe``: where it saturates). The queue
 (requests waiting, from ``/metrics``: vLLM, SGLang, llama.cpp, the simulator) is read at every level
-and printed beside it. The output names every signal used, and says which were not there.
+and printed beside it. With the slot count it also keeps the sweep growing past a flat stretch
+while slots are free and nothing waits for one (:meth:`gymbench.tune.knee_search.KneeSearch._slots_free`).
+The output names every signal used, and says which were not there.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from gymbench.replica_figures import ReplicaSummary, RoutesReplicas, RoutingCoun
 from gymbench.run import Run
 from gymbench.settings import settings_dict
 from gymbench.tune.advice import backend_kind
-from gymbench.tune.capacity import read_capacity
+from gymbench.tune.capacity import CapacitySignals, read_capacity
 from gymbench.tune.config import DiagnoseConfig, ProbeConfig, TuneConfig
 from gymbench.tune.diagnose import Diagnosis, diagnose
 from gymbench.tune.knee_search import KneeSearch, SearchSettings
@@ -127,7 +127,7 @@ class PartialTune:
     def result(self, why: str) -> TuneResult | None:
         result = None if self.log is None else self.log.result(partial=why)
         if result is not None:
-            result.capacity = self.capacity
+            result.capacity = [*self.capacity, *result.capacity]
             result.replicas = self.replicas
         return result
 
@@ -148,11 +148,12 @@ def tune_run(
         if config.method == "adaptive":
             result = await adaptive_search(prober, settings, strategies=strategies, budget_s=budget_s)
         else:
-            log = SweepLog(prober, KneeSearch(settings), prober.clock())
+            log = SweepLog(prober, KneeSearch(settings, signals.slots), prober.clock())
             if partial is not None:
-                partial.log, partial.capacity, partial.replicas = log, signals, _replicas(prober)
-            result = await doubling_sweep(prober, settings, strategies=strategies, budget_s=budget_s, log=log)
-        result.capacity = signals
+                partial.log, partial.capacity, partial.replicas = log, signals.said, _replicas(prober)
+            result = await doubling_sweep(prober, settings, strategies=strategies, budget_s=budget_s, log=log,
+                                          slots=signals.slots)  # fmt: skip
+        result.capacity = [*signals.said, *result.capacity]
         result.replicas = _replicas(prober)
         if config.slo_p50_ms is not None:
             result.meet_latency_objective(config.slo_p50_ms / 1e3)
@@ -177,18 +178,19 @@ def _replicas(prober: Prober) -> int:
     return max(1, len(target.base_urls)) if target is not None else 1
 
 
-async def _around_capacity(prober: Prober, search: SearchSettings) -> tuple[SearchSettings, list[str]]:
+async def _around_capacity(prober: Prober, search: SearchSettings) -> tuple[SearchSettings, CapacitySignals]:
     """The search's settings with its first level below the slot count the server says it has, and
-    the capacity signals used (:mod:`gymbench.tune.capacity`)."""
+    the capacity signals used (:mod:`gymbench.tune.capacity`): the sweep keeps the slot count, which
+    with each level's queue tells a flat stretch from the plateau."""
     target = prober.collection.target
     simulator = target.simulator if target is not None else None
     base_urls = target.base_urls if target is not None else []
     found = await asyncio.to_thread(read_capacity, simulator, base_urls, prober.server)
     start = found.start(search.start)
     if start == search.start:
-        return search, found.said
+        return search, found
     said = [*found.said, f"started at {start}, below the slot count, instead of start={search.start}"]
-    return dataclasses.replace(search, start=start), said
+    return dataclasses.replace(search, start=start), CapacitySignals(found.slots, said)
 
 
 def run_tune(config: TuneConfig, plugins: Plugins) -> int:

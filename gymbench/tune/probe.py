@@ -81,7 +81,12 @@ class ProbeResult:
 
     def level(self) -> Level:
         return Level(
-            self.parallelism, self.work_rate, self.error_rate, self.rate_limited, not self.work_rate.under_measured
+            self.parallelism,
+            self.work_rate,
+            self.error_rate,
+            self.rate_limited,
+            not self.work_rate.under_measured,
+            queue=self.server_waiting_max,
         )
 
     def row(self) -> JSONObject:

@@ -104,7 +104,8 @@ class TuneResult:
     objective_said: str = ""
     """What the latency objective decided, for the summary."""
     capacity: list[str] = field(default_factory=list)
-    """The capacity signals the server gave and the tune used (its slots, its queue), or why none."""
+    """The capacity signals the server gave and the tune used (its slots, its queue), or why none,
+    then each flat stretch they kept the search growing past."""
     replicas: int = 1
     """Model replicas the load was spread over (``+base_url=[A, B, C]``): the knee and the
     recommendation are totals, and the summary says what they are per replica."""
@@ -240,7 +241,8 @@ class SweepLog:
                          "give the search more time (+time_budget_s)")  # fmt: skip
         return TuneResult("sweep", list(self.probes), self.search.result(), self.prober.per_rollout,
                           self.prober.per_rollout_relative_se, self.prober.clock() - self.started, list(self.steps),
-                          notes, first_pass=self.first_pass, partial=partial)  # fmt: skip
+                          notes, first_pass=self.first_pass, capacity=self.search.grown_past(),
+                          partial=partial)  # fmt: skip
 
 
 def level_line(probe: ProbeResult, budget: TimeBudget | None = None) -> str:
@@ -271,14 +273,16 @@ async def doubling_sweep(
     strategies: Strategies,
     budget_s: float = 0.0,
     log: SweepLog | None = None,
+    slots: int | None = None,
 ) -> TuneResult:
-    """The seeds' sweep: a probe per level, each until precise, levels chosen by the shared rules,
+    """NeMo Gym's sweep: a probe per level, each until precise, levels chosen by the shared rules,
     within ``budget_s`` seconds (0: no limit). ``log``, when given, is kept current level by level
-    (what an interrupted tune reports)."""
+    (what an interrupted tune reports). ``slots``: the sequences the server says it runs at once
+    (:mod:`gymbench.tune.capacity`); with its queue, it keeps the search growing past a flat stretch."""
     started = prober.clock()
     budget = TimeBudget(prober.clock, budget_s, started)
     prober.deadline = budget.deadline
-    search = KneeSearch(settings)
+    search = KneeSearch(settings, slots)
     if log is None:
         log = SweepLog(prober, search, started)
     else:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gymbench.tune.curves import KNEE_FRACTION, knee_of
-from gymbench.tune.knee_search import KneeSearch, Level, SearchResult, SearchSettings, plateau_threshold
+from gymbench.tune.knee_search import KneeSearch, Level, SearchResult, SearchSettings, Step, plateau_threshold
 from gymbench.tune.rates import Rate
 
 Curve = Callable[[int], float]
@@ -43,19 +43,26 @@ def search(
     errors: Callable[[int], float] = lambda n: 0.0,
     limit: float | None = None,
     speed: Callable[[int], float] = lambda measurement: 1.0,
+    slots: int | None = None,
+    queue: Callable[[int], float | None] = lambda n: None,
+    steps: list[Step] | None = None,
 ) -> tuple[SearchResult, KneeSearch]:
-    """``speed``: the machine's speed during the i-th measurement (1: as the curve says)."""
+    """``speed``: the machine's speed during the i-th measurement (1: as the curve says); ``slots``:
+    the server's slot count, as it says; ``queue``: its queue gauge's most waiting at a level;
+    ``steps``: where to keep the steps taken."""
     rng = np.random.default_rng(seed)
-    finder = KneeSearch(settings or SearchSettings(start=4))
+    finder = KneeSearch(settings or SearchSettings(start=4), slots)
     measurement = 0
     while (step := finder.next_step()) is not None:
+        if steps is not None:
+            steps.append(step)
         sd = noise * step.precision_scale
         truth = curve(step.parallelism) * speed(measurement)
         measurement += 1
         limited = limit is not None and truth > limit
         value = (min(truth, limit) if limit else truth) * (1 + rng.normal(0, sd))
         rate = Rate(value, 1.96 * sd * value, dof=1000)
-        finder.record(Level(step.parallelism, rate, errors(step.parallelism), limited))
+        finder.record(Level(step.parallelism, rate, errors(step.parallelism), limited, queue=queue(step.parallelism)))
     return finder.result(), finder
 
 
@@ -130,6 +137,58 @@ def test_a_plateau_is_believed_only_after_a_look_past_it(fine_growth: bool) -> N
         assert result.knee.parallelism == pytest.approx(truth, rel=0.25)
         believed, _ = search(second_rise, seed, settings=SearchSettings(start=5, fine_growth=fine_growth, lookahead=0))
         assert second_rise(believed.recommendation.parallelism) < 0.90 * plateau
+
+
+def flat_then_rising(n: int) -> float:
+    """llama.cpp with 64 slots on one thread: flat from 5 to 20 in flight, then its batched kernels
+    pay off and it doubles by 64, flat beyond (issue 39)."""
+    rising = min(1.0, max(0.0, np.log2(n / 20) / np.log2(64 / 20)))
+    return 100 * min(n, 5) / 5 * (1 + rising)
+
+
+def deferred(n: int) -> float:
+    """llama.cpp's queue gauge with 64 slots: only what waits for a slot."""
+    return max(0.0, n - 64.0)
+
+
+def test_free_slots_and_no_queue_keep_the_search_growing_past_a_flat_stretch() -> None:
+    """Five of ten tunes of llama.cpp with 64 slots saw 10 to 20 flat, believed the plateau after
+    one look and recommended 54% of the true one, while /props said 64 slots and nothing waited."""
+    plateau = flat_then_rising(64)
+    for seed in range(20):
+        steps: list[Step] = []
+        result, finder = search(flat_then_rising, seed, settings=SearchSettings(start=5), slots=64, queue=deferred,
+                                steps=steps)  # fmt: skip
+        assert flat_then_rising(result.recommendation.parallelism) >= 0.95 * plateau
+        whys = [step.why for step in steps]
+        assert "slots free (10 of 64) and no queue at 10: not a plateau yet" in whys
+        assert finder.grown_past() == ["grew past a flat stretch at 5-20: 64 slots, none waiting"]
+        assert "plateaued" in result.stop_reason and max(finder.levels) > 64
+
+
+@pytest.mark.parametrize(
+    ("slots", "queue"),
+    [
+        (64, lambda n: max(0.0, n - 4.0)),  # another client holds 60 of the 64 slots: ours wait
+        (None, deferred),  # no slot count
+        (64, lambda n: None),  # no queue gauge
+    ],
+    ids=["requests-waiting", "no-slot-count", "no-queue-gauge"],
+)
+def test_without_free_slots_and_an_empty_queue_the_flat_stretch_is_believed(
+    slots: int | None, queue: Callable[[int], float | None]
+) -> None:
+    for seed in range(20):
+        result, finder = search(flat_then_rising, seed, settings=SearchSettings(start=5), slots=slots, queue=queue)
+        before, _ = search(flat_then_rising, seed, settings=SearchSettings(start=5))
+        assert max(finder.levels) == 20 and result.stop_reason == before.stop_reason
+        assert "plateaued at 20" in result.stop_reason and finder.grown_past() == []
+
+
+def test_free_slots_do_not_hide_a_drop_beyond_the_noise() -> None:
+    _, finder = search(collapsing(32, 0.5), 0, settings=SearchSettings(start=8), slots=1024, queue=lambda n: 0.0)
+    assert "degraded" in finder.stop_reason
+    assert not any(p > 128 for p in finder.levels)
 
 
 def test_no_look_past_a_drop() -> None:

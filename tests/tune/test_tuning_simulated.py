@@ -17,6 +17,7 @@ from gymbench.errors import GymbenchError
 from gymbench.sim import InProcessBackend, SimConfig
 from gymbench.testing import make_plugins
 from gymbench.tune.adaptive import AdaptiveStrategy
+from gymbench.tune.capacity import slots_from_simulator
 from gymbench.tune.config import TuneConfig
 from gymbench.tune.curves import knee_of
 from gymbench.tune.diagnose import Diagnosis, diagnose
@@ -40,14 +41,21 @@ KNEE16 = SimConfig(max_num_seqs=16, step_base_s=0.01, step_per_seq_s=0.0005, out
 
 
 def tune(
-    config: SimConfig, method: str = "sweep", retries: int = 0, budget_s: float = 0.0, **settings: Any
+    config: SimConfig,
+    method: str = "sweep",
+    retries: int = 0,
+    budget_s: float = 0.0,
+    slots: int | None = None,
+    **settings: Any,
 ) -> TuneResult:
+    """``slots``: the slot count the sweep is told (tune reads it from the simulator's describe)."""
     backend = InProcessBackend(config, max_retries=retries)
-    search = adaptive_search if method == "adaptive" else doubling_sweep
     strategies = Strategies.from_plugins(make_plugins())
 
     def work(prober: Prober) -> Any:
-        return search(prober, SearchSettings(**settings), strategies, budget_s=budget_s)
+        if method == "adaptive":
+            return adaptive_search(prober, SearchSettings(**settings), strategies, budget_s=budget_s)
+        return doubling_sweep(prober, SearchSettings(**settings), strategies, budget_s=budget_s, slots=slots)
 
     return with_prober(backend, work, counters=sim_counters(backend))
 
@@ -289,3 +297,32 @@ def test_the_recommendation_states_its_latency_beside_the_plateaus_and_an_object
     strict = tune(KNEE16, start=4)
     strict.meet_latency_objective(1e-6)
     assert strict.recommended == throughput and "no level measured meets it" in strict.objective_said
+
+
+# 64 slots; the step grows with the batch up to 20 sequences (throughput flat from 1 to 20), then
+# hardly more to 64 (2.5 times the throughput there): llama.cpp with 64 slots on one thread, whose
+# batched kernels pay off late (issue 39).
+FLAT_THEN_RISING = SimConfig(max_num_seqs=64, step_curve_s={1: 0.001, 20: 0.020, 64: 0.026}, output_tokens_mean=24,
+                             output_tokens_dist="exponential")  # fmt: skip
+
+
+def test_free_slots_and_no_queue_carry_the_sweep_past_a_flat_stretch_to_the_knee() -> None:
+    """Told nothing, the sweep sees 5, 10 and 20 flat, looks once past 10 and believes the plateau
+    at 20: its plateau is under half the engine's. Told the 64 slots (as tune reads them from the
+    simulator's describe), with the queue gauge showing only admission at 10 and 20, it grows past
+    the flat stretch and finds the knee at the slots, and says why."""
+    slots = slots_from_simulator(FLAT_THEN_RISING).slots
+    assert slots == 64
+    believed = tune(FLAT_THEN_RISING, start=5)
+    found = tune(FLAT_THEN_RISING, start=5, slots=slots)
+    assert "plateaued at 20" in believed.stop_reason and max(believed.curve) == 20
+    assert believed.knee.plateau < 0.5 * found.knee.plateau
+    assert found.knee.parallelism == pytest.approx(64, rel=0.15)
+    assert found.recommended >= 48 and found.expected_share >= 0.95
+    whys = [step.why for step in found.steps]
+    assert any(
+        why.startswith("slots free (10 of 64) and ") and why.endswith("at 10: not a plateau yet") for why in whys
+    )
+    assert "plateaued at" in found.stop_reason and max(found.curve) > 64  # the plateau, past the slots
+    (said,) = found.capacity
+    assert said.startswith("grew past a flat stretch at 5-20: 64 slots, ") and said in summary_text(found)
