@@ -142,6 +142,10 @@ class KneeSearch:
         if last.error_rate > s.max_error_rate:
             self._stop_on_errors(last)
             return None
+        full = self._server_full(last)
+        if full is not None:
+            self.stop_reason = f"the server was full at {last.parallelism} ({full}): more parallelism only queues"
+            return None
         below = [p for p in self.grown[:-1] if p < last.parallelism]
         if not below:
             return self._grow_from(last)
@@ -208,6 +212,19 @@ class KneeSearch:
         at = last.parallelism
         queue = "no queue" if last.queue == 0 else f"at most {last.queue:.0f} of {at} waiting (admission)"
         return f"slots free ({at} of {self.slots}) and {queue} at {at}"
+
+    def _server_full(self, last: Level) -> str | None:
+        """What says the server was full at ``last``, or None when nothing does.
+
+        Past its slot count with at least half of the excess waiting in its queue, every slot was
+        busy: more in flight only waits longer. Any gain measured above such a level is the
+        machine's drift, not capacity, and a sweep that believed it climbed with the drift: ten
+        tunes of llama.cpp with 4 slots, whose knee is 3, recommended 10 to 28 (docs/tuning.md)."""
+        if self.slots is None or last.queue is None or last.parallelism <= self.slots:
+            return None
+        if last.queue < (last.parallelism - self.slots) / 2:
+            return None
+        return f"{self.slots} slots, {last.queue:.0f} of {last.parallelism} waiting"
 
     def _grew_past_flat(self, last: Level) -> None:
         """Keep the flat stretch grown past, joined to the one before when they meet."""

@@ -163,7 +163,7 @@ def test_free_slots_and_no_queue_keep_the_search_growing_past_a_flat_stretch() -
         whys = [step.why for step in steps]
         assert "slots free (10 of 64) and no queue at 10: not a plateau yet" in whys
         assert finder.grown_past() == ["grew past a flat stretch at 5-20: 64 slots, none waiting"]
-        assert "plateaued" in result.stop_reason and max(finder.levels) > 64
+        assert result.stop_reason.startswith("the server was full at 80") and max(finder.levels) == 80
 
 
 @pytest.mark.parametrize(
@@ -183,6 +183,38 @@ def test_without_free_slots_and_an_empty_queue_the_flat_stretch_is_believed(
         before, _ = search(flat_then_rising, seed, settings=SearchSettings(start=5))
         assert max(finder.levels) == 20 and result.stop_reason == before.stop_reason
         assert "plateaued at 20" in result.stop_reason and finder.grown_past() == []
+
+
+def test_a_full_server_stops_the_growth_a_drifting_machine_would_read_as_gain() -> None:
+    """llama.cpp with 4 slots, knee 3, on a machine speeding up 10% per measurement: without the
+    queue the sweep climbs with the drift; with 4 of 8 waiting at 8 it stops there."""
+
+    def four_slots(n: int) -> float:
+        return 100 * min(n, 3) / 3
+
+    def speeding_up(measurement: int) -> float:
+        return 1.10**measurement
+
+    def waiting(n: int) -> float:
+        return max(0.0, n - 4.0)
+
+    climbed = 0
+    for seed in range(10):
+        blind, _ = search(four_slots, seed, settings=SearchSettings(start=2), speed=speeding_up)
+        climbed += blind.recommendation.parallelism > 8
+        result, finder = search(four_slots, seed, settings=SearchSettings(start=2), speed=speeding_up, slots=4,
+                                queue=waiting)  # fmt: skip
+        assert max(finder.levels) == 8 and result.stop_reason.startswith("the server was full at 8 (4 slots, 4 of 8")
+        assert result.recommendation.parallelism <= 8
+    assert climbed >= 8  # the blind sweep followed the drift in most of the ten
+
+
+def test_a_queue_below_the_slot_count_or_half_the_excess_is_not_full() -> None:
+    finder = KneeSearch(SearchSettings(), slots=4)
+    assert finder._server_full(Level(4, Rate(1.0, 0.1), queue=3.0)) is None  # at the slot count: admission
+    assert finder._server_full(Level(8, Rate(1.0, 0.1), queue=1.0)) is None  # less than half the excess
+    assert finder._server_full(Level(8, Rate(1.0, 0.1), queue=None)) is None  # no gauge
+    assert KneeSearch(SearchSettings())._server_full(Level(8, Rate(1.0, 0.1), queue=8.0)) is None  # no slot count
 
 
 def test_free_slots_do_not_hide_a_drop_beyond_the_noise() -> None:
