@@ -43,8 +43,6 @@ class TuneConfig(ProbeConfig, SweepSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of("method", self.method, METHODS)
-        require(not (self.remeasure and self.method == "adaptive"), "remeasure", self.remeasure,
-                "false with method=adaptive (the second pass re-probes the sweep's levels)")  # fmt: skip
         at_least("stability_rollouts", self.stability_rollouts, 0)
         at_least("time_budget_s", self.time_budget_s, 0.0)
         if self.slo_p50_ms is not None:

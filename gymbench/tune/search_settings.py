@@ -73,14 +73,21 @@ class SweepSettings(GrowthSettings):
     max_parallelism: int = field(default=1024, metadata=doc("the largest parallelism measured"))
     reprobes: int = field(default=2, metadata=doc("re-measurements of a level when a decision is in doubt"))
     remeasure: bool = field(
-        default=False,
-        metadata=doc("after the search, measure every level again in reverse order and merge the two passes"),
+        default=True,
+        metadata=doc(
+            "after the search, measure every level again in reverse order and merge the two passes "
+            "(the sweep's; the adaptive method has no levels to measure again)"
+        ),
     )
     """Levels measured one after another turn a machine's drift into a slope of the curve: on this
     project's 2-core VM the speed moved 2-8% between passes minutes apart, and a 4-slot llama.cpp
     sweep put its knee at 21 where the truth was 5. In reverse order every level's two readings
     straddle the middle of the run, so a steady drift cancels in their merge
-    (:func:`gymbench.tune.rates.remeasured`). It costs a second pass."""
+    (:func:`gymbench.tune.rates.remeasured`), and the merge's interval covers how far the two
+    passes differ: the interval then says how sure the knee is on a machine that drifts. The
+    default since the sweep stops where the server says it is full: a 4-slot llama.cpp tune took
+    54 s in one pass and 74 s in two, its knee 4.8 [4.4, 8.0] in one and 3.7 [2.0, 8.0] in two
+    (docs/tuning.md). ``+remeasure=false`` halves a long sweep's time."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from gymbench.builtin.semaphore import SemaphoreStrategy
-from gymbench.errors import GymbenchError
 from gymbench.sim import InProcessBackend, SimConfig
 from gymbench.testing import make_plugins
 from gymbench.tune.adaptive import AdaptiveStrategy
@@ -48,7 +47,9 @@ def tune(
     slots: int | None = None,
     **settings: Any,
 ) -> TuneResult:
-    """``slots``: the slot count the sweep is told (tune reads it from the simulator's describe)."""
+    """``slots``: the slot count the sweep is told (tune reads it from the simulator's describe).
+    One pass unless ``remeasure=True`` is given: these tests are about what one pass decides."""
+    settings.setdefault("remeasure", False)
     backend = InProcessBackend(config, max_retries=retries)
     strategies = Strategies.from_plugins(make_plugins())
 
@@ -258,9 +259,10 @@ def test_a_second_pass_in_reverse_order_takes_the_machines_drift_out_of_the_knee
     assert f"{len(first)} levels in {len(twice.probes)} measurements" in summary
 
 
-def test_remeasure_is_the_sweeps() -> None:
-    with pytest.raises(GymbenchError, match="remeasure"):
-        TuneConfig(method="adaptive", remeasure=True)
+def test_remeasure_is_the_sweeps_default_and_the_adaptive_method_goes_without() -> None:
+    assert TuneConfig().remeasure and TuneConfig(method="adaptive").remeasure
+    result = tune(SLOTS4, method="adaptive", start=2, remeasure=True)  # the adaptive search has no levels to redo
+    assert not any("second pass" in step.why for step in result.steps)
 
 
 @pytest.mark.parametrize("method", ["sweep", "adaptive"])
