@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gymbench.collect.config import CollectConfig
+from gymbench.collect.target import NEMO_GYM_BACKEND
 from gymbench.console import warn
 from gymbench.errors import GymbenchError
 from gymbench.jsonio import check_writable_file
@@ -110,6 +111,7 @@ def collect_settings(config: CollectConfig) -> CollectSettings:
         overrides=dict(config.responses_create_params),
         verify=config.verify_settings(),
         row_defaults={"agent_ref": {"name": config.agent_name}} if config.agent_name else {},
+        failures_sidecar=config.chosen_backend()[0] == NEMO_GYM_BACKEND,
         **policy,
     )
 

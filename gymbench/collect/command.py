@@ -81,7 +81,7 @@ def _report(config: CollectConfig, collection: Collection, run: Run, interrupted
     collector, output, backend = collection.collector, collection.settings.output_path, collection.backend
     assert collector is not None and backend is not None and collection.target is not None
     summary = collection.summary()
-    print(format_summary(summary, output), file=sys.stderr)
+    print(format_summary(summary, output, collection.settings.failures_path), file=sys.stderr)
     files = EndOfRunFiles()
     if not (interrupted or config.disable_aggregation or collector.problems.errors):
         settings = collection.target.backend_settings
@@ -126,8 +126,9 @@ def _exit_status(collector: Collector, stats: CollectStats, output: Path, interr
     """Say how the run ended; every rollout is either in ``output`` or will be redone by a resume."""
     problems = collector.problems
     resume = "Run the same command with +resume=true to continue."
+    rows_in = _rows_in(collector, output)
     if interrupted:
-        print(f"gymbench: interrupted; {stats.completed + stats.failed} rollouts are in {output}. {resume}",
+        print(f"gymbench: interrupted; {stats.completed + stats.failed} rollouts are in {rows_in}. {resume}",
               file=sys.stderr)  # fmt: skip
         return 130
     for error in problems.errors:
@@ -144,12 +145,18 @@ def _exit_status(collector: Collector, stats: CollectStats, output: Path, interr
     if problems.stop_reason is not None:
         print(
             f"gymbench: error: stopped early: {problems.stop_reason}. {stats.completed + stats.failed} rollouts "
-            f"are in {output}; the rest were not attempted{_cancelled(problems.cancelled_pairs)}. Check the server, "
+            f"are in {rows_in}; the rest were not attempted{_cancelled(problems.cancelled_pairs)}. Check the server, "
             f"then: {resume}",
             file=sys.stderr,
         )
         return 1
     return 0 if stats.failed == 0 else 1
+
+
+def _rows_in(collector: Collector, output: Path) -> str:
+    """Where the run's rows are: the output, and its failures sidecar when failed rows go there."""
+    failures = collector.settings.failures_path
+    return str(output) if failures is None else f"{output} and {failures}"
 
 
 def _collect(collection: Collection) -> bool:

@@ -160,7 +160,9 @@ class Collection:
             assert collection.tasks is not None
             check_run_identity(config, settings, collection.tasks.is_regular)
             if settings.resume:
-                collection.resume_state = load_resume_state(settings.output_path, settings.max_attempts)
+                collection.resume_state = load_resume_state(
+                    settings.output_path, settings.max_attempts, settings.failures_path
+                )
         except BaseException:
             collection.close()
             raise

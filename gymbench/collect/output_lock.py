@@ -5,7 +5,8 @@ so every command that writes a rollouts file (``collect`` in one process or in s
 ``merge-rollouts``) holds the lock of ``OUT`` while it does; a second one is refused with the
 first one's PID. The lock is ``flock``: the kernel releases it when its holder dies, however it
 dies, so a lock file left by a killed run never blocks the next one. What ``OUT`` is made of
-(``OUT.shards/``, ``OUT.run.json``, ``OUT.metrics.json``) is covered by the same lock, and
+(``OUT.shards/``, ``OUT.run.json``, ``OUT.metrics.json``, NeMo Gym's ``OUT_failures.jsonl``
+and aggregate metrics) is covered by the same lock, and
 :func:`remove_earlier_run` clears it for ``+overwrite=true``.
 """
 
@@ -108,11 +109,11 @@ def _holder(fd: int) -> str:
 
 def remove_earlier_run(output: str | os.PathLike[str]) -> list[Path]:
     """For ``+overwrite=true``: remove what an earlier run wrote for ``output`` besides the rows
-    (its shards, fingerprint, metrics, NeMo Gym's aggregate metrics), so that nothing of it is
+    (its shards, fingerprint, metrics, NeMo Gym's aggregate metrics and failures sidecar), so that nothing of it is
     merged into or mistaken for the new run. Returns what was removed."""
     from gymbench.collect.collection import metrics_path
     from gymbench.collect.shards import shards_dir
-    from gymbench.rollout.agent_metrics import aggregate_metrics_path
+    from gymbench.rollout.agent_metrics import aggregate_metrics_path, failures_path
     from gymbench.rollout.identity import run_fingerprint_path
 
     output = Path(output)
@@ -122,7 +123,13 @@ def remove_earlier_run(output: str | os.PathLike[str]) -> list[Path]:
         if shards.is_dir() and not shards.is_symlink():
             shutil.rmtree(shards)
             removed.append(shards)
-        for path in (shards, run_fingerprint_path(output), metrics_path(output), aggregate_metrics_path(output)):
+        owned = (
+            run_fingerprint_path(output),
+            metrics_path(output),
+            aggregate_metrics_path(output),
+            failures_path(output),
+        )
+        for path in (shards, *owned):
             if path.is_symlink() or path.is_file():
                 path.unlink()
                 removed.append(path)

@@ -17,7 +17,8 @@ LATENCY_NAMES = {"ttft": "TTFT", "ttst": "TTST", "itl": "ITL", "tpot": "TPOT", "
 SMALL_SAMPLE_NOTE = "* too few rollouts for a 95% interval on that percentile"
 
 
-def format_summary(summary: CollectSummary, output: Path) -> str:
+def format_summary(summary: CollectSummary, output: Path, failures: Path | None = None) -> str:
+    """``failures``: the failures sidecar a run through NeMo Gym agents writes its failed rollouts to."""
     reward = summary["mean_reward"]
     kinds = ", ".join(f"{k}: {v}" for k, v in summary["failure_kinds"].items())
     cache = summary["verification_cache"]
@@ -42,6 +43,7 @@ def format_summary(summary: CollectSummary, output: Path) -> str:
         *replica_lines(summary.get("replicas")),
         *server_timing_lines(summary.get("server_timings")),
         f"rollouts: {output}",
+        *([f"failed rollouts (NeMo Gym's failures sidecar): {failures}"] if failures is not None else []),
     ]
     return "\n".join(lines)
 

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 SERVER_GROUPS = (ConnectionSettings, OpenAIServer, NemoGymAgent)
 """The backends' settings groups every server command offers flat (``+base_url``, ``+max_retries``)."""
 AGENT_SETTINGS = ("agent_url", "agent_name", "head_server")
+NEMO_GYM_BACKEND = "nemo-gym"
+"""The backend whose rows NeMo Gym's agents answer, so the run writes NeMo Gym 0.7.0's layout
+(failed rollouts in the failures sidecar, see :class:`~gymbench.rollout.engine.CollectSettings`)."""
 """Settings that name a NeMo Gym agent: with no backend given, they choose ``nemo-gym``."""
 
 
@@ -75,7 +78,7 @@ class TargetSettings(ConnectionSettings, OpenAIServer, NemoGymAgent):
         if self.backend:
             return self.backend, False
         if any(getattr(self, key) for key in AGENT_SETTINGS):
-            return "nemo-gym", False
+            return NEMO_GYM_BACKEND, False
         return "openai", not self.base_url
 
     def server_values(self) -> dict[str, Any]:

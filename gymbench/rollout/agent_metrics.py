@@ -43,6 +43,12 @@ def aggregate_metrics_path(output: Path) -> Path:
     return output.with_stem(output.stem + "_aggregate_metrics").with_suffix(".json")
 
 
+def failures_path(output: Path) -> Path:
+    """NeMo Gym 0.7.0's failures sidecar: ``rollouts.jsonl`` -> ``rollouts_failures.jsonl``, where a
+    run through NeMo Gym agents writes its failed rollouts so the output holds only scored ones."""
+    return output.with_name(output.stem + "_failures.jsonl")
+
+
 class EncodedEntries:
     """One agent's entries as JSON texts in one buffer, the form they are sent in.
 

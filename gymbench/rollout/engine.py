@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gymbench.errors import GymbenchError
+from gymbench.rollout.agent_metrics import failures_path
 from gymbench.rollout.dataset import (
     DatasetError,
     Task,
@@ -72,6 +73,15 @@ class CollectSettings(RunPolicy):
     row_defaults: Mapping[str, Any] = field(default_factory=dict)
     """Fields every row gets unless it has its own: NeMo Gym's ``+agent_name`` is each row's default
     ``agent_ref``, so the backend routes by it and failed rows name their agent too."""
+    failures_sidecar: bool = False
+    """NeMo Gym 0.7.0's layout (a run through its agents): failed rollouts go to
+    :func:`~gymbench.rollout.agent_metrics.failures_path`, so the output holds only scored rows
+    that training and ``gym eval aggregate`` can read as they are."""
+
+    @property
+    def failures_path(self) -> Path | None:
+        """The failures sidecar this run writes, or ``None`` when failed rows stay in the output."""
+        return failures_path(self.output_path) if self.failures_sidecar else None
 
 
 CollectSettings = with_defaults(CollectSettings, stop_after_failures=0)  # type: ignore[misc]
@@ -87,7 +97,7 @@ def preflight(settings: CollectSettings) -> TaskStream:
     if settings.resume:
         check_resumable_input(settings.input_path)
     elif not settings.overwrite:
-        refuse_to_overwrite(settings.output_path)
+        refuse_to_overwrite(settings.output_path, settings.failures_path)
     if settings.verify.cache_path:
         check_cache_file(settings.verify.cache_path)
     return open_tasks(settings.input_path, settings.selection)
@@ -133,6 +143,8 @@ class Collector:
         """The earlier rows, read before any server started (:func:`load_resume_state`); ``None``:
         read when the run starts, if it resumes."""
         self._writer: RolloutWriter | None = None
+        self._failures: RolloutWriter | None = None
+        """The failures sidecar's writer (``settings.failures_sidecar``); ``None``: failed rows go to the output."""
         self._pending: set[asyncio.Task[None]] = set()
         self._pairs: dict[asyncio.Future[None], tuple[int, int]] = {}
         """Each rollout in flight's (task_index, rollout_index), so a cancelled one can be named."""
@@ -148,10 +160,12 @@ class Collector:
         try:
             state = self.resume_state
             if state is None and cfg.resume:
-                state = load_resume_state(cfg.output_path, cfg.max_attempts)
+                state = load_resume_state(cfg.output_path, cfg.max_attempts, cfg.failures_path)
             if state is None and not cfg.overwrite:
-                refuse_to_overwrite(cfg.output_path)
+                refuse_to_overwrite(cfg.output_path, cfg.failures_path)
             self._writer = RolloutWriter(cfg.output_path, append=state is not None)
+            if cfg.failures_path is not None:  # appended on resume, as NeMo Gym appends it
+                self._failures = RolloutWriter(cfg.failures_path, append=state is not None)
         except BaseException:
             tasks.close()
             raise
@@ -192,6 +206,8 @@ class Collector:
             self.stats.settle()  # the last batch of landed rollouts, for whoever reads the figures
             tasks.close()
             self._close_writer(self._writer)
+            if self._failures is not None:
+                self._close_writer(self._failures)
             self.verification.close()
             self._count_cache()
         return self.stats
@@ -210,9 +226,11 @@ class Collector:
             self.phases.end_dispatch(complete)
             self._release_held()
 
-    def _close_writer(self, writer: RolloutWriter) -> None:
+    def _close_writer(self, writer: RolloutWriter | None) -> None:
         """A write that failed (a full disk) stops the run like any internal error: the summary is
         still said, with every rollout whose row is not whole in the file, for a resume to redo."""
+        if writer is None:  # the run did not get as far as opening it
+            return
         try:
             writer.close()
         except GymbenchError as exc:
@@ -344,7 +362,12 @@ class Collector:
             self.stats.excluded[phase] = self.stats.excluded.get(phase, 0) + 1
         count_row(self.stats, landed.generation, landed.failure, landed.judgement, landed.timings, phase is None)
         assert self._writer is not None
-        self._writer.write(landed.row)
+        if landed.failure is not None and self._failures is not None:
+            landed.row["_ng_failure_class"] = landed.failure.kind
+            landed.row["_ng_failure_message"] = landed.failure.reason
+            self._failures.write(landed.row)
+        else:
+            self._writer.write(landed.row)
 
     def _release_held(self) -> None:
         if not self._held or self.phases is None:

@@ -55,19 +55,46 @@ def pair_key(task_index: int, rollout_index: int) -> int:
     return (task_index << ROLLOUT_INDEX_BITS) | rollout_index
 
 
-def load_resume_state(path: Path, max_attempts: int) -> ResumeState:
-    """Read an existing output file (streamed) and rewrite it when rows must be dropped."""
+def load_resume_state(path: Path, max_attempts: int, failures: Path | None = None) -> ResumeState:
+    """Read an existing output file (streamed) and rewrite it when rows must be dropped.
+
+    ``failures``: the run's failures sidecar (a run through NeMo Gym agents), whose rows are the
+    failed attempts of the pairs the output lacks; read after the output, see :func:`_count_failures`."""
     state = ResumeState()
-    if not path.exists():
-        return state
+    if path.exists():
+        earlier = _earlier_rollouts(path)
+        for line in earlier.lines(on_cut="skip"):
+            if _classify(path, line, state, max_attempts) == "keep":
+                state.kept_rows += 1
+        state.dropped_truncated = earlier.cut
+        if state.dropped_truncated or state.dropped_failed:
+            _rewrite_kept(path, max_attempts)
+    if failures is not None and failures.exists():
+        _count_failures(failures, state, max_attempts)
+    return state
+
+
+def _count_failures(path: Path, state: ResumeState, max_attempts: int) -> None:
+    """Every pair not in the output is run again, as NeMo Gym 0.7.0 resumes, unless its failed
+    attempts in the sidecar reached ``max_attempts`` (as a failed row in the output would have).
+    The sidecar is only appended to: a last line cut short is dropped so the next row starts whole."""
     earlier = _earlier_rollouts(path)
     for line in earlier.lines(on_cut="skip"):
-        if _classify(path, line, state, max_attempts) == "keep":
-            state.kept_rows += 1
-    state.dropped_truncated = earlier.cut
-    if state.dropped_truncated or state.dropped_failed:
-        _rewrite_kept(path, max_attempts)
-    return state
+        key = pair_key(*read_pair(path, line.number, line.row))
+        if key in state.done:
+            continue
+        attempt = max(_attempt(path, line.number, line.row), state.attempts.get(key, 0))
+        state.attempts[key] = attempt
+    for key, attempt in list(state.attempts.items()):
+        if attempt >= max_attempts:
+            state.done.add(key)
+            del state.attempts[key]
+    if earlier.cut:
+        state.dropped_truncated = True
+        then = "; the earlier failures are unchanged. Fix that (disk space, permissions) and resume again"
+        with AtomicFile(path, then=then) as target:
+            for line in _earlier_rollouts(path).lines(on_cut="skip"):
+                target.write(line.raw)
 
 
 def _earlier_rollouts(path: Path) -> RolloutsFile:
@@ -313,7 +340,15 @@ def _same_file(first: str | os.PathLike[str], second: str | os.PathLike[str]) ->
     return os.path.realpath(first) == os.path.realpath(second)
 
 
-def refuse_to_overwrite(path: Path) -> None:
+def refuse_to_overwrite(path: Path, failures: Path | None = None) -> None:
+    """``failures``: the run's failures sidecar, refused alike (a run whose every rollout failed
+    leaves an empty output beside it)."""
+    for owned in (path, failures):
+        if owned is not None:
+            _refuse_existing(owned)
+
+
+def _refuse_existing(path: Path) -> None:
     if path.exists() and path.stat().st_size > 0:
         raise GymbenchError(
             f"{path}: output file already exists. Add +resume=true to continue it, "

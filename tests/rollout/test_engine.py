@@ -127,3 +127,33 @@ async def test_bad_row_mid_file_stops_after_in_flight_rollouts_land(tmp_path: Pa
     with pytest.raises(DatasetError, match=r"tasks.jsonl:5: malformed JSON"):
         await Collector(cfg, FakeBackend(latency_s=0.02), ExactMatchVerifier(), SemaphoreStrategy(8)).run()
     assert len(read_rows(cfg.output_path)) == 4
+
+
+async def test_with_the_failures_sidecar_failed_rows_leave_the_output_and_count_toward_the_cap(tmp_path: Path) -> None:
+    """NeMo Gym 0.7.0's layout: failed attempts go to ``out_failures.jsonl``; a resume runs every pair
+    the output lacks again, while its attempts there stay under ``max_attempts``."""
+    failing = {1, 3}
+    backend = FakeBackend(
+        respond=answer_index,
+        fail_with=lambda r: GenerationFailed("timeout", "slow") if r.task_index in failing else None,
+    )
+    cfg = settings(tmp_path, 5, max_attempts=2, failures_sidecar=True)
+    sidecar = tmp_path / "out_failures.jsonl"
+    await Collector(cfg, backend, ExactMatchVerifier(), SemaphoreStrategy(2)).run()
+    assert sorted(r["task_index"] for r in read_rows(cfg.output_path)) == [0, 2, 4]
+    assert {(r["task_index"], r["_ng_failure_class"], r["_ng_failure_message"]) for r in read_rows(sidecar)} == {
+        (1, "timeout", "slow"),
+        (3, "timeout", "slow"),
+    }
+    with sidecar.open("ab") as handle:
+        handle.write(b'{"task_index": 1, "rollout_in')  # a kill landed mid-write: dropped, the next row starts whole
+    resumed = CollectSettings(cfg.input_path, cfg.output_path, max_attempts=2, resume=True, failures_sidecar=True)
+    failing.discard(3)
+    backend.calls.clear()
+    stats = await Collector(resumed, backend, ExactMatchVerifier(), SemaphoreStrategy(2)).run()
+    assert sorted(c.task_index for c in backend.calls) == [1, 3] and stats.skipped == 3
+    assert sorted((r["task_index"], r["attempt"]) for r in read_rows(sidecar)) == [(1, 1), (1, 2), (3, 1)]
+    assert sorted(r["task_index"] for r in read_rows(cfg.output_path)) == [0, 2, 3, 4]
+    backend.calls.clear()
+    await Collector(resumed, backend, ExactMatchVerifier(), SemaphoreStrategy(2)).run()
+    assert backend.calls == []  # pair 1 used its 2 attempts: the failure stands, in the sidecar
