@@ -8,6 +8,7 @@ The per-rollout path does only what it must: one backend call, one verification,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -168,6 +169,9 @@ class Collector:
                 self._failures = RolloutWriter(cfg.failures_path, append=state is not None)
         except BaseException:
             tasks.close()
+            if self._writer is not None:  # the sidecar could not be opened: nothing was written to the output
+                with contextlib.suppress(GymbenchError):
+                    self._writer.close()
             raise
         self.problems = RunProblems()
         pending = self._pending
