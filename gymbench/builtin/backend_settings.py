@@ -181,10 +181,10 @@ class NemoGymAgent(Checked):
                 "+agent_url sends every row to that server as it is, so +environment_routing_mode=legacy has no "
                 "environment server to route to: give one of them"
             )
-        if legacy != bool(self.environment_server_name):
+        if legacy and not self.environment_server_name:  # without legacy the name is unused, as in NeMo Gym 0.7.0
             raise GymbenchError(
-                "+environment_server_name=NAME goes with +environment_routing_mode=legacy, and legacy needs it "
-                "(as in NeMo Gym 0.7.0): give both, or neither to route each row by its agent"
+                "+environment_routing_mode=legacy sends every row to one environment server: name it with "
+                "+environment_server_name=NAME (as NeMo Gym 0.7.0 requires), or leave the mode out to route by agent"
             )
 
 

@@ -43,6 +43,22 @@ def markdown_table(result: TuneResult) -> str:
     return "\n".join(lines)
 
 
+def _knee_text(result: TuneResult) -> str:
+    """The knee as a point with its interval, or as a range when the interval holds two levels or
+    more: then the levels inside it read within each other's noise (the machine's drift, once the
+    second pass has merged it in), measuring more often would not tell them apart, and a point
+    would claim what the measurements do not show."""
+    knee = result.knee
+    inside = sorted(p for p in result.curve if knee.low <= p <= knee.high)
+    if len(inside) < 2:
+        return f"parallelism {knee.parallelism:.1f} (95% CI {knee.low:.1f}–{knee.high:.1f})"
+    return (
+        f"a range, parallelism {knee.low:.1f}–{knee.high:.1f} (95% CI; point estimate {knee.parallelism:.1f}): the "
+        f"levels measured in it ({', '.join(map(str, inside))}) read within each other's noise, so no level between "
+        "them is known to be the knee"
+    )
+
+
 def summary_text(result: TuneResult) -> str:
     knee = result.knee
     spread = _plateau_spread(result)
@@ -52,9 +68,8 @@ def summary_text(result: TuneResult) -> str:
         f"method: {result.method}, {len({p.parallelism for p in result.probes})} levels in "
         f"{len(result.probes)} measurements, {result.wall_s:.1f}s; "
         f"stopped: {result.stop_reason}",
-        f"knee: parallelism {knee.parallelism:.1f} (95% CI {knee.low:.1f}–{knee.high:.1f}), the smallest reaching "
-        f"97% of the plateau; plateau {knee.plateau:.3g} rollouts/s (±{spread:.1%}), "
-        f"highest at {knee.peak_parallelism}",
+        f"knee: {_knee_text(result)}, the smallest reaching 97% of the plateau; plateau {knee.plateau:.3g} "
+        f"rollouts/s (±{spread:.1%}), highest at {knee.peak_parallelism}",
         f"recommended num_samples_in_parallel={result.recommended}: expected {result.expected_rollouts_per_s:.3g} "
         f"rollouts/s, {result.expected_share:.1%} of the plateau; {_latency_there(result)}",
         f"ceiling: {_ceiling(result)}",

@@ -46,8 +46,11 @@ CHANGED_ROWS = {
     "end_idx": "+end_idx=2",
     "agent_url": "+agent_url=http://127.0.0.1:9",
     "agent_name": "+agent_name=a",
+    "environment_routing_mode": "+environment_routing_mode=legacy +environment_server_name=e",
+    "environment_server_name": "+environment_server_name=e",
 }
-"""A change of each setting that changes what a row holds (the value only has to differ)."""
+"""A change of each setting that changes what a row holds (the value only has to differ; a change
+that needs another setting beside it gives both, separated by a space)."""
 
 NEUTRAL = [
     "+num_samples_in_parallel=3", "+progress=false", "+run_name=other", "+results_dir=elsewhere",
@@ -61,7 +64,8 @@ NEUTRAL = [
 
 
 def config_of(tasks: Path, output: Path, *settings: str) -> CollectConfig:
-    overrides = [f"input_jsonl_fpath={tasks}", f"output_jsonl_fpath={output}", *(s.lstrip("+") for s in settings)]
+    changes = (part.lstrip("+") for setting in settings for part in setting.split(" "))
+    overrides = [f"input_jsonl_fpath={tasks}", f"output_jsonl_fpath={output}", *changes]
     return build_settings(CollectConfig, overrides)
 
 
@@ -231,7 +235,7 @@ def test_a_resume_is_refused_exactly_when_a_change_defines_the_run(changes: list
     with pytest.raises(GymbenchError) as caught:
         check_run_fingerprint(output, later, force=False)
     named = {line.split(":")[0].strip() for line in str(caught.value).splitlines()[1:-1]}
-    expected = {change.lstrip("+").split("=")[0].split(".")[0] for change in changes}
+    expected = {part.lstrip("+").split("=")[0].split(".")[0] for change in changes for part in change.split(" ")}
     settings = {name.split(".")[1] for name in named if name.startswith("settings.")}
     assert settings and settings <= expected  # the selected tasks (input.*) change with the range too
     forced = check_run_fingerprint(output, later, force=True)

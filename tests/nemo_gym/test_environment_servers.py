@@ -210,8 +210,7 @@ async def test_legacy_routing_on_a_stack_without_environment_servers_is_one_clea
     ("settings", "said"),
     [
         ({"environment_routing_mode": "taskset"}, "materialized tasks"),
-        ({"environment_routing_mode": "legacy"}, "legacy needs it"),
-        ({"environment_server_name": "env"}, "goes with .environment_routing_mode=legacy"),
+        ({"environment_routing_mode": "legacy"}, "name it with .environment_server_name=NAME"),
         ({"environment_routing_mode": "agnet"}, "environment_routing_mode"),
         ({"environment_routing_mode": "legacy", "environment_server_name": "e", "agent_url": "http://h:1"}, "agent_"),
     ],

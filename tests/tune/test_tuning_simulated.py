@@ -8,6 +8,7 @@ stay in ``test_tune_and_diagnose.py``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -329,3 +330,19 @@ def test_free_slots_and_no_queue_carry_the_sweep_past_a_flat_stretch_to_the_knee
     assert max(found.curve) == 80
     (said,) = found.capacity
     assert said.startswith("grew past a flat stretch at 5-20: 64 slots, ") and said in summary_text(found)
+
+
+def test_a_knee_interval_holding_two_levels_or_more_is_said_as_a_range() -> None:
+    """Issue 39: a knee whose interval cannot be made narrower than the step between the levels is
+    reported as a range, with the reason; one within a step stays a point with its interval."""
+    result = tune(SLOTS4, start=2)
+    knee = result.search.knee
+    point = dataclasses.replace(result, search=dataclasses.replace(result.search, knee=dataclasses.replace(
+        knee, low=knee.parallelism * 0.97, high=knee.parallelism * 1.03)))  # fmt: skip
+    assert f"knee: parallelism {knee.parallelism:.1f} (95% CI" in summary_text(point)
+    levels = sorted(result.curve)
+    wide = dataclasses.replace(result, search=dataclasses.replace(result.search, knee=dataclasses.replace(
+        knee, low=levels[0], high=levels[-1])))  # fmt: skip
+    said = summary_text(wide)
+    assert f"knee: a range, parallelism {levels[0]:.1f}–{levels[-1]:.1f} (95% CI; point estimate" in said
+    assert f"levels measured in it ({', '.join(map(str, levels))}) read within each other's noise" in said
