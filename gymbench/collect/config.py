@@ -157,6 +157,16 @@ class CollectConfig(RayCluster, ServerConfig, TaskRange, Parallelism, RunPolicy)
     disable_aggregation: bool = field(
         default=False, metadata=doc("write no <stem>_aggregate_metrics.json (NeMo Gym's setting)", run_neutral=True)
     )
+    failures_sidecar: bool = field(
+        default=True,
+        metadata=doc(
+            "runs through NeMo Gym agents write failed rollouts to <stem>_failures.jsonl, as NeMo Gym 0.7.0 "
+            "(false, and in sharded runs: in the output with status failed)",
+            run_neutral=True,
+        ),
+    )
+    """Sharded runs keep failed rows in their shards' files, and so in the merged output: the merge
+    checks that every pair of the selection is in the shards' files."""
     # --- across workers (docs/distributed.md)
     num_workers: int = field(
         default=1,

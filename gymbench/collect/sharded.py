@@ -108,13 +108,6 @@ def _shard_extra(result: Any) -> dict[str, Any]:
 def _checked_output(config: CollectConfig) -> Path:
     settings = collect_settings(config)
     output = settings.output_path
-    if settings.failures_sidecar:  # the merge's exact check wants every pair in the shards' outputs
-        raise GymbenchError(
-            f"{output}: a run through NeMo Gym agents writes failed rollouts to "
-            f"{settings.failures_path}, which sharded runs (+num_workers above 1, +num_shards, +launcher=ray) "
-            "cannot merge yet; "
-            "collect in one process (leave +num_workers out)"
-        )
     check_output_path(settings.input_path, output)
     check_metrics_path(metrics_path(output))
     if config.overwrite:

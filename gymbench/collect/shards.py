@@ -150,7 +150,7 @@ def shard_settings(
     settings.update(
         start_idx=shard.start_idx, end_idx=shard.end_idx, limit=None, output_jsonl_fpath=shard.path, resume=True,
         overwrite=False, progress=False, save_results=False, disable_aggregation=True, num_workers=1,
-        launcher="local", num_shards=None, cooldown_rollouts=cooldown_rollouts,
+        launcher="local", num_shards=None, cooldown_rollouts=cooldown_rollouts, failures_sidecar=False,
     )  # fmt: skip
     return settings
 

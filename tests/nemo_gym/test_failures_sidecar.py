@@ -116,10 +116,19 @@ def test_only_runs_through_nemo_gym_agents_write_the_sidecar(dotlist: list[str],
     assert settings.failures_path == (tmp_path / "out_failures.jsonl" if sidecar else None)
 
 
-def test_a_sharded_run_through_nemo_gym_agents_is_refused_in_one_line(tmp_path: Path) -> None:
-    done = gymbench(
-        "collect", f"+input_jsonl_fpath={EXAMPLES}", f"+output_jsonl_fpath={tmp_path / 'out.jsonl'}",
-        "+agent_url=http://127.0.0.1:9", "+num_workers=2", "+save_results=false", "+progress=false",
+@pytest.mark.parametrize("setting", ["+num_workers=2", "+failures_sidecar=false"])
+def test_sharded_runs_and_failures_sidecar_false_keep_failed_rows_in_the_output(
+    two_agents: AgentStack, setting: str, tmp_path: Path
+) -> None:
+    """The shards' merge checks that every pair is in the shards' files, so a sharded run keeps its
+    failed rows there (status failed), as ``+failures_sidecar=false`` does in one process."""
+    stack = two_agents
+    tasks, out = tasks_for_two_agents(tmp_path / "tasks.jsonl"), tmp_path / "out.jsonl"
+    stack.environments["simple_agent"].refuse = 400
+    gymbench(
+        "collect", f"+head_server.port={stack.head_port}", f"+input_jsonl_fpath={tasks}", f"+output_jsonl_fpath={out}",
+        "+save_results=false", "+progress=false", setting,
     )  # fmt: skip
-    said = [line for line in done.stderr.splitlines() if "_failures.jsonl" in line]
-    assert done.returncode != 0 and len(said) == 1 and "cannot merge yet" in said[0], done.stderr
+    written = sorted((r["task_index"], r["status"]) for r in rows(out))
+    assert written == [(0, "failed"), (1, "ok"), (2, "failed"), (3, "ok")]
+    assert not (tmp_path / "out_failures.jsonl").exists()
