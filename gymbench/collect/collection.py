@@ -111,7 +111,7 @@ def collect_settings(config: CollectConfig) -> CollectSettings:
         overrides=dict(config.responses_create_params),
         verify=config.verify_settings(),
         row_defaults={"agent_ref": {"name": config.agent_name}} if config.agent_name else {},
-        failures_sidecar=config.failures_sidecar
+        failures_apart=config.failures_sidecar
         and not config.sharded
         and config.chosen_backend()[0] == NEMO_GYM_BACKEND,
         **policy,

@@ -74,7 +74,7 @@ class CollectSettings(RunPolicy):
     row_defaults: Mapping[str, Any] = field(default_factory=dict)
     """Fields every row gets unless it has its own: NeMo Gym's ``+agent_name`` is each row's default
     ``agent_ref``, so the backend routes by it and failed rows name their agent too."""
-    failures_sidecar: bool = False
+    failures_apart: bool = False
     """NeMo Gym 0.7.0's layout (a run through its agents): failed rollouts go to
     :func:`~gymbench.rollout.agent_metrics.failures_path`, so the output holds only scored rows
     that training and ``gym eval aggregate`` can read as they are."""
@@ -82,7 +82,7 @@ class CollectSettings(RunPolicy):
     @property
     def failures_path(self) -> Path | None:
         """The failures sidecar this run writes, or ``None`` when failed rows stay in the output."""
-        return failures_path(self.output_path) if self.failures_sidecar else None
+        return failures_path(self.output_path) if self.failures_apart else None
 
 
 CollectSettings = with_defaults(CollectSettings, stop_after_failures=0)  # type: ignore[misc]
@@ -145,7 +145,7 @@ class Collector:
         read when the run starts, if it resumes."""
         self._writer: RolloutWriter | None = None
         self._failures: RolloutWriter | None = None
-        """The failures sidecar's writer (``settings.failures_sidecar``); ``None``: failed rows go to the output."""
+        """The failures sidecar's writer (``settings.failures_apart``); ``None``: failed rows go to the output."""
         self._pending: set[asyncio.Task[None]] = set()
         self._pairs: dict[asyncio.Future[None], tuple[int, int]] = {}
         """Each rollout in flight's (task_index, rollout_index), so a cancelled one can be named."""

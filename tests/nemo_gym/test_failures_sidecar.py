@@ -112,7 +112,7 @@ def test_a_fresh_run_refuses_an_earlier_sidecar_and_overwrite_removes_it(
 def test_only_runs_through_nemo_gym_agents_write_the_sidecar(dotlist: list[str], sidecar: bool, tmp_path: Path) -> None:
     files = [f"input_jsonl_fpath={EXAMPLES}", f"output_jsonl_fpath={tmp_path / 'out.jsonl'}"]
     settings = collect_settings(build_settings(CollectConfig, [*files, *dotlist]))
-    assert settings.failures_sidecar is sidecar
+    assert settings.failures_apart is sidecar
     assert settings.failures_path == (tmp_path / "out_failures.jsonl" if sidecar else None)
 
 

@@ -137,7 +137,7 @@ async def test_with_the_failures_sidecar_failed_rows_leave_the_output_and_count_
         respond=answer_index,
         fail_with=lambda r: GenerationFailed("timeout", "slow") if r.task_index in failing else None,
     )
-    cfg = settings(tmp_path, 5, max_attempts=2, failures_sidecar=True)
+    cfg = settings(tmp_path, 5, max_attempts=2, failures_apart=True)
     sidecar = tmp_path / "out_failures.jsonl"
     await Collector(cfg, backend, ExactMatchVerifier(), SemaphoreStrategy(2)).run()
     assert sorted(r["task_index"] for r in read_rows(cfg.output_path)) == [0, 2, 4]
@@ -147,7 +147,7 @@ async def test_with_the_failures_sidecar_failed_rows_leave_the_output_and_count_
     }
     with sidecar.open("ab") as handle:
         handle.write(b'{"task_index": 1, "rollout_in')  # a kill landed mid-write: dropped, the next row starts whole
-    resumed = CollectSettings(cfg.input_path, cfg.output_path, max_attempts=2, resume=True, failures_sidecar=True)
+    resumed = CollectSettings(cfg.input_path, cfg.output_path, max_attempts=2, resume=True, failures_apart=True)
     failing.discard(3)
     backend.calls.clear()
     stats = await Collector(resumed, backend, ExactMatchVerifier(), SemaphoreStrategy(2)).run()
