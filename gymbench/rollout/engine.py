@@ -145,10 +145,23 @@ class Collector:
         read when the run starts, if it resumes."""
         self._writer: RolloutWriter | None = None
         self._failures: RolloutWriter | None = None
+        self._failures_fresh = False
+        """The sidecar was created by this run (not appended to on a resume)."""
         """The failures sidecar's writer (``settings.failures_apart``); ``None``: failed rows go to the output."""
         self._pending: set[asyncio.Task[None]] = set()
         self._pairs: dict[asyncio.Future[None], tuple[int, int]] = {}
         """Each rollout in flight's (task_index, rollout_index), so a cancelled one can be named."""
+
+    def _drop_empty_sidecar(self) -> None:
+        """A sidecar this run created and wrote nothing to is removed: a run refused before its first
+        rollout (a head server that does not answer) leaves no file it was not named, and one with no
+        failures none to read (NeMo Gym's readers check that it exists)."""
+        path = self.settings.failures_path
+        if path is None or not self._failures_fresh or self._failures is None or self._failures.rows_written:
+            return
+        with contextlib.suppress(OSError):
+            if path.stat().st_size == 0:
+                path.unlink()
 
     def planned(self) -> int | None:
         """Rollouts the selection yields (``None`` for a pipe, which cannot be counted ahead)."""
@@ -167,6 +180,7 @@ class Collector:
             self._writer = RolloutWriter(cfg.output_path, append=state is not None)
             if cfg.failures_path is not None:  # appended on resume, as NeMo Gym appends it
                 self._failures = RolloutWriter(cfg.failures_path, append=state is not None)
+                self._failures_fresh = state is None
         except BaseException:
             tasks.close()
             if self._writer is not None:  # the sidecar could not be opened: nothing was written to the output
@@ -212,6 +226,7 @@ class Collector:
             self._close_writer(self._writer)
             if self._failures is not None:
                 self._close_writer(self._failures)
+                self._drop_empty_sidecar()
             self.verification.close()
             self._count_cache()
         return self.stats

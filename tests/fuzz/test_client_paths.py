@@ -140,7 +140,7 @@ def client_cases() -> list[ContractCase]:
                     build,
                     (0, 1, 2),
                     environ=(KEY_ENV,),
-                    outputs=("o.jsonl", "o.jsonl.run.json", "o.jsonl.metrics.json"),
+                    outputs=("o.jsonl", "o.jsonl.run.json", "o.jsonl.metrics.json", "o_failures.jsonl"),
                 )
             )
     return cases
