@@ -145,9 +145,9 @@ class Collector:
         read when the run starts, if it resumes."""
         self._writer: RolloutWriter | None = None
         self._failures: RolloutWriter | None = None
+        """The failures sidecar's writer (``settings.failures_apart``); ``None``: failed rows go to the output."""
         self._failures_fresh = False
         """The sidecar was created by this run (not appended to on a resume)."""
-        """The failures sidecar's writer (``settings.failures_apart``); ``None``: failed rows go to the output."""
         self._pending: set[asyncio.Task[None]] = set()
         self._pairs: dict[asyncio.Future[None], tuple[int, int]] = {}
         """Each rollout in flight's (task_index, rollout_index), so a cancelled one can be named."""

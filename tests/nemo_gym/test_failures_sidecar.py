@@ -42,18 +42,22 @@ def tasks_for_two_agents(path: Path) -> Path:
     return path
 
 
+def collect_settings_for(stack: AgentStack, tmp_path: Path) -> tuple[Path, Path, tuple[str, ...]]:
+    """The output, its sidecar and the collect settings over the two agents' four tasks."""
+    tasks, out = tasks_for_two_agents(tmp_path / "tasks.jsonl"), tmp_path / "out.jsonl"
+    settings = (f"+head_server.port={stack.head_port}", f"+input_jsonl_fpath={tasks}", f"+output_jsonl_fpath={out}",
+                "+save_results=false", "+progress=false")  # fmt: skip
+    return out, tmp_path / "out_failures.jsonl", settings
+
+
 def test_failed_rollouts_go_to_the_sidecar_and_a_resume_reruns_exactly_them(
     two_agents: AgentStack, tmp_path: Path
 ) -> None:
     stack = two_agents
-    tasks, out = tasks_for_two_agents(tmp_path / "tasks.jsonl"), tmp_path / "out.jsonl"
-    sidecar = tmp_path / "out_failures.jsonl"
+    out, sidecar, base = collect_settings_for(stack, tmp_path)
 
     def collect(*settings: str) -> None:
-        gymbench(
-            "collect", f"+head_server.port={stack.head_port}", f"+input_jsonl_fpath={tasks}",
-            f"+output_jsonl_fpath={out}", "+save_results=false", "+progress=false", *settings,
-        )  # fmt: skip
+        gymbench("collect", *base, *settings)
 
     stack.environments["simple_agent"].refuse = 400
     collect()
@@ -87,11 +91,8 @@ def test_a_fresh_run_refuses_an_earlier_sidecar_and_overwrite_removes_it(
     two_agents: AgentStack, tmp_path: Path
 ) -> None:
     stack = two_agents
-    tasks, out = tasks_for_two_agents(tmp_path / "tasks.jsonl"), tmp_path / "out.jsonl"
-    sidecar = tmp_path / "out_failures.jsonl"
+    out, sidecar, settings = collect_settings_for(stack, tmp_path)
     sidecar.write_text('{"_ng_task_index": 0, "_ng_rollout_index": 0, "_ng_failure_class": "bad_request"}\n')
-    settings = (f"+head_server.port={stack.head_port}", f"+input_jsonl_fpath={tasks}", f"+output_jsonl_fpath={out}",
-                "+save_results=false", "+progress=false")  # fmt: skip
     refused = gymbench("collect", *settings)
     assert refused.returncode != 0 and f"{sidecar}: output file already exists" in refused.stderr
     assert stack.environments["simple_agent"].runs == 0
@@ -123,12 +124,9 @@ def test_sharded_runs_and_failures_sidecar_false_keep_failed_rows_in_the_output(
     """The shards' merge checks that every pair is in the shards' files, so a sharded run keeps its
     failed rows there (status failed), as ``+failures_sidecar=false`` does in one process."""
     stack = two_agents
-    tasks, out = tasks_for_two_agents(tmp_path / "tasks.jsonl"), tmp_path / "out.jsonl"
+    out, sidecar, settings = collect_settings_for(stack, tmp_path)
     stack.environments["simple_agent"].refuse = 400
-    gymbench(
-        "collect", f"+head_server.port={stack.head_port}", f"+input_jsonl_fpath={tasks}", f"+output_jsonl_fpath={out}",
-        "+save_results=false", "+progress=false", setting,
-    )  # fmt: skip
+    gymbench("collect", *settings, setting)
     written = sorted((r["task_index"], r["status"]) for r in rows(out))
     assert written == [(0, "failed"), (1, "ok"), (2, "failed"), (3, "ok")]
-    assert not (tmp_path / "out_failures.jsonl").exists()
+    assert not sidecar.exists()
