@@ -149,7 +149,7 @@ def _paired_metric(
     point = float(np.median(effects))
     calibrated = noise.moderated(bench_id, metric) if noise else None
     if calibrated is not None:
-        sd, df = calibrated
+        sd, df = _pooled_with_own_spread(*calibrated, effects)
     else:
         sd, df = _uncalibrated_noise(effects, repeats)
     se = sd * math.sqrt(median_variance_factor(len(effects)))
@@ -173,6 +173,22 @@ def paired_detectable_change(sd: float, df: float, settings: CompareSettings, re
     """The smallest relative change the median of ``repeats`` worker pairs finds with ``settings.power``."""
     se = sd * math.sqrt(median_variance_factor(repeats))
     return math.expm1(minimum_detectable_effect(se, settings.alpha, settings.power, df))
+
+
+def _pooled_with_own_spread(sd: float, df: float, effects: np.ndarray) -> tuple[float, float]:
+    """The calibration's noise pooled with how far this comparison's own repeats disagree.
+
+    A calibration taken in a quiet hour says little about a busy one: in CI an A/A pair whose two
+    worker pairs differed by a process's slow state (+80 % in one, 0 in the other) was judged
+    against the quiet calibration alone and read +40 % REGRESSED with a narrow interval. The spread
+    of the repeats around their own mean is noise whatever the change, so it joins the estimate
+    with its own degrees of freedom; repeats that agree leave the calibration nearly as it was.
+    """
+    own_df = len(effects) - 1
+    if own_df < 1:
+        return sd, df
+    own_variance = float(np.var(effects, ddof=1))
+    return math.sqrt((df * sd**2 + own_df * own_variance) / (df + own_df)), df + own_df
 
 
 def _uncalibrated_noise(effects: np.ndarray, repeats: Sequence[PairedRounds]) -> tuple[float, float]:

@@ -89,6 +89,21 @@ def test_a_noisy_benchmark_is_reported_with_its_mde_not_gated_at_the_minimum_eff
     assert not noisy.gated and noisy.mde is not None and noisy.mde > 0.10 and noisy.verdict != "regressed"
 
 
+def test_repeats_that_disagree_widen_a_quiet_calibration_and_repeats_that_agree_do_not() -> None:
+    """CI: two A/A worker pairs, one in a process's slow state (+80 %), against a quiet calibration."""
+    noise = learn_paired_noise(measurements(1, {}, repeats=10), "m")
+    rng = np.random.default_rng(7)
+    split, agree = ABMeasurements(), ABMeasurements()
+    for slow in (0.0, 0.8):
+        split.add(("bench.py::test_0", "time_cpu"), pair(rng, slow))
+        agree.add(("bench.py::test_0", "time_cpu"), pair(rng, 0.4))
+    found = compare_paired(split, CompareSettings(), noise).comparisons[0]
+    assert found.verdict == "inconclusive" and found.effect.high > np.log(1.5) and found.effect.df == 10 - 1 + 4 + 1
+    assert found.mde is not None and found.mde > 0.3  # too noisy now to be gated at the 5 % minimum
+    still = compare_paired(agree, CompareSettings(), noise).comparisons[0]
+    assert still.verdict == "regressed" and still.effect.high - still.effect.low < 0.2
+
+
 def test_wall_time_is_listed_not_gated_unless_asked() -> None:
     data = measurements(5, {0: 1.0})
     for key in list(data.rounds):
