@@ -145,6 +145,8 @@ class Recommendation:
     """Throughput expected there (measured, or interpolated between the points around it)."""
     share: float
     """``expected`` as a share of the plateau's throughput."""
+    why: str = ""
+    """Why it is not where the curve alone puts it (empty: it is)."""
 
 
 def recommend(

@@ -72,6 +72,7 @@ def summary_text(result: TuneResult) -> str:
         f"rollouts/s (±{spread:.1%}), highest at {knee.peak_parallelism}",
         f"recommended num_samples_in_parallel={result.recommended}: expected {result.expected_rollouts_per_s:.3g} "
         f"rollouts/s, {result.expected_share:.1%} of the plateau; {_latency_there(result)}",
+        *([f"why: {result.search.recommendation.why}"] if result.search.recommendation.why else []),
         f"ceiling: {_ceiling(result)}",
         f"throughput read from {_sources(result)}; {_per_rollout(result)}",
     ]

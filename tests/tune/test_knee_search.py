@@ -161,9 +161,14 @@ def test_free_slots_and_no_queue_keep_the_search_growing_past_a_flat_stretch() -
                                 steps=steps)  # fmt: skip
         assert flat_then_rising(result.recommendation.parallelism) >= 0.95 * plateau
         whys = [step.why for step in steps]
-        assert "slots free (10 of 64) and no queue at 10: not a plateau yet" in whys
-        assert finder.grown_past() == ["grew past a flat stretch at 5-20: 64 slots, none waiting"]
-        assert result.stop_reason.startswith("the server was full at 80") and max(finder.levels) == 80
+        assert "slots free (20 of 64) and no queue at 20: not a plateau yet" in whys
+        assert finder.grown_past() == [
+            "grew by 4x while slots were idle (64 slots, none waiting): 5 to 20, 20 to 64",
+            "grew past a flat stretch at 5-20: 64 slots, none waiting",
+        ]
+        assert finder.grown[:3] == [5, 20, 64]  # by 4x while slots are free, up to the slot count
+        assert not any(why.startswith("re-measure 20") for why in whys)  # no doubt settled where it grows anyway
+        assert result.stop_reason.startswith("the server was full at 128") and max(finder.levels) == 128
 
 
 @pytest.mark.parametrize(
@@ -325,3 +330,24 @@ def test_a_search_stopped_by_max_parallelism_names_the_highest_level_measured() 
     assert result.stop_reason.startswith("stopped growing at 80: the next level, 160, is above max_parallelism 128")
     exact, _ = search(lambda n: float(n), seed=0, settings=SearchSettings(start=4, max_parallelism=128))
     assert exact.stop_reason.startswith("reached max_parallelism 128 (still growing there)")
+
+
+def test_the_slot_count_is_recommended_when_the_knee_interval_holds_it_and_not_otherwise() -> None:
+    """llama.cpp with 4 slots, level 3 reading high in both passes (run 2 of ten, docs/tuning.md):
+    the curve alone recommends 3 (80% of the true plateau); its knee interval holds 4, the slots."""
+
+    def finder(slots: int | None, half_width: float) -> KneeSearch:
+        found = KneeSearch(SearchSettings(start=1), slots)
+        for parallelism, value in {1: 26.6, 2: 33.0, 3: 46.1, 4: 47.6, 8: 46.0}.items():
+            found.record(Level(parallelism, Rate(value, value * half_width), queue=max(0, parallelism - 4)))
+        return found
+
+    alone = finder(None, 0.08).result()
+    assert alone.recommendation.parallelism == 3 and alone.knee.low < 4 <= alone.knee.high
+    told = finder(4, 0.08).result().recommendation
+    assert told.parallelism == 4 and told.why == (
+        "recommended 4, the server's slot count, not 3: the knee's 95% interval (2.6-8.0) holds it, "
+        "and below it a slot is idle"
+    )
+    precise = finder(4, 0.01).result().recommendation  # measured tightly, 3 is known to deliver
+    assert precise.parallelism == 3 and precise.why == ""
