@@ -94,10 +94,12 @@ with server, tempfile.TemporaryDirectory() as tmp:
         runs.append({"run": run + 1, "hog": busy is not None, "load": [round(load_before, 1), round(os.getloadavg()[0], 1)],
                      "knee": knee.parallelism, "knee_low": knee.low, "knee_high": knee.high, "plateau": knee.plateau,
                      "recommended": result.recommended, "wall_s": wall, "stop": result.stop_reason,
+                     "why": result.search.recommendation.why, "capacity": result.capacity,
                      "levels": {p: round(r.value, 2) for p, r in sorted(result.curve.items())}})  # fmt: skip
         say(f"run {run + 1}{' (hog)' if busy else ''}: knee {knee.parallelism:.1f} [{knee.low:.1f}, {knee.high:.1f}], "
             f"recommended {result.recommended}, {wall:.0f} s, load {load_before:.1f}-{os.getloadavg()[0]:.1f}; levels "
-            + ", ".join(f"{p}: {r.value:.1f}" for p, r in sorted(result.curve.items())))  # fmt: skip
+            + ", ".join(f"{p}: {r.value:.1f}" for p, r in sorted(result.curve.items()))
+            + (f"\n  {result.search.recommendation.why}" if result.search.recommendation.why else ""))  # fmt: skip
     say(f"truth after, load {os.getloadavg()[0]:.1f}")
     after = measure_truth(server, points, 100)
     for p in points:
