@@ -10,7 +10,7 @@ The truth is the real-engine bench's (``benches/test_real_engine.py``: closed lo
 ``openai`` backend over 64 distinct prompts, each grid point in shuffled passes, its interval from
 the spread between windows), measured before the tunes and again after them, pooled. Each tune
 runs with the bench's requests and nothing else set (``tune_run`` with the defaults a user gets).
-Every odd-numbered run has one busy-looping process beside it. Per run: the knee and its printed
+Every odd-numbered run has one busy-looping process beside it (``GYMBENCH_STUDY_HOGS=0``: none). Per run: the knee and its printed
 interval, whether the truth's knee is inside it, the recommendation, the share of the true plateau
 it delivers (the truth interpolated there), the recommendation against the truth's smallest
 parallelism giving 95% of its plateau, and the tune's wall time. One JSON object at the end.
@@ -46,6 +46,8 @@ SLOTS = int(sys.argv[1])
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
 WINDOW_S = float(sys.argv[3]) if len(sys.argv) > 3 else 15.0
 OUT = Path(sys.argv[4]) if len(sys.argv) > 4 else Path(f"/tmp/tune_validation_{SLOTS}.json")
+HOGS = os.environ.get("GYMBENCH_STUDY_HOGS", "1") != "0"
+"""0: no busy loop of its own (another study beside it is the load)."""
 PASSES = 3
 POINTS = {4: [1, 2, 3, 4, 5, 6, 8, 12, 16, 32], 64: [1, 4, 16, 32, 48, 64, 80, 96, 128, 192]}
 
@@ -80,7 +82,7 @@ with server, tempfile.TemporaryDirectory() as tmp:
     for p in points:
         say(f"  p={p:>3}: " + ", ".join(f"{w.requests_per_s:.1f}" for w in before[p]))
     for run in range(RUNS):
-        busy = hog() if run % 2 else None
+        busy = hog() if run % 2 and HOGS else None
         load_before = os.getloadavg()[0]
         started = time.perf_counter()
         try:
