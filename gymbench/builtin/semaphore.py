@@ -10,7 +10,7 @@ import asyncio
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from gymbench.types import RequestOutcome
+from gymbench.types import RequestOutcome, ignores_outcome
 
 UNBOUNDED_WARNING = (
     "num_samples_in_parallel is not set: every task may run at once, which can overwhelm the "
@@ -43,5 +43,6 @@ class SemaphoreStrategy:
         """The semaphore itself (no wrapper per rollout: this is on the hot path)."""
         return self._semaphore if self._semaphore is not None else _NO_LIMIT
 
+    @ignores_outcome
     def observe(self, outcome: RequestOutcome) -> None:
-        """A fixed limit ignores feedback."""
+        """A fixed limit ignores feedback (marked so: the engine builds no outcome for it)."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gymbench.errors import GymbenchError
 from gymbench.rollout.agent_metrics import failures_path
@@ -55,6 +55,7 @@ from gymbench.types import (
     StopDispatch,
     Verdict,
     Verifier,
+    observes,
 )
 
 Progress = Callable[[int, CollectStats], None]
@@ -138,6 +139,8 @@ class Collector:
             settings.stop_after_errors, settings.stop_at_error_rate, settings.error_rate_min_rollouts
         )
         self.phases: Phases | None = None
+        self._observes = True
+        """The strategy's ``observe`` uses its outcome (read when the run starts: :func:`observes`)."""
         self._held: list[_Landed] = []
         """Rollouts that may yet be cool-down: their rows wait until that is known (:mod:`phases`)."""
         self.resume_state: ResumeState | None = None
@@ -195,6 +198,7 @@ class Collector:
             async with self.backend:
                 self.stats = CollectStats(clock=self.clock, slo=self.slo)
                 self.phases = self._phases()
+                self._observes = observes(self.strategy)
                 complete = True  # the strategy's schedule was done (a trace's end, a search that converged)
                 try:
                     try:
@@ -343,19 +347,22 @@ class Collector:
                 failure = GenerationFailed("backend_error", f"{type(exc).__name__}: {exc}")
             generated = self.clock()
             where = _OBSERVE  # named in full only if it fails: an f-string per rollout cost CPU
-            self.strategy.observe(_outcome(generated - started, generation, failure))
+            if self._observes:
+                self.strategy.observe(_outcome(generated - started, generation, failure))
             where = "verification"
             judgement = await self._judge(task, generation) if generation is not None else None
             finished = self.clock()
             timings = rollout_timings(slot_wait, generation, generated - started, finished - generated)
             row = build_row(task, attempt, params, generation, failure, judgement, timings, self.settings.verify.name)
             where = "the rollout writer"
-            landed = _Landed(row, generation, failure, judgement, timings, mark)
-            if self.phases is not None and mark is not None and self.phases.phase(mark) == UNDECIDED:
-                self._held.append(landed)
+            if self.phases is None:  # no warm-up or cool-down: nothing is held
+                self._land(row, generation, failure, judgement, timings, None)
             else:
-                self._land(landed)
-            self._release_held()
+                if mark is not None and self.phases.phase(mark) == UNDECIDED:
+                    self._held.append(_Landed(row, generation, failure, judgement, timings, mark))
+                else:
+                    self._land(row, generation, failure, judgement, timings, mark)
+                self._release_held()
             written = True
             where = "a progress callback"
             self._after_write(failure, timings)
@@ -371,22 +378,32 @@ class Collector:
             except Exception as exc:
                 self.problems.add_error(f"the strategy {type(self.strategy).__name__}'s slot", exc, None, True)
 
-    def _land(self, landed: _Landed) -> None:
-        """Write the row, flagged when it is warm-up or cool-down, and count it (those only in the counts)."""
-        phase = self.phases.phase(landed.mark) if self.phases is not None and landed.mark is not None else None
+    def _land(
+        self,
+        row: dict[str, Any],
+        generation: Generation | None,
+        failure: GenerationFailed | None,
+        judgement: Judgement | None,
+        timings: dict[str, float],
+        mark: Dispatched | None,
+    ) -> None:
+        """Write the row, flagged when it is warm-up or cool-down, and count it (those only in the
+        counts). The parts come one by one: a :class:`_Landed` per rollout cost 3 k instructions,
+        so one is built only for a rollout that is held."""
+        phase = self.phases.phase(mark) if self.phases is not None and mark is not None else None
         if phase is not None:
-            landed.row["phase"] = phase
+            row["phase"] = phase
             assert self.phases is not None
             self.phases.count(phase)
             self.stats.excluded[phase] = self.stats.excluded.get(phase, 0) + 1
-        count_row(self.stats, landed.generation, landed.failure, landed.judgement, landed.timings, phase is None)
+        count_row(self.stats, generation, failure, judgement, timings, phase is None)
         assert self._writer is not None
-        if landed.failure is not None and self._failures is not None:
-            landed.row["_ng_failure_class"] = landed.failure.kind
-            landed.row["_ng_failure_message"] = landed.failure.reason
-            self._failures.write(landed.row)
+        if failure is not None and self._failures is not None:
+            row["_ng_failure_class"] = failure.kind
+            row["_ng_failure_message"] = failure.reason
+            self._failures.write(row)
         else:
-            self._writer.write(landed.row)
+            self._writer.write(row)
 
     def _release_held(self) -> None:
         if not self._held or self.phases is None:
@@ -397,7 +414,7 @@ class Collector:
             if self.phases.phase(landed.mark) == UNDECIDED:
                 still.append(landed)
             else:
-                self._land(landed)
+                self._land(*landed)
         self._held = still
 
     def _after_write(self, failure: GenerationFailed | None, timings: Mapping[str, float]) -> None:
@@ -428,9 +445,8 @@ class Collector:
         self.stats.verify_skipped = self.verification.skipped
 
 
-@dataclass
-class _Landed:
-    """A rollout that has landed: its row and what its statistics are made of."""
+class _Landed(NamedTuple):
+    """A rollout that has landed and is held: its row and what its statistics are made of."""
 
     row: dict[str, Any]
     generation: Generation | None
