@@ -585,6 +585,29 @@ def check_writable_dir(path: str | os.PathLike[str], what: str) -> Path:
     return target
 
 
+PROBE_ATTEMPTS = 3
+"""Tries of :func:`check_writable_file`'s probe when its folder vanished between made and used."""
+
+
+def _probe_file(target: Path) -> None:
+    """Open ``target`` for appending (creating it and its folders), then leave things as they were.
+
+    A folder that another process's probe made can be removed by that probe between this one's
+    ``mkdir`` and ``open`` (two Ray shards checking their metrics files in one node-local folder
+    did, in CI): the open then fails with ``FileNotFoundError``, which the caller retries."""
+    existed = target.exists()
+    made = [folder for folder in (target.parent, *target.parent.parents) if not folder.exists()]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o666))
+        if not existed:
+            target.unlink()
+    finally:
+        for folder in made:  # deepest first: the folders appear with the file, at the end of the run
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
 def check_writable_file(path: str | os.PathLike[str], what: str, setting: str) -> Path:
     """Prove that ``path`` can be written before a long run ends by writing there.
 
@@ -597,17 +620,13 @@ def check_writable_file(path: str | os.PathLike[str], what: str, setting: str) -
     try:
         if target.is_dir():
             raise GymbenchError(f"{target}: is a directory, but the {what} is written there; choose another {setting}")
-        existed = target.exists()
-        made = [folder for folder in (target.parent, *target.parent.parents) if not folder.exists()]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o666))
-            if not existed:
-                target.unlink()
-        finally:
-            for folder in made:  # deepest first: the folders appear with the file, at the end of the run
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
+        for attempt in range(PROBE_ATTEMPTS):
+            try:
+                _probe_file(target)
+                break
+            except FileNotFoundError:
+                if attempt == PROBE_ATTEMPTS - 1:
+                    raise
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
         reason = getattr(exc, "strerror", None) or exc
         raise GymbenchError(f"{target}: cannot write the {what} there ({reason}); choose another {setting}") from None

@@ -55,6 +55,8 @@ def run_shard_task(job: ShardJob, board: Any, stream_rows: bool) -> Iterator[Any
     """The Ray task: collect, then (when the driver cannot see this node's files) stream the rows."""
     if stream_rows:
         job.settings = {**job.settings, "output_jsonl_fpath": node_local_path(job)}
+        # made here and kept: the shards' start-up checks then share a folder none of them removes
+        Path(job.settings["output_jsonl_fpath"]).parent.mkdir(parents=True, exist_ok=True)
     outcome = collect_shard(job, lambda done: _report(board, job.index, done))
     if stream_rows and outcome.error is None:
         local = Path(job.settings["output_jsonl_fpath"])

@@ -60,6 +60,26 @@ def test_a_writable_file_is_proved_without_leaving_anything(tmp_path: Path) -> N
         assert "+plot" in str(error.value)
 
 
+def test_a_folder_another_probe_removes_midway_is_made_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two Ray shards checked their metrics files in one node-local folder: one's probe removed the
+    folder it had made between the other's mkdir and open, and the other refused the run (CI)."""
+    import os
+
+    real_open, opened = os.open, []
+    target = tmp_path / "shards" / "shard-00001.jsonl.metrics.json"
+    (tmp_path / "shards").mkdir()
+
+    def racing_open(path: Any, *args: Any) -> int:
+        opened.append(path)
+        if len(opened) == 1:
+            (tmp_path / "shards").rmdir()  # the other shard's probe, cleaning up its folder
+        return real_open(path, *args)
+
+    monkeypatch.setattr(os, "open", racing_open)
+    assert check_writable_file(target, "run's metrics file", "+output_jsonl_fpath") == target
+    assert len(opened) == 2 and not target.exists()
+
+
 @dataclass
 class Schema:
     limit: int = 3
