@@ -275,12 +275,14 @@ class KneeSearch:
         s = self.settings
         factor = math.sqrt(s.factor) if s.fine_growth and gain < 1.5 else s.factor
         following = max(last.parallelism + 1, math.ceil(last.parallelism * factor))
-        if self.slots is not None and last.queue == 0 and self._slots_free(last) is not None:
-            following = max(last.parallelism + 1, min(self.slots, math.ceil(last.parallelism * s.factor**2)))
-            self.leaps.append((last.parallelism, following))
+        leap = self.slots is not None and last.queue == 0 and self._slots_free(last) is not None
+        if leap:
+            following = max(last.parallelism + 1, min(self.slots or 0, math.ceil(last.parallelism * s.factor**2)))
         if following > s.max_parallelism:
             self.stop_reason = self._at_the_bound(last.parallelism, following)
             return None
+        if leap:  # said only when taken: one past max_parallelism is not measured
+            self.leaps.append((last.parallelism, following))
         return self._visit(following, "still growing")
 
     def _at_the_bound(self, last: int, following: int) -> str:
