@@ -22,7 +22,7 @@ limit) ask this the same questions and so decide the same way:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gymbench.tune.curves import (
     KNEE_FRACTION,
@@ -79,6 +79,10 @@ class Step:
     precision_scale: float = 1.0
     """Below 1 for a re-measurement: ask for a tighter interval."""
     why: str = ""
+    reaches_slots: bool = False
+    """The first level at or past the server's slot count, grown to while slots were free: measured
+    whenever the time budget has a level's worth left, and cut at its deadline (:class:`TimeBudget`
+    in :mod:`gymbench.tune.sweep`), since a reading there is worth more than any refinement below."""
 
 
 @dataclass(frozen=True)
@@ -202,9 +206,9 @@ class KneeSearch:
             return None
         if free is not None:
             self._grew_past_flat(last)
-            return Step(step.parallelism, why=f"{free}: not a plateau yet")
+            return replace(step, why=f"{free}: not a plateau yet")
         self.looked += 1
-        return Step(step.parallelism, why=f"look past the plateau at {last.parallelism}")
+        return replace(step, why=f"look past the plateau at {last.parallelism}")
 
     def _slots_free(self, last: Level) -> str | None:
         """Why ``last`` is not the plateau though its gain says so, or None when it may be.
@@ -261,9 +265,9 @@ class KneeSearch:
             said.append(f"grew past a flat stretch at {low}-{high}: {self.slots} slots, {waiting}")
         return said
 
-    def _visit(self, parallelism: int, why: str) -> Step:
+    def _visit(self, parallelism: int, why: str, reaches_slots: bool = False) -> Step:
         self.grown.append(parallelism)
-        return Step(parallelism, why=why)
+        return Step(parallelism, why=why, reaches_slots=reaches_slots)
 
     def _grow_from(self, last: Level, gain: float = math.inf) -> Step | None:
         """The next level up: by ``factor`` (√factor for a fine search on a small gain), or, while the
@@ -283,7 +287,8 @@ class KneeSearch:
             return None
         if leap:  # said only when taken: one past max_parallelism is not measured
             self.leaps.append((last.parallelism, following))
-        return self._visit(following, "still growing")
+        reaches = self.slots is not None and following >= self.slots and self._slots_free(last) is not None
+        return self._visit(following, "still growing", reaches)
 
     def _at_the_bound(self, last: int, following: int) -> str:
         """Why growing stopped at the bound, naming the highest level measured: 80 with a bound of 128

@@ -329,6 +329,24 @@ def test_free_slots_and_no_queue_carry_the_sweep_past_a_flat_stretch_to_the_knee
     assert said == "grew by 4x while slots were idle (64 slots, none waiting): 5 to 20" and said in summary_text(found)
 
 
+def test_the_first_level_at_the_slot_count_is_measured_where_its_forecast_overruns_the_budget() -> None:
+    """Issue 39: a 64-slot llama.cpp took 79 s at 20; the budget's forecast for 64 (252 s) exceeded
+    the 201 s left, and the tune answered from below the knee. Here 5, 20 and 40 take about 10 s of
+    16, and 80 (the first level past the 64 slots) is forecast at 9 s with 6 left: it is measured,
+    the deadline cuts it, the output says so, and the answer reaches the knee near the slots."""
+    budget = 16.0
+    result = tune(FLAT_THEN_RISING, start=5, slots=64, budget_s=budget)
+    assert [probe.parallelism for probe in result.probes] == [5, 20, 40, 80]
+    first_at_slots = result.steps[3]
+    assert first_at_slots.reaches_slots and not any(step.reaches_slots for step in result.steps[:3])
+    said = summary_text(result)
+    assert "measured 80, the first level at the server's slot count, with 6 s of the budget left" in said
+    assert "80: under-measured" in said and "(cut by the time budget)" in said
+    assert result.stop_reason.startswith("time budget: ")
+    assert result.wall_s <= 1.1 * budget
+    assert result.recommended >= 48
+
+
 def test_a_knee_interval_holding_two_levels_or_more_is_said_as_a_range() -> None:
     """Issue 39: a knee whose interval cannot be made narrower than the step between the levels is
     reported as a range, with the reason; one within a step stays a point with its interval."""
