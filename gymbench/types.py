@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -32,7 +32,57 @@ JSONObject: TypeAlias = dict[str, JSONValue]
 
 # --------------------------------------------------------------------------- rollouts
 
+_Frozen = TypeVar("_Frozen", bound=type)
 
+
+class _Factory:
+    """The default of a parameter whose field has a default factory, shown as ``dataclass`` shows it."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY = _Factory()
+
+
+def stored_by_slot(cls: _Frozen) -> _Frozen:
+    """Give a frozen, slotted dataclass an ``__init__`` that stores each field through its slot's
+    own descriptor, for the types built once or more per rollout.
+
+    The ``__init__`` ``dataclass`` writes for a frozen class goes through ``object.__setattr__``
+    once per field: about 1.3 k instructions each more than a plain class's, some 20 fields and
+    26 k instructions per rollout, 4% of the client's CPU beside a minimal aiohttp loop (issue 38).
+    The slot's ``__set__`` does the same store for less than half of that. Everything else stays
+    the dataclass's: the same parameters and defaults (a factory called per instance), equality,
+    ``replace``, pickling, and a ``FrozenInstanceError`` on any assignment after it is built."""
+    names, lines = [], []
+    scope: dict[str, object] = {"_FACTORY": _FACTORY}
+    for item in fields(cls):
+        name = item.name
+        scope[f"_set_{name}"] = cls.__dict__[name].__set__
+        value = name
+        if item.default is not MISSING:
+            scope[f"_default_{name}"] = item.default
+            names.append(f"{name}=_default_{name}")
+        elif item.default_factory is not MISSING:
+            scope[f"_factory_{name}"] = item.default_factory
+            names.append(f"{name}=_FACTORY")
+            value = f"_factory_{name}() if {name} is _FACTORY else {name}"
+        else:
+            names.append(name)
+        lines.append(f"    _set_{name}(self, {value})")
+    assert not hasattr(cls, "__post_init__"), f"{cls.__name__}: stored_by_slot does not call __post_init__"
+    source = f"def __init__(self, {', '.join(names)}):\n" + "\n".join(lines)
+    exec(source, scope)  # noqa: S102  # generated from the class's own fields, as dataclasses does
+    init = scope["__init__"]
+    assert callable(init)
+    init.__qualname__ = f"{cls.__qualname__}.__init__"  # type: ignore[attr-defined]
+    setattr(cls, "__init__", init)  # noqa: B010  # replacing a method mypy sees as fixed
+    return cls
+
+
+@stored_by_slot
+@stored_by_slot
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """One rollout to produce: the task row and the request parameters after overrides."""
@@ -45,6 +95,7 @@ class GenerationRequest:
     """The whole input row, so agent backends can forward fields such as ``expected_answer``."""
 
 
+@stored_by_slot
 @dataclass(frozen=True, slots=True)
 class TokenUsage:
     prompt_tokens: int = 0
@@ -62,6 +113,7 @@ ServerTimings: TypeAlias = dict[str, float]
 """Some of :data:`SERVER_TIMING_FIELDS`, each a finite number; never empty."""
 
 
+@stored_by_slot
 @dataclass(frozen=True, slots=True)
 class Generation:
     """What a backend returns for one request."""
@@ -134,6 +186,7 @@ class Backend(Protocol):
     async def generate(self, request: GenerationRequest) -> Generation: ...
 
 
+@stored_by_slot
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """A verifier's judgement. ``failure_kind`` is set when it could not judge at all."""
@@ -161,6 +214,7 @@ class StopDispatch(Exception):
     """
 
 
+@stored_by_slot
 @dataclass(frozen=True, slots=True)
 class RequestOutcome:
     """Feedback a concurrency strategy gets after each rollout (adaptive strategies use it)."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from gymbench.errors import GymbenchError
 from gymbench.rollout.verify_cache import VerdictCache, cache_key
-from gymbench.types import Verdict, Verifier
+from gymbench.types import Verdict, Verifier, stored_by_slot
 
 POOLS = ("auto", "inline", "thread", "process")
 
@@ -49,7 +49,8 @@ class VerifySettings:
             raise GymbenchError(f"verify_first_n must be 0 or more, got {self.first_n}")
 
 
-@dataclass(frozen=True)
+@stored_by_slot
+@dataclass(frozen=True, slots=True)
 class Judgement:
     verdict: Verdict | None
     """``None`` when fast mode skipped the row."""
