@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -38,6 +38,9 @@ class Knee:
     plateau_half_width: float = 0.0
     peak_parallelism: int = 0
     """The parallelism measured highest."""
+    between: tuple[int, int] | None = None
+    """The levels measured on either side of the knee, when the interval was widened to them
+    (:func:`within_the_levels`); None: the noise alone set the interval."""
 
 
 def knee_of(points: Mapping[int, float], plateau: float | None = None, fraction: float = KNEE_FRACTION) -> float:
@@ -117,6 +120,26 @@ def find_knee(
     return Knee(knee, float(min(low, knee)), float(max(high, knee)), plateau.value, plateau.half_width, best)
 
 
+def within_the_levels(knee: Knee, curve: Mapping[int, Rate]) -> Knee:
+    """The knee's interval, widened to the levels measured on either side of its point estimate.
+
+    Between two levels the point is read by interpolating linearly in log2(p): a shape, not a
+    measurement. Resampling the levels' rates gives that line's spread only, so a tune that ended
+    with levels 36 and 64 around its knee printed 59.1 (95% CI 56.5-61.8) on llama.cpp with 64
+    slots, whose throughput rises late and steeply to its slot count (truth 62: outside; issue 39).
+    All the measurements say is that the knee lies past the level below and at or before the one
+    above; the interval holds both, and narrows only as levels are measured between them."""
+    ps = sorted(curve)
+    below = [p for p in ps if p < knee.parallelism]
+    above = [p for p in ps if p >= knee.parallelism]
+    if not below or not above or above[0] == knee.parallelism:
+        return knee
+    low, high = min(knee.low, below[-1]), max(knee.high, above[0])
+    if (low, high) == (knee.low, knee.high):
+        return knee
+    return replace(knee, low=float(low), high=float(high), between=(below[-1], above[0]))
+
+
 def _crossings(ps: np.ndarray, draws: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """:func:`knee_of` for every row of ``draws`` at once (each row's own target)."""
     above = draws >= targets[:, None]
@@ -170,6 +193,12 @@ def recommend(
     if parallelism < min(values):
         expected = values[min(values)] * parallelism / min(values)
     return Recommendation(parallelism, expected, expected / knee.plateau if knee.plateau > 0 else 0.0)
+
+
+def known_to_deliver(rate: Rate, knee: Knee, floor: float = RECOMMEND_FLOOR) -> bool:
+    """Whether a level measured ``rate`` is at least ``floor`` of the knee's plateau over its whole
+    95% interval (the level's and the plateau's noise both)."""
+    return _not_below(rate, Rate(knee.plateau, knee.plateau_half_width), floor)
 
 
 def _not_below(rate: Rate, plateau: Rate, floor: float) -> bool:

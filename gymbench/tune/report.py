@@ -45,13 +45,20 @@ def markdown_table(result: TuneResult) -> str:
 
 def _knee_text(result: TuneResult) -> str:
     """The knee as a point with its interval, or as a range when the interval holds two levels or
-    more: then the levels inside it read within each other's noise (the machine's drift, once the
+    more besides the two around the knee it may have been widened to (:func:`within_the_levels`
+    in :mod:`gymbench.tune.curves`; then the output says no level was measured between them): then
+    the levels inside it read within each other's noise (the machine's drift, once the
     second pass has merged it in), measuring more often would not tell them apart, and a point
     would claim what the measurements do not show."""
     knee = result.knee
-    inside = sorted(p for p in result.curve if knee.low <= p <= knee.high)
+    ends = knee.between or ()
+    inside = sorted(p for p in result.curve if knee.low <= p <= knee.high and p not in ends)
     if len(inside) < 2:
-        return f"parallelism {knee.parallelism:.1f} (95% CI {knee.low:.1f}–{knee.high:.1f})"
+        said = f"parallelism {knee.parallelism:.1f} (95% CI {knee.low:.1f}–{knee.high:.1f}"
+        if knee.between is None:
+            return said + ")"
+        low, high = knee.between
+        return said + f": no level measured between {low} and {high}, where the curve's shape is not known)"
     return (
         f"a range, parallelism {knee.low:.1f}–{knee.high:.1f} (95% CI; point estimate {knee.parallelism:.1f}): the "
         f"levels measured in it ({', '.join(map(str, inside))}) read within each other's noise, so no level between "

@@ -10,7 +10,7 @@ collection whose ``adaptive`` strategy changes its own limit, paying no cold sta
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -118,8 +118,7 @@ class TuneResult:
         """The knee, its plateau in rollouts/s."""
         knee = self.search.knee
         scale = 1 / self.per_rollout
-        return Knee(knee.parallelism, knee.low, knee.high, knee.plateau * scale, knee.plateau_half_width * scale,
-                    knee.peak_parallelism)  # fmt: skip
+        return replace(knee, plateau=knee.plateau * scale, plateau_half_width=knee.plateau_half_width * scale)
 
     @property
     def recommendation(self) -> Recommendation:

@@ -19,7 +19,7 @@ from gymbench.testing import make_plugins
 from gymbench.tune.adaptive import AdaptiveStrategy
 from gymbench.tune.capacity import slots_from_simulator
 from gymbench.tune.config import TuneConfig
-from gymbench.tune.curves import knee_of
+from gymbench.tune.curves import find_knee, knee_of
 from gymbench.tune.diagnose import Diagnosis, diagnose
 from gymbench.tune.knee_search import SearchSettings
 from gymbench.tune.probe import Prober
@@ -243,10 +243,11 @@ def test_a_second_pass_in_reverse_order_takes_the_machines_drift_out_of_the_knee
     level straddle the middle of the run, and the interval covers it again."""
     steady = tune(SLOTS4, start=2).knee.parallelism
     drifting = SLOTS4.replace(speed_drift=0.1, speed_drift_period_s=600.0)
-    once = tune(drifting, start=2).knee
+    once = find_knee(tune(drifting, start=2).curve)  # the levels' spread alone, not the levels around it
     assert not once.low <= steady <= once.high and once.parallelism > steady
     twice = tune(drifting, start=2, remeasure=True)
-    assert twice.knee.low <= steady <= twice.knee.high
+    merged = find_knee(twice.curve)
+    assert merged.low <= steady <= merged.high
     assert abs(twice.knee.parallelism - steady) < abs(once.parallelism - steady)
     first = list(dict.fromkeys(step.parallelism for step in twice.steps if "second pass" not in step.why))
     second = [step.parallelism for step in twice.steps if "second pass" in step.why]
@@ -351,7 +352,7 @@ def test_a_knee_interval_holding_two_levels_or_more_is_said_as_a_range() -> None
     """Issue 39: a knee whose interval cannot be made narrower than the step between the levels is
     reported as a range, with the reason; one within a step stays a point with its interval."""
     result = tune(SLOTS4, start=2)
-    knee = result.search.knee
+    knee = dataclasses.replace(result.search.knee, between=None)
     point = dataclasses.replace(result, search=dataclasses.replace(result.search, knee=dataclasses.replace(
         knee, low=knee.parallelism * 0.97, high=knee.parallelism * 1.03)))  # fmt: skip
     assert f"knee: parallelism {knee.parallelism:.1f} (95% CI" in summary_text(point)
@@ -361,3 +362,9 @@ def test_a_knee_interval_holding_two_levels_or_more_is_said_as_a_range() -> None
     said = summary_text(wide)
     assert f"knee: a range, parallelism {levels[0]:.1f}–{levels[-1]:.1f} (95% CI; point estimate" in said
     assert f"levels measured in it ({', '.join(map(str, levels))}) read within each other's noise" in said
+    low, high = levels[0], levels[1]  # widened to the levels around it: a point, and why it is this wide
+    around = dataclasses.replace(result, search=dataclasses.replace(result.search, knee=dataclasses.replace(
+        knee, parallelism=(low + high) / 2, low=low, high=high, between=(low, high))))  # fmt: skip
+    assert f"(95% CI {low:.1f}–{high:.1f}: no level measured between {low} and {high}, where the curve's shape" in (
+        summary_text(around)
+    )

@@ -97,7 +97,8 @@ with server, tempfile.TemporaryDirectory() as tmp:
                      "knee": knee.parallelism, "knee_low": knee.low, "knee_high": knee.high, "plateau": knee.plateau,
                      "recommended": result.recommended, "wall_s": wall, "stop": result.stop_reason,
                      "why": result.search.recommendation.why, "capacity": result.capacity,
-                     "levels": {p: round(r.value, 2) for p, r in sorted(result.curve.items())}})  # fmt: skip
+                     "between": knee.between,
+                     "levels": {p: [round(r.value, 2), round(r.half_width, 2)] for p, r in sorted(result.curve.items())}})  # fmt: skip
         say(f"run {run + 1}{' (hog)' if busy else ''}: knee {knee.parallelism:.1f} [{knee.low:.1f}, {knee.high:.1f}], "
             f"recommended {result.recommended}, {wall:.0f} s, load {load_before:.1f}-{os.getloadavg()[0]:.1f}; levels "
             + ", ".join(f"{p}: {r.value:.1f}" for p, r in sorted(result.curve.items()))
