@@ -36,7 +36,7 @@ class TuneConfig(ProbeConfig, SweepSettings):
         metadata=doc("latency objective: recommend at most the largest level measured with p50 latency within this"),
     )
     time_budget_s: float = field(
-        default=300.0,
+        default=290.0,
         metadata=doc("seconds the search may take (0: no limit); near it, stop and answer from the levels measured"),
     )
 
