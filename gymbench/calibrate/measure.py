@@ -8,7 +8,8 @@ Three phases, each short enough that the whole takes a minute or two against a s
    server's ``prompt_ms`` against ``prompt_n`` gives the cost of a prompt token;
 3. **decode**: closed loops of ``p`` clients at a few ``p`` around the slot count, each
    request the workload's (streamed or not, as the workload is: on a small machine streaming's
-   per-token work slows the engine itself) (a fixed prompt; with ``ignore_eos``, ``+output_tokens`` output
+   per-token work slows the engine itself) (:data:`LOAD_PROMPTS` distinct prompts of
+   ``+prompt_words`` words; with ``ignore_eos``, ``+output_tokens`` output
    tokens, or the engine's default when unset): the
    server's ``predicted_per_token_ms`` against the running sequences gives the step's fixed and
    per-sequence cost; the clients' own TTFT and throughput are kept as the record and the check.
@@ -85,6 +86,18 @@ def workload_params(prompt_words: int, max_tokens: int | None, salt: str = "") -
     if max_tokens is not None:
         params["max_output_tokens"] = max_tokens
     return params
+
+
+LOAD_PROMPTS = 64
+"""The loads cycle through this many prompts, each its own (its number in front), as a collection's
+tasks differ. With one prompt repeated, llama.cpp's prompt cache serves every prefill but the first
+and the clients' requests stay identical; the truth it was judged against sends distinct prompts."""
+
+
+def workload_tasks(prompt_words: int, max_tokens: int | None, count: int = LOAD_PROMPTS) -> list[dict[str, Any]]:
+    """The workload as ``count`` tasks of the same length, each prompt its own (:func:`workload_params`
+    with the task's number in front): the calibration's loads and the real-engine bench's truth."""
+    return [workload_params(prompt_words, max_tokens, salt=f"t{i}") for i in range(count)]
 
 
 @dataclass(frozen=True)
@@ -348,7 +361,7 @@ async def _measure_loads(
     on_phase: Callable[[str, float], None],
     engines: Sequence[EngineMetrics],
 ) -> tuple[list[LoadResult], list[str]]:
-    params = workload_params(settings.prompt_words, settings.output_tokens)
+    params = workload_tasks(settings.prompt_words, settings.output_tokens)
     notes: list[str] = []
     order = list(settings.points() or default_concurrencies(facts.slots))
     readings: dict[int, list[LoadResult]] = {p: [] for p in order}

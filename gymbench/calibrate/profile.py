@@ -17,7 +17,7 @@ import numpy as np
 
 from gymbench.calibrate.fit import DecodePoint, PrefillPoint, StepFit, fit_steps
 from gymbench.calibrate.loadgen import Answer, LoadResult
-from gymbench.calibrate.measure import Measurements, prompt_text
+from gymbench.calibrate.measure import LOAD_PROMPTS, Measurements, prompt_text
 from gymbench.sim.config import SimConfig
 from gymbench.sim.profile import public_url
 from gymbench.sim.text import count_tokens
@@ -143,6 +143,7 @@ def build_profile(
         "took_s": round(measured.wall_s, 1),
         "workload": {
             "prompt_words": prompt_words,
+            "prompts": LOAD_PROMPTS,
             "max_tokens": max_tokens,
             "max_tokens_sent": measured.max_tokens_sent,
             "warmup_s": warmup_s,

@@ -437,6 +437,25 @@ def test_calibrate_sim_sends_the_body_collect_sends_for_the_same_task(tmp_path: 
     assert document["calibration"]["workload"]["max_tokens_sent"] is None
 
 
+def test_the_loads_send_distinct_prompts_of_the_workloads_length(tmp_path: Path) -> None:
+    """Each load request's prompt is its own, as a collection's tasks are, so that llama.cpp's prompt
+    cache does not serve every prefill: one prompt repeated is not the workload the profile stands
+    for (the real-engine truth sends distinct ones)."""
+    engine = StepModel(slots=2, default_max_tokens=8)
+    with fake_llama_server(engine) as url:
+        code = main(["calibrate-sim", "--from", url, f"+output={tmp_path / 'engine.yaml'}", "+concurrencies=2",
+                     "+passes=1", "+load_warmup_s=0", "+window_s=0.3", "+prompt_words=12",
+                     "+progress=false"])  # fmt: skip
+        assert code == 0
+    loads = [body for body in engine.bodies if body.get("max_tokens") != 1][1:]  # past the first answer, not prefill
+    prompts = [body["messages"][0]["content"] for body in loads]
+    assert len(prompts) >= 4
+    assert len(set(prompts)) == min(len(prompts), 64)  # the tasks in turn
+    assert {len(prompt.split()) for prompt in prompts} == {13}  # 12 words and the task's number
+    document = yaml.safe_load((tmp_path / "engine.yaml").read_text())
+    assert document["calibration"]["workload"]["prompts"] == 64
+
+
 def test_a_given_max_tokens_is_the_tasks_max_output_tokens(tmp_path: Path) -> None:
     engine = StepModel(slots=1)
     with fake_llama_server(engine) as url:
