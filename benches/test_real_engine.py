@@ -50,6 +50,7 @@ import os
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -103,9 +104,12 @@ class Truth:
     slots: int
     server: LlamaServer
     window_s: float
-    rates: dict[int, Rate]
     windows: dict[int, list[LoadResult]]
-    """Each point's windows, from which :attr:`rates` came."""
+    """Each point's windows."""
+
+    @cached_property
+    def rates(self) -> dict[int, Rate]:
+        return {p: rate_of(w) for p, w in self.windows.items()}
 
     @property
     def curve(self) -> dict[int, float]:
@@ -210,7 +214,7 @@ def truth(request: pytest.FixtureRequest) -> Iterator[Truth]:
         print(f"\n{name} (-np {slots}, -t 1): the truth, {window_s:g} s per point in {passes} shuffled passes,"
               f" load {os.getloadavg()[0]:.1f}")  # fmt: skip
         windows = measure_windows(server, points, window_s / passes, range(passes))
-        yield described(Truth(name, slots, server, window_s, {p: rate_of(w) for p, w in windows.items()}, windows))
+        yield described(Truth(name, slots, server, window_s, windows))
 
 
 def measure_windows(server: LlamaServer, points: list[int], window_s: float, turns: range) -> dict[int, list]:
@@ -245,8 +249,7 @@ def around(truth: Truth, passes: int) -> Truth:
     done = max(len(w) for w in truth.windows.values())
     more = measure_windows(truth.server, list(truth.windows), truth.window_s / done, range(done, done + passes))
     pooled = {p: truth.windows[p] + more[p] for p in truth.windows}
-    return described(Truth(truth.name, truth.slots, truth.server, truth.window_s,
-                           {p: rate_of(w) for p, w in pooled.items()}, pooled))  # fmt: skip
+    return described(Truth(truth.name, truth.slots, truth.server, truth.window_s, pooled))
 
 
 def record_truth(gymbench: Recorder, truth: Truth) -> None:

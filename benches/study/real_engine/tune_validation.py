@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, "benches")
-from test_real_engine import MAX_TOKENS, common, interpolated, one_window, rate_of, tasks_file
+from test_real_engine import MAX_TOKENS, common, interpolated, measure_windows, rate_of, tasks_file
 
 from gymbench.engine.build import cache_root, find_server
 from gymbench.engine.model import cached_model
@@ -57,13 +56,7 @@ def say(text: str) -> None:
 
 
 def measure_truth(server, points: list[int], seed: int) -> dict[int, list]:
-    windows: dict[int, list] = {p: [] for p in points}
-    for turn in range(PASSES):
-        order = list(points)
-        random.Random(seed + turn).shuffle(order)
-        for p in order:
-            windows[p].append(one_window(server, p, WINDOW_S / PASSES))
-    return windows
+    return measure_windows(server, points, WINDOW_S / PASSES, range(seed, seed + PASSES))
 
 
 def hog() -> subprocess.Popen:
