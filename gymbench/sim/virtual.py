@@ -13,8 +13,13 @@ Limits, by design:
 * In-process only. Real sockets to another process do not mix: the loop does not wait for a
   peer that has not answered yet, it jumps to the next timer (a client timeout, say). Drive the
   simulator through :class:`gymbench.sim.inprocess.InProcessBackend`, not over HTTP.
-* Jobs handed to ``loop.run_in_executor`` (and so ``asyncio.to_thread``) run in real time while
-  the simulated clock stands still; such a job must finish without waiting for simulated time.
+* Jobs for the default executor (``asyncio.to_thread``: a read of a server's counters, a file
+  write) run inline, at the moment they are handed over, so what they read is the loop's state at
+  that moment. In a thread, other callbacks of the same simulated instant ran while it read, as
+  many as the machine's load allowed: a tune in simulated time read a different queue and stopped
+  at a different level on a busy CI runner. Such a job must not wait for the loop.
+* Jobs for an explicit executor (a verifier's process pool) run in real time while the simulated
+  clock stands still; such a job must finish without waiting for simulated time.
 * ``time.monotonic()`` / ``time.perf_counter()`` stay real: code under test must read the loop's
   clock (the rollout collector and prober take a ``clock=``).
 
@@ -61,7 +66,16 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return self._now
 
     def run_in_executor(self, executor: Executor | None, func: Callable[..., T], *args: object) -> asyncio.Future[T]:
-        """Tracked, so the clock stands still until the job is back instead of jumping past it."""
+        """The default executor's jobs run inline (see the module's documentation); an explicit
+        executor's are tracked, so the clock stands still until the job is back instead of jumping
+        past it."""
+        if executor is None:
+            done: asyncio.Future[T] = self.create_future()
+            try:
+                done.set_result(func(*args))
+            except Exception as exc:  # the caller's await raises it, as from a thread
+                done.set_exception(exc)
+            return done
         job = super().run_in_executor(executor, func, *args)
         self._executor_jobs.add(job)
         job.add_done_callback(self._executor_jobs.discard)

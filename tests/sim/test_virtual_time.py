@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -79,12 +80,54 @@ def test_the_clock_stands_still_while_an_executor_job_runs() -> None:
             order.append(("timer", loop.time()))
 
         pending = asyncio.ensure_future(timer())
-        await asyncio.to_thread(time.sleep, 0.05)
+        with ThreadPoolExecutor(1) as pool:
+            await loop.run_in_executor(pool, time.sleep, 0.05)
         order.append(("thread", loop.time()))
         await pending
         return order
 
     assert run_in_simulated_time(main()) == [("thread", 0.0), ("timer", 5.0)]
+
+
+def test_a_default_executor_job_reads_the_state_at_the_moment_it_is_handed_over() -> None:
+    """``asyncio.to_thread(counters.read)`` in a thread would read after as many of the instant's
+    other callbacks as the machine's load let run meanwhile (a tune stopped at another level on a
+    busy CI runner); inline, it reads what the loop held when it was called, on any machine."""
+
+    async def main() -> tuple[int, int, int]:
+        count = 0
+
+        async def bump() -> None:
+            nonlocal count
+            for _ in range(5000):
+                count += 1
+                await asyncio.sleep(0)
+
+        bumping = asyncio.ensure_future(bump())
+        await asyncio.sleep(0)
+        handed_over = count
+
+        def slow_read() -> int:
+            time.sleep(0.05)  # a thread's read, which the bumps would overtake
+            return count
+
+        read = await asyncio.to_thread(slow_read)
+        await bumping
+        return handed_over, read, count
+
+    handed_over, read, final = run_in_simulated_time(main())
+    assert read == handed_over < final == 5000
+
+
+def test_a_default_executor_job_s_exception_reaches_its_caller() -> None:
+    async def main() -> str:
+        try:
+            await asyncio.to_thread(int, "not a number")
+        except ValueError as exc:
+            return str(exc)
+        return "no error"
+
+    assert "invalid literal" in run_in_simulated_time(main())
 
 
 def test_with_no_timer_the_loop_waits_for_real_events() -> None:
