@@ -36,7 +36,7 @@ from gymbench.tune.curves import (
     throughput_at,
     within_the_levels,
 )
-from gymbench.tune.rates import Rate, pooled, ratio, remeasured
+from gymbench.tune.rates import Rate, drift_between_windows, pooled, ratio, remeasured
 from gymbench.tune.search_settings import SearchSettings
 
 HUMP_GAP = 1.5
@@ -136,6 +136,25 @@ class KneeSearch:
             level = Level(level.parallelism, merged, errors, limited, old.precise or level.precise,
                           old.measurements + 1, readings, queue)  # fmt: skip
         self.levels[level.parallelism] = level
+
+    def allow_drift(self, first: dict[int, Rate], second: dict[int, Rate]) -> float:
+        """Every level's interval widened by the machine's drift between windows, estimated from the
+        levels read in both passes (``first`` and ``second``, by parallelism): the drift each reading's
+        own window cannot show (:func:`~gymbench.tune.rates.drift_between_windows`). Returns it (a
+        relative variance; 0 where the passes agree within their noise, or too few levels were read
+        twice) and says it in a note."""
+        drift = drift_between_windows([(first[p], second[p]) for p in second if p in first])
+        if drift <= 0:
+            return 0.0
+        for parallelism, level in self.levels.items():
+            both = parallelism in first and parallelism in second
+            readings = (first[parallelism], second[parallelism]) if both else (level.rate,)
+            self.levels[parallelism] = replace(level, rate=remeasured(readings, drift))
+        self.notes.append(
+            f"the machine drifted ±{1.96 * math.sqrt(drift):.1%} (95%) from one window to the next, read from "
+            f"{len(second)} levels' two passes: every level's interval includes it"
+        )
+        return drift
 
     def next_step(self) -> Step | None:
         """What to measure next; ``None`` once the knee is found."""

@@ -108,31 +108,58 @@ def pooled(rates: Sequence[Rate]) -> Rate:
     )
 
 
-def remeasured(readings: Sequence[Rate]) -> Rate:
+def remeasured(readings: Sequence[Rate], drift: float = 0.0) -> Rate:
     """Readings of one level taken at different times, merged allowing that the level itself moved.
 
     Each reading's interval covers only its own window. When the machine's speed drifts between
     windows (this project's 2-core VM: 2-8% between passes minutes apart), two readings differ by
     more than both intervals allow, and :func:`pooled` would trust the narrower one and report a
-    merge narrower still. Here the spread between readings beyond their own noise is estimated
-    (DerSimonian and Laird's τ², 1986) and added to every reading's variance: with readings that
-    agree within their noise τ² is 0 and the result is :func:`pooled`'s; with readings that
-    disagree the merge sits between them with an interval that covers the disagreement.
+    merge narrower still. ``drift`` is the machine's, measured over every level
+    (:func:`drift_between_windows`, a relative variance): each reading's variance holds it, so even
+    a level read once gets an interval that covers the drift of its window. The spread between
+    this level's readings beyond that is estimated too (DerSimonian and Laird's τ², 1986) and added
+    to every reading's variance: with readings that agree within their noise the result is
+    :func:`pooled`'s (widened by ``drift``); with readings that disagree the merge sits between
+    them with an interval that covers the disagreement.
     """
-    merged = pooled(readings)
     finite = [r for r in readings if math.isfinite(r.se) and r.se > 0]
-    if len(finite) < 2 or len(finite) < len(readings):
-        return merged
-    weights = [1 / r.se**2 for r in finite]
+    if len(finite) < len(readings) or not finite:
+        return pooled(readings)
+    variances = [r.se**2 + drift * r.value**2 for r in finite]
+    merged = pooled(readings)
+    weights = [1 / v for v in variances]
     s1 = sum(weights)
     mean = sum(w * r.value for w, r in zip(weights, finite, strict=True)) / s1
     q = sum(w * (r.value - mean) ** 2 for w, r in zip(weights, finite, strict=True))
-    tau2 = max(0.0, (q - (len(finite) - 1)) / (s1 - sum(w * w for w in weights) / s1))
-    if tau2 == 0:
+    tau2 = max(0.0, (q - (len(finite) - 1)) / (s1 - sum(w * w for w in weights) / s1)) if len(finite) > 1 else 0.0
+    if tau2 == 0 and drift == 0:
         return merged
-    weights = [1 / (r.se**2 + tau2) for r in finite]
+    weights = [1 / (v + tau2) for v in variances]
     value = sum(w * r.value for w, r in zip(weights, finite, strict=True)) / sum(weights)
     return replace(merged, value=value, half_width=math.sqrt(1 / sum(weights)) * t_quantile(merged.dof))
+
+
+def drift_between_windows(pairs: Sequence[tuple[Rate, Rate]]) -> float:
+    """How far one window's speed moves from another's on this machine: a relative variance, from
+    the levels measured in two passes (``(first, second)`` per level).
+
+    One level's two readings give one degree of freedom, too few to tell drift from chance (a
+    4-slot llama.cpp tune printed 3.0-4.5 where the truth was 4.7: level 4's passes agreed by
+    chance and its interval was ±1.3%). The machine drifts alike at every level, so the log-ratios
+    of all levels' second to first readings are pooled: around their weighted mean (a shift common
+    to a whole pass moves every level alike and no knee), their spread beyond each pair's own
+    noise (DerSimonian and Laird's τ²) is twice one window's drift. Fewer than three levels: 0,
+    nothing is said."""
+    usable = [(a, b) for a, b in pairs if min(a.value, b.value) > 0 and 0 < a.se < math.inf and 0 < b.se < math.inf]
+    if len(usable) < 3:
+        return 0.0
+    logs = [math.log(b.value / a.value) for a, b in usable]
+    weights = [1 / ((a.se / a.value) ** 2 + (b.se / b.value) ** 2) for a, b in usable]
+    s1 = sum(weights)
+    mean = sum(w * d for w, d in zip(weights, logs, strict=True)) / s1
+    q = sum(w * (d - mean) ** 2 for w, d in zip(weights, logs, strict=True))
+    tau2 = max(0.0, (q - (len(usable) - 1)) / (s1 - sum(w * w for w in weights) / s1))
+    return tau2 / 2
 
 
 def ratio(numerator: Rate, denominator: Rate) -> tuple[float, float, float]:

@@ -84,7 +84,9 @@ class SweepSettings(GrowthSettings):
     sweep put its knee at 21 where the truth was 5. In reverse order every level's two readings
     straddle the middle of the run, so a steady drift cancels in their merge
     (:func:`gymbench.tune.rates.remeasured`), and the merge's interval covers how far the two
-    passes differ: the interval then says how sure the knee is on a machine that drifts. The
+    passes differ; the drift read from all levels' two passes widens every level
+    (:meth:`~gymbench.tune.knee_search.KneeSearch.allow_drift`): the interval then says how sure the
+    knee is on a machine that drifts. The
     default since the sweep stops where the server says it is full: a 4-slot llama.cpp tune took
     54 s in one pass and 74 s in two, its knee 4.8 [4.4, 8.0] in one and 3.7 [2.0, 8.0] in two
     (docs/tuning.md). ``+remeasure=false`` halves a long sweep's time."""

@@ -334,7 +334,7 @@ async def _second_pass(prober: Prober, log: SweepLog, strategies: Strategies, bu
     two passes differed (the machine's drift, or a server whose state moved)."""
     search = log.search
     order = list(dict.fromkeys(step.parallelism for step in log.steps))[::-1]
-    first = {p: search.levels[p].rate.value for p in order}
+    first = {p: search.levels[p].rate for p in order}
     probes: list[ProbeResult] = []
     for parallelism in order:
         step = Step(parallelism, why="second pass, in reverse order")
@@ -347,12 +347,13 @@ async def _second_pass(prober: Prober, log: SweepLog, strategies: Strategies, bu
         log.probes.append(probe)
         search.record(probe.level(), apart=True)
         _say(prober, probe, budget)
-    moved = [probe.work_rate.value / first[probe.parallelism] - 1 for probe in probes if first[probe.parallelism] > 0]
+    moved = [p.work_rate.value / first[p.parallelism].value - 1 for p in probes if first[p.parallelism].value > 0]
     if moved:
         search.notes.append(
             f"second pass (reverse order) over {len(probes)} levels read {min(moved):+.1%} to {max(moved):+.1%} "
             f"against the first (median {float(np.median(moved)):+.1%}); the curve merges both"
         )
+    search.allow_drift(first, {probe.parallelism: probe.work_rate for probe in probes})
 
 
 async def adaptive_search(

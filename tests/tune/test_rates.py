@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from gymbench.builtin.semaphore import SemaphoreStrategy
@@ -21,6 +22,7 @@ from gymbench.tune.rates import (
     Precision,
     Rate,
     correlation_factor,
+    drift_between_windows,
     pooled,
     ratio,
     remeasured,
@@ -171,6 +173,37 @@ def test_readings_apart_in_time_are_merged_allowing_for_drift() -> None:
     assert 104.0 < uneven.value < 106.0  # the narrower window is not trusted over the drift between them
     unmeasured = [Rate(0.0, math.inf, 1, samples=0, under_measured=True), Rate(50.0, 1.0, 10)]
     assert remeasured(unmeasured) == pooled(unmeasured)
+
+
+def test_the_machines_drift_is_read_from_every_levels_two_passes() -> None:
+    """Levels whose two passes agree within their noise: no drift to speak of. A second pass 10% faster at every
+    level: a shift no knee feels, no drift. Passes scattered by a known drift between windows
+    (σ = 5% per window, each window's own interval ±1%): its estimate, within a factor 1.5 over 200
+    levels (seeded). Two levels: too few to tell, nothing said."""
+    rng = np.random.default_rng(3)
+    noise = Rate(100.0, 1.0, 20).se / 100.0  # each reading's own (0.48%)
+    steady = [(Rate(100.0, 1.0, 20), Rate(100.0 * (1 + rng.normal(0, noise)), 1.0, 20)) for _ in range(12)]
+    assert drift_between_windows(steady) < (noise / 2) ** 2  # nothing, or a trace well inside the noise
+    shifted = [(Rate(v, 1.0, 20), Rate(1.1 * v, 1.1, 20)) for v in (50.0, 80.0, 100.0, 100.0, 101.0)]
+    assert drift_between_windows(shifted) == pytest.approx(0.0, abs=1e-12)
+    sigma = 0.05
+
+    def window(true: float) -> Rate:
+        return Rate(true * math.exp(rng.normal(0, sigma)), 0.01 * true, 20)
+
+    drifting = [(window(v), window(v)) for v in rng.uniform(20, 200, size=200)]
+    assert sigma**2 / 1.5 < drift_between_windows(drifting) < sigma**2 * 1.5
+    assert drift_between_windows(drifting[:2]) == 0.0
+
+
+def test_a_level_read_once_or_agreeing_by_chance_gets_the_machines_drift_in_its_interval() -> None:
+    """A level whose own window said ±1% on a machine drifting 5% between windows: its interval holds
+    the drift (±1.96·√(0.01² /1.96² + 0.05²) ≈ ±10%), read once or twice."""
+    once = remeasured([Rate(100.0, 1.0, 30)], drift=0.05**2)
+    assert once.value == 100.0 and 9.5 < once.half_width < 10.6
+    twice = remeasured([Rate(100.0, 1.0, 30), Rate(100.5, 1.0, 30)], drift=0.05**2)
+    assert twice.value == pytest.approx(100.25, abs=0.01) and 6.5 < twice.half_width < 7.5  # two windows: ÷√2
+    assert remeasured([Rate(100.0, 1.0, 30)]) == Rate(100.0, 1.0, 30)  # no drift said: the reading as it is
 
 
 def test_pooling_rates_that_measured_nothing_is_unmeasured_not_a_division_by_zero() -> None:
