@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import math
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -111,6 +113,26 @@ def merge_passes(readings: list[LoadResult]) -> LoadResult:
         sum(point.errors for point in readings),
         pass_rates=[point.requests_per_s for point in readings],
     )
+
+
+PASSES_AGREE = 0.05
+"""A load's passes agree when their mean's standard error is within this share of it (two passes:
+within ±10% of each other)."""
+
+
+def disagreeing(readings: dict[int, list[LoadResult]]) -> dict[int, float]:
+    """The loads whose passes disagree: concurrency → their mean's standard error ÷ the mean, where
+    that is above :data:`PASSES_AGREE` (a load read once says nothing)."""
+    spread: dict[int, float] = {}
+    for concurrency, points in readings.items():
+        rates = [point.requests_per_s for point in points]
+        mean = sum(rates) / len(rates) if rates else 0.0
+        if len(rates) < 2 or mean <= 0:
+            continue
+        relative = statistics.stdev(rates) / math.sqrt(len(rates)) / mean
+        if relative > PASSES_AGREE:
+            spread[concurrency] = relative
+    return spread
 
 
 def load_settings(base_url: str, model: str, **settings: Any) -> OpenAISettings:

@@ -15,7 +15,7 @@ import yaml
 
 from gymbench.calibrate.command import CalibrateSettings
 from gymbench.calibrate.fit import DecodePoint, PrefillPoint, fit_steps
-from gymbench.calibrate.loadgen import Answer, LoadResult, merge_passes
+from gymbench.calibrate.loadgen import Answer, LoadResult, disagreeing, merge_passes
 from gymbench.calibrate.measure import measure
 from gymbench.cli import main
 from gymbench.client_cycles import ClientCycles, closed_loop_rate
@@ -358,15 +358,16 @@ def test_two_passes_measure_the_loads_in_abba_order_and_each_rate_is_their_mean(
 ) -> None:
     """The default: every load twice, the second pass in reverse order (1, 2, 3, 3, 2, 1), so a
     drift that is steady over the calibration cancels in each load's mean; the profile keeps both
-    readings, and the summary says how far they were apart."""
+    readings, and the summary says how far they were apart. (No passes added here: 0.3 s windows on
+    a busy machine may disagree, and the next test is about that.)"""
     out = tmp_path / "engine.yaml"
     measured: list[str] = []
     with fake_llama_server(StepModel(slots=3)) as url:
-        code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1,2,3",
+        code = main(["calibrate-sim", "--from", url, f"+output={out}", "+concurrencies=1,2,3", "+extra_passes=0",
                      "+load_warmup_s=0.1", "+window_s=0.4", "+output_tokens=4", "+progress=false"])  # fmt: skip
         facts = asyncio.run(
             measure(CalibrateSettings(base_url=url, concurrencies="1,2,3", prompt_words=4, output_tokens=4,
-                                      load_warmup_s=0.0, window_s=0.3, passes=3),
+                                      load_warmup_s=0.0, window_s=0.3, passes=3, extra_passes=0),
                     on_phase=lambda label, _: measured.append(label.split(":")[0]),
                     engines=make_plugins().engine_metrics())
         )  # fmt: skip
@@ -380,6 +381,47 @@ def test_two_passes_measure_the_loads_in_abba_order_and_each_rate_is_their_mean(
         first, second = row["requests_per_s_passes"]
         assert row["requests_per_s"] == pytest.approx((first + second) / 2, abs=1e-3)
     assert "the last pass against the first" in capsys.readouterr().out
+
+
+def test_passes_that_disagree_are_followed_by_two_more_and_the_notes_say_so() -> None:
+    """The engine runs 2.5x slower from the second pass on (the machine got busy): the two passes
+    disagree far beyond ±5%, so two more are measured, in ABBA order again; they still disagree
+    with the first, and after the ``extra_passes`` allowed the calibration says so instead of
+    measuring on."""
+    model = StepModel(slots=3)
+    measured: list[str] = []
+
+    def phase(label: str, _: float) -> None:
+        measured.append(label.split(":")[0])
+        if len(measured) == 3:  # the first pass is over
+            model.slowdown[0] = 2.5
+
+    with fake_llama_server(model) as url:
+        facts = asyncio.run(
+            measure(CalibrateSettings(base_url=url, concurrencies="1,2,3", prompt_words=4, output_tokens=4,
+                                      load_warmup_s=0.0, window_s=0.3),
+                    on_phase=phase, engines=make_plugins().engine_metrics())
+        )  # fmt: skip
+    abba = ["p=1", "p=2", "p=3", "p=3", "p=2", "p=1"]
+    assert measured == [*abba, *abba, "prefill"]
+    assert facts.passes == 4 and [len(point.pass_rates) for point in facts.points] == [4, 4, 4]
+    added, still = facts.notes[-2:]
+    assert added.startswith("passes 3-4 added: after 2, the passes disagreed beyond ±5%")
+    assert still.startswith("after 4 passes some loads' passes still disagree beyond ±5%")
+
+
+def test_loads_whose_passes_disagree_are_those_whose_mean_is_known_worse_than_five_percent() -> None:
+    def load(concurrency: int, *rates: float) -> LoadResult:
+        return LoadResult(concurrency, 8.0, pass_rates=list(rates))
+
+    readings = {
+        1: [load(1, 30.0), load(1, 31.0)],  # ±1.6%: agree
+        4: [load(4, 60.0), load(4, 48.0)],  # ±11.1%
+        8: [load(8, 60.0), load(8, 55.0), load(8, 58.0), load(8, 61.0)],  # ±2.2%
+        16: [load(16, 62.0)],  # read once: says nothing
+    }
+    spread = disagreeing(readings)
+    assert list(spread) == [4] and spread[4] == pytest.approx(6 / 54, rel=1e-6)
 
 
 def test_merged_passes_keep_every_answer_and_average_the_rates() -> None:

@@ -35,6 +35,8 @@ class StepModel:
     """Each chat request's ``cache_prompt`` in the order they arrived (True where not given)."""
     bodies: list[dict[str, Any]] = field(default_factory=list, compare=False)
     """Each chat request's body, in the order they arrived."""
+    slowdown: list[float] = field(default_factory=lambda: [1.0], compare=False)
+    """``slowdown[0]`` multiplies every sleep, and may be changed while serving (a machine that gets busy)."""
     default_max_tokens: int = 16
     """The output length of a request that sets no ``max_tokens`` (llama.cpp's ``-n``)."""
 
@@ -64,7 +66,7 @@ def app(model: StepModel) -> web.Application:
                 prompt_ms = model.a_ms + model.c_ms * prompt_n
                 step = model.curve_ms[running - 1] if model.curve_ms else model.a_ms + model.b_ms * running
                 per_token = step + model.c_ms * prompt_n * (running - 1) / out
-                await asyncio.sleep((prompt_ms + per_token * (out - 1)) * model.sleep_scale / 1e3)
+                await asyncio.sleep((prompt_ms + per_token * (out - 1)) * model.sleep_scale * model.slowdown[0] / 1e3)
             finally:
                 held[0] -= 1
         timings = {"prompt_n": prompt_n, "prompt_ms": prompt_ms, "predicted_n": out,
