@@ -91,11 +91,13 @@ with server, tempfile.TemporaryDirectory() as tmp:
                      "recommended": result.recommended, "wall_s": wall, "stop": result.stop_reason,
                      "why": result.search.recommendation.why, "capacity": result.capacity,
                      "between": knee.between,
+                     "drift": next((n for n in result.notes if "from one window to the next" in n), ""),
                      "levels": {p: [round(r.value, 2), round(r.half_width, 2)] for p, r in sorted(result.curve.items())}})  # fmt: skip
         say(f"run {run + 1}{' (hog)' if busy else ''}: knee {knee.parallelism:.1f} [{knee.low:.1f}, {knee.high:.1f}], "
             f"recommended {result.recommended}, {wall:.0f} s, load {load_before:.1f}-{os.getloadavg()[0]:.1f}; levels "
             + ", ".join(f"{p}: {r.value:.1f}" for p, r in sorted(result.curve.items()))
-            + (f"\n  {result.search.recommendation.why}" if result.search.recommendation.why else ""))  # fmt: skip
+            + (f"\n  {result.search.recommendation.why}" if result.search.recommendation.why else "")
+            + (f"\n  {runs[-1]['drift']}" if runs[-1]["drift"] else ""))  # fmt: skip
     say(f"truth after, load {os.getloadavg()[0]:.1f}")
     after = measure_truth(server, points, 100)
     for p in points:
