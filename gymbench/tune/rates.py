@@ -127,11 +127,7 @@ def remeasured(readings: Sequence[Rate], drift: float = 0.0) -> Rate:
         return pooled(readings)
     variances = [r.se**2 + drift * r.value**2 for r in finite]
     merged = pooled(readings)
-    weights = [1 / v for v in variances]
-    s1 = sum(weights)
-    mean = sum(w * r.value for w, r in zip(weights, finite, strict=True)) / s1
-    q = sum(w * (r.value - mean) ** 2 for w, r in zip(weights, finite, strict=True))
-    tau2 = max(0.0, (q - (len(finite) - 1)) / (s1 - sum(w * w for w in weights) / s1)) if len(finite) > 1 else 0.0
+    tau2 = between_spread([r.value for r in finite], variances)
     if tau2 == 0 and drift == 0:
         return merged
     weights = [1 / (v + tau2) for v in variances]
@@ -154,12 +150,21 @@ def drift_between_windows(pairs: Sequence[tuple[Rate, Rate]]) -> float:
     if len(usable) < 3:
         return 0.0
     logs = [math.log(b.value / a.value) for a, b in usable]
-    weights = [1 / ((a.se / a.value) ** 2 + (b.se / b.value) ** 2) for a, b in usable]
+    variances = [(a.se / a.value) ** 2 + (b.se / b.value) ** 2 for a, b in usable]
+    return between_spread(logs, variances) / 2
+
+
+def between_spread(values: Sequence[float], variances: Sequence[float]) -> float:
+    """The variance among ``values`` beyond each one's own ``variances`` (DerSimonian and Laird's
+    τ², 1986: Cochran's Q around the inverse-variance mean, its excess over the degrees of freedom
+    scaled back to a variance); 0 with fewer than two values or none beyond their noise."""
+    if len(values) < 2:
+        return 0.0
+    weights = [1 / v for v in variances]
     s1 = sum(weights)
-    mean = sum(w * d for w, d in zip(weights, logs, strict=True)) / s1
-    q = sum(w * (d - mean) ** 2 for w, d in zip(weights, logs, strict=True))
-    tau2 = max(0.0, (q - (len(usable) - 1)) / (s1 - sum(w * w for w in weights) / s1))
-    return tau2 / 2
+    mean = sum(w * x for w, x in zip(weights, values, strict=True)) / s1
+    q = sum(w * (x - mean) ** 2 for w, x in zip(weights, values, strict=True))
+    return max(0.0, (q - (len(values) - 1)) / (s1 - sum(w * w for w in weights) / s1))
 
 
 def ratio(numerator: Rate, denominator: Rate) -> tuple[float, float, float]:
