@@ -73,6 +73,10 @@ class Level:
     queue: float | None = None
     """The most requests the server said were waiting during the level (its ``/metrics`` queue
     gauge); None: no gauge read."""
+    in_server: float | None = None
+    """Requests at the server on average (rollouts/s × mean request latency, Little's law); the
+    rest of the parallelism was the clients turning around between an answer and their next
+    request. None: no request latency timed."""
 
 
 @dataclass(frozen=True)
@@ -133,8 +137,10 @@ class KneeSearch:
             errors = (old.error_rate * old.measurements + level.error_rate) / (old.measurements + 1)
             limited = old.rate_limited or level.rate_limited
             queue = max((q for q in (old.queue, level.queue) if q is not None), default=None)
+            both = [n for n in (old.in_server, level.in_server) if n is not None]
+            in_server = sum(both) / len(both) if both else None
             level = Level(level.parallelism, merged, errors, limited, old.precise or level.precise,
-                          old.measurements + 1, readings, queue)  # fmt: skip
+                          old.measurements + 1, readings, queue, in_server)  # fmt: skip
         self.levels[level.parallelism] = level
 
     def allow_drift(self, first: dict[int, Rate], second: dict[int, Rate]) -> float:
@@ -560,10 +566,61 @@ class KneeSearch:
         )
         return Recommendation(slots, expected, expected / knee.plateau, why)
 
+    def _past_the_turnaround(
+        self, advice: Recommendation, alone: Recommendation, knee: Knee, curve: dict[int, Rate]
+    ) -> Recommendation:
+        """The slot count plus what its clients' turnaround needs, instead of the slot count, where
+        the server is bound by its slots: measured at the slot count and full at every level
+        measured above it. ``alone`` is the curve's own advice, ``advice`` what the slot rules made
+        of it.
+
+        At exactly the slot count each slot idles from an answer until that client's next request
+        is in and read, and a loaded machine stretches that turnaround; one request waiting per
+        client turning around keeps every slot busy: ``p - in_server`` at the slot count (Little's
+        law: requests in flight at the server from the client's side, so what it cannot see, the
+        HTTP and the engine's own reading of a request, still needs one), at least one. On one day,
+        two truths of llama.cpp with 4 slots on a loaded 2-core machine read 4 at 88% of the plateau
+        and 5 at 100%, while ten tunes read 4 at 95-100% of theirs and recommended it
+        (docs/tuning.md). The cost is the wait of the requests added, whose latency is said."""
+        slots = self.slots
+        if slots is None or advice.parallelism != slots or slots not in self.levels or knee.plateau <= 0:
+            return advice
+        at = self.levels[slots]
+        above = [self.levels[p] for p in curve if p > slots and p in self.levels]
+        if at.in_server is None or not above or any(self._server_full(level) is None for level in above):
+            return advice
+        extra = max(1, math.ceil(slots - at.in_server - 1e-9))
+        target = min(slots + extra, max(curve))
+        values = {p: rate.value for p, rate in curve.items()}
+        expected = values[target] if target in values else throughput_at(values, target)
+        if target == alone.parallelism:
+            return Recommendation(target, expected, expected / knee.plateau)
+        fullest = max(above, key=lambda level: level.parallelism)
+        why = (
+            f"recommended {target}, the server's {slots} slots and {extra} waiting, not {alone.parallelism} where "
+            f"the curve alone puts it: "
+        )
+        if alone.parallelism > slots:
+            why += (
+                f"above {slots} the server queued requests ({fullest.queue:.0f} of {fullest.parallelism} waiting at "
+                f"{fullest.parallelism}), so more in flight only waits for a slot; "
+            )
+        elif alone.parallelism < slots:
+            why += (
+                f"the knee's 95% interval ({knee.low:.1f}-{knee.high:.1f}) holds {slots}, and below it a slot is idle; "
+            )
+        cover = "1 waiting covers" if extra == 1 else f"{extra} waiting cover"
+        why += (
+            f"at exactly {slots} a slot idles between an answer and its client's next request (the clients had "
+            f"{at.in_server:.1f} of {slots} at the server on average), and {cover} that"
+        )
+        return Recommendation(target, expected, expected / knee.plateau, why)
+
     def result(self) -> SearchResult:
         curve = self.curve()
         knee = within_the_levels(find_knee(curve), curve)
-        advice = self._at_the_slots(recommend(curve, knee, self.settings.share), knee, curve)
+        alone = recommend(curve, knee, self.settings.share)
+        advice = self._past_the_turnaround(self._at_the_slots(alone, knee, curve), alone, knee, curve)
         reason = self.stop_reason or "knee bracketed"
         ps = sorted(curve)
         best = knee.peak_parallelism

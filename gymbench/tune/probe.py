@@ -58,6 +58,10 @@ class ProbeResult:
     loop_lag_p99_s: float
     elapsed_s: float
     server_waiting_max: float | None = None
+    latency_per_work_s: float | None = None
+    """Request latency per unit of work (Σ latency ÷ Σ work over the rollouts measured): with the
+    work rate, how many requests were at the server on average (:attr:`in_server`). Per unit of
+    work, since a level's few dozen rollouts of random lengths move a mean latency by 10-15%."""
     batch_rates: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     rate_limit_refusals: int = 0
@@ -79,6 +83,15 @@ class ProbeResult:
             return True
         return not self.failure_kinds and self.throttled >= THROTTLED_SHARE * max(1, self.rollouts)
 
+    @property
+    def in_server(self) -> float | None:
+        """Requests at the server on average (Little's law: work/s × latency per unit of work); the
+        rest of :attr:`parallelism` was the clients' own turnaround between an answer and the next
+        request. None where no request latency was timed."""
+        if self.latency_per_work_s is None:
+            return None
+        return self.work_rate.value * self.latency_per_work_s
+
     def level(self) -> Level:
         return Level(
             self.parallelism,
@@ -87,6 +100,7 @@ class ProbeResult:
             self.rate_limited,
             not self.work_rate.under_measured,
             queue=self.server_waiting_max,
+            in_server=self.in_server,
         )
 
     def row(self) -> JSONObject:
@@ -319,6 +333,7 @@ class Prober:
             throttled=meter.throttled,
             latency_p50_s=_percentile(latency, 50),
             latency_p99_s=_percentile(latency, 99),
+            latency_per_work_s=_per_work(run.latencies),
             per_token_p50_s=_percentile(per_token, 50),
             per_token_p99_s=_percentile(per_token, 99),
             output_tokens_per_s=tokens_per_s,
@@ -344,6 +359,12 @@ def request_latency(timings: Mapping[str, float], otherwise: float) -> float:
     if "generation" not in timings:
         return otherwise
     return timings["generation"] + timings.get("ttft", 0.0)
+
+
+def _per_work(latencies: list[tuple[float, float]]) -> float | None:
+    """Σ request latency ÷ Σ work of the rollouts measured (None without either)."""
+    work = sum(done for _, done in latencies)
+    return sum(latency for latency, _ in latencies) / work if work > 0 else None
 
 
 def _percentile(values: np.ndarray | None, q: float) -> float | None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from gymbench.tune.curves import KNEE_FRACTION, find_knee, knee_of
+from gymbench.tune.curves import KNEE_FRACTION, Recommendation, find_knee, knee_of
 from gymbench.tune.knee_search import KneeSearch, Level, SearchResult, SearchSettings, Step, plateau_threshold
 from gymbench.tune.rates import Rate
 
@@ -401,3 +401,54 @@ def test_past_the_slot_count_a_full_server_is_not_recommended() -> None:
     assert told.why.startswith(f"recommended 64, the server's slot count, not {alone.parallelism}: above it the ")
     assert "(64 of 128 waiting at 128)" in told.why and f"64 measured {told.share:.0%} of the plateau" in told.why
     assert finder(64, queue_at_128=10).result().recommendation.parallelism == alone.parallelism
+
+
+def test_a_slot_bound_server_is_recommended_the_slot_count_plus_its_clients_turnaround() -> None:
+    """llama.cpp with 4 slots (docs/tuning.md): ten tunes read 4 at 95-100% of their plateau and
+    recommended it, and the day's two truths, on a loaded machine, read it at 88%: at exactly the
+    slot count a slot idles while its client turns around. Measured at the slot count, with every
+    level above it full, the advice is the slot count plus the clients outside the server there
+    (Little's law: parallelism minus requests at the server), at least one; without the server
+    full above the slots, or without request latencies, the slot count stands."""
+    measured = {2: (44.6, 0), 3: (46.1, 0), 4: (62.6, 0), 5: (63.0, 1), 6: (63.9, 2), 8: (63.2, 4)}
+
+    def finder(in_server: float | None, full_above: bool = True) -> KneeSearch:
+        found = KneeSearch(SearchSettings(start=2), 4)
+        for parallelism, (value, queue) in measured.items():
+            queue = queue if full_above else 0
+            turning = in_server if parallelism == 4 else None
+            found.record(Level(parallelism, Rate(value, value * 0.1), queue=queue, in_server=turning))
+        return found
+
+    assert finder(None).result().recommendation.parallelism == 4
+    assert finder(3.8, full_above=False).result().recommendation.parallelism == 4
+    one = finder(3.8).result().recommendation
+    assert one.parallelism == 5 and one.expected == 63.0
+    assert one.why == (
+        "recommended 5, the server's 4 slots and 1 waiting, not 4 where the curve alone puts it: at exactly 4 a "
+        "slot idles between an answer and its client's next request (the clients had 3.8 of 4 at the server on "
+        "average), and 1 waiting covers that"
+    )
+    assert finder(4.3).result().recommendation.parallelism == 5  # at least one, whatever the latency says
+    assert finder(2.4).result().recommendation.parallelism == 6  # 1.6 clients turning around: two more
+
+
+def test_the_turnaround_is_added_to_the_slot_count_the_search_advised_and_stays_within_the_levels() -> None:
+    """64 slots, the slot count advised because every level above it was full (run 3 of ten,
+    above): 59.3 of 64 at the server leaves 4.7 turning around, so 69, read between 64 and 128;
+    and no further than the highest level measured."""
+    measured = {5: (19.6, 0.21, 0), 20: (25.5, 0.166, 0), 64: (41.7, 0.055, 0), 128: (52.1, 0.144, 64)}
+
+    def advised(in_server: float) -> Recommendation:
+        found = KneeSearch(SearchSettings(start=5), 64)
+        for parallelism, (value, relative, queue) in measured.items():
+            turning = in_server if parallelism == 64 else None
+            found.record(Level(parallelism, Rate(value, value * relative), queue=queue, in_server=turning))
+        return found.result().recommendation
+
+    told = advised(59.3)
+    assert told.parallelism == 69 and 41.7 < told.expected < 52.1
+    assert told.why.startswith("recommended 69, the server's 64 slots and 5 waiting, not 1")  # 100-odd alone
+    assert "above 64 the server queued requests (64 of 128 waiting at 128), so more in flight only waits" in told.why
+    assert told.why.endswith("(the clients had 59.3 of 64 at the server on average), and 5 waiting cover that")
+    assert advised(0.5).parallelism == 128

@@ -386,3 +386,21 @@ def test_a_knee_interval_holding_two_levels_or_more_is_said_as_a_range() -> None
     assert f"(95% CI {low:.1f}–{high:.1f}: no level measured between {low} and {high}, where the curve's shape" in (
         summary_text(around)
     )
+
+
+def test_a_slot_bound_simulator_is_recommended_one_past_its_slots_with_littles_law_read_at_them() -> None:
+    """Four slots, told (as tune reads them from the simulator's describe): levels past 4 are full,
+    so the advice is the slot count plus the clients turning around there. In simulated time a
+    client turns around in no time, so the probe at 4 reads all 4 at the server (Little's law from
+    its work rate and latency per unit of work, which a wrong latency or rate would move) and the advice is
+    the least it adds, one."""
+    result = tune(SLOTS4, start=2, slots=4)
+    at_slots = next(probe for probe in result.probes if probe.parallelism == 4)
+    assert at_slots.in_server == pytest.approx(4.0, rel=0.02)
+    assert max(result.curve) > 4 and result.search.knee.parallelism <= 5
+    assert result.recommended == 5
+    why = result.search.recommendation.why
+    assert why == "" or (
+        why.startswith("recommended 5, the server's 4 slots and 1 waiting") and "(the clients had 4.0 of 4" in why
+    )
+    assert f"why: {why}" in summary_text(result) if why else "why:" not in summary_text(result)
