@@ -87,10 +87,11 @@ class ProbeResult:
     def in_server(self) -> float | None:
         """Requests at the server on average (Little's law: work/s × latency per unit of work); the
         rest of :attr:`parallelism` was the clients' own turnaround between an answer and the next
-        request. None where no request latency was timed."""
+        request. None where no request latency was timed. At most the parallelism: the rate and
+        the latencies are two readings of one window, and their noise can put the product above it."""
         if self.latency_per_work_s is None:
             return None
-        return self.work_rate.value * self.latency_per_work_s
+        return min(float(self.parallelism), self.work_rate.value * self.latency_per_work_s)
 
     def level(self) -> Level:
         return Level(
