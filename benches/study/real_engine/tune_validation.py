@@ -10,7 +10,7 @@ The truth is the real-engine bench's (``benches/test_real_engine.py``: closed lo
 ``openai`` backend over 64 distinct prompts, each grid point in shuffled passes, its interval from
 the spread between windows), measured before the tunes and again after them, pooled. Each tune
 runs with the bench's requests and nothing else set (``tune_run`` with the defaults a user gets).
-Every odd-numbered run has one busy-looping process beside it (``GYMBENCH_STUDY_HOGS=0``: none). Per run: the knee and its printed
+Every even-numbered run (2, 4, ...) has one busy-looping process beside it (``GYMBENCH_STUDY_HOGS=0``: none). Per run: the knee and its printed
 interval, whether the truth's knee is inside it, the recommendation, the share of the true plateau
 it delivers (the truth interpolated there), the recommendation against the truth's smallest
 parallelism giving 95% of its plateau, and the tune's wall time. One JSON object at the end.
