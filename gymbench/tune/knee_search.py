@@ -74,7 +74,7 @@ class Level:
     """The most requests the server said were waiting during the level (its ``/metrics`` queue
     gauge); None: no gauge read."""
     in_server: float | None = None
-    """Requests at the server on average (rollouts/s × mean request latency, Little's law); the
+    """Requests at the server on average (Little's law, :attr:`~gymbench.tune.probe.ProbeResult.in_server`); the
     rest of the parallelism was the clients turning around between an answer and their next
     request. None: no request latency timed."""
 
@@ -533,8 +533,7 @@ class KneeSearch:
             return advice
         if advice.parallelism in curve and known_to_deliver(curve[advice.parallelism], knee):
             return advice  # measured tightly enough to be known to deliver: nothing to tell apart
-        values = {p: rate.value for p, rate in curve.items()}
-        expected = values[slots] if slots in values else throughput_at(values, slots)
+        expected = _expected_at(curve, slots)
         why = (
             f"recommended {slots}, the server's slot count, not {advice.parallelism}: the knee's 95% interval "
             f"({knee.low:.1f}-{knee.high:.1f}) holds it, and below it a slot is idle"
@@ -554,8 +553,8 @@ class KneeSearch:
         two idle ones, and its truth (no CPU hog) was flat from 64 to 192. The advice then doubled
         the latency for a gain the next minute may not have; the output says the share the slot
         count measured, so a user who wants that gain sees it."""
-        above = [self.levels[p] for p in curve if p > slots and p in self.levels]
-        if slots not in curve or not above or any(self._server_full(level) is None for level in above):
+        above = self._full_above(slots, curve)
+        if slots not in curve or not above:
             return advice
         expected = curve[slots].value
         waiting = max(above, key=lambda level: level.parallelism)
@@ -565,6 +564,12 @@ class KneeSearch:
             f"flight waits for a slot; {slots} measured {expected / knee.plateau:.0%} of the plateau"
         )
         return Recommendation(slots, expected, expected / knee.plateau, why)
+
+    def _full_above(self, slots: int, curve: dict[int, Rate]) -> list[Level]:
+        """The levels measured above the slot count when the server was full at every one of them
+        (:meth:`_server_full`); empty when none was measured or one was not full."""
+        above = [self.levels[p] for p in curve if p > slots and p in self.levels]
+        return [] if any(self._server_full(level) is None for level in above) else above
 
     def _past_the_turnaround(
         self, advice: Recommendation, alone: Recommendation, knee: Knee, curve: dict[int, Rate]
@@ -586,13 +591,12 @@ class KneeSearch:
         if slots is None or advice.parallelism != slots or slots not in self.levels or knee.plateau <= 0:
             return advice
         at = self.levels[slots]
-        above = [self.levels[p] for p in curve if p > slots and p in self.levels]
-        if at.in_server is None or not above or any(self._server_full(level) is None for level in above):
+        above = self._full_above(slots, curve)
+        if at.in_server is None or not above:
             return advice
         extra = max(1, math.ceil(slots - at.in_server - 1e-9))
         target = min(slots + extra, max(curve))
-        values = {p: rate.value for p, rate in curve.items()}
-        expected = values[target] if target in values else throughput_at(values, target)
+        expected = _expected_at(curve, target)
         if target == alone.parallelism:
             return Recommendation(target, expected, expected / knee.plateau)
         fullest = max(above, key=lambda level: level.parallelism)
@@ -627,3 +631,9 @@ class KneeSearch:
         if best != ps[-1] and "degraded" not in reason and ratio(curve[ps[-1]], curve[best])[2] < 1:
             reason += f"; throughput peaks near {best} and falls beyond it"
         return SearchResult(curve, knee, advice, reason, self.ceiling)
+
+
+def _expected_at(curve: dict[int, Rate], parallelism: int) -> float:
+    """The throughput at ``parallelism``: measured there, or interpolated between the levels around it."""
+    values = {p: rate.value for p, rate in curve.items()}
+    return values[parallelism] if parallelism in values else throughput_at(values, parallelism)
