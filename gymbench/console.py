@@ -11,10 +11,13 @@ SIGINT has Python's default handler (a job started with SIGINT ignored keeps it 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 
 def started_as_the_command() -> bool:
@@ -39,6 +42,49 @@ def _interrupted_while_starting(signum: int, frame: object) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while saying so
     os.write(2, b"gymbench: interrupted\n")
     os._exit(130)
+
+
+@contextlib.contextmanager
+def ctrl_c_never_swallowed() -> Iterator[None]:
+    """Ctrl-C that lands where Python cannot raise it is sent again, to land where it can.
+
+    A KeyboardInterrupt raised inside a weakref callback, a ``__del__`` or a garbage-collector
+    callback cannot unwind anything: Python prints ``Exception ignored in: ...`` with its traceback
+    and carries on, and the run then finished as if the key had never been pressed (seen in CI: the
+    signal landed in importlib's module-lock callback during a command's imports). The hook sends
+    SIGINT to the main thread again a moment later, from a timer thread: sent from the hook itself
+    it would be taken at the hook's next bytecode, where it is just as unraisable; a real signal
+    (not ``_thread.interrupt_main``) also wakes a main thread blocked in a system call. Every other
+    unraisable exception goes to the hook that was there before, and that hook is put back on the
+    way out (``main`` also runs inside pytest, which has its own)."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
+        try:
+            if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+                _send_sigint_again()
+            else:
+                previous(unraisable)
+        except KeyboardInterrupt:  # a second Ctrl-C inside the hook: unraisable again
+            _send_sigint_again()
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
+_AGAIN_AFTER_S = 0.01
+"""Long enough for the main thread to leave the hook and the callback that raised (microseconds)."""
+
+
+def _send_sigint_again() -> None:
+    main_thread = threading.main_thread().ident
+    assert main_thread is not None
+    timer = threading.Timer(_AGAIN_AFTER_S, signal.pthread_kill, (main_thread, signal.SIGINT))
+    timer.daemon = True
+    timer.start()
 
 
 def warn(message: str) -> None:

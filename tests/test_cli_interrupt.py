@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,33 @@ def test_keyboard_interrupt_anywhere_in_main_is_exit_130(
     monkeypatch.setattr(f"{module}.{name}", _interrupt)
     assert main(argv) == 130
     assert capsys.readouterr().err.strip() == "gymbench: interrupted"
+
+
+def _swallowed_interrupt(*_args: object, **_kwargs: object) -> None:
+    """Ctrl-C landing in a weakref callback, as CI saw it land in importlib's module-lock callback:
+    Python cannot raise it there, so it reports it as unraisable and carries on."""
+
+    class Held:
+        pass
+
+    held = Held()
+    _ref = weakref.ref(held, _interrupt)
+    del held
+    for _ in range(3000):  # 30 s at most: the interrupt sent again arrives here, or never
+        time.sleep(0.01)
+
+
+def test_ctrl_c_python_could_not_raise_is_delivered_again_and_still_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the re-delivery the run went on to finish (exit 0) under an ``Exception ignored``."""
+    from gymbench.cli import main
+
+    before = sys.unraisablehook
+    monkeypatch.setattr("gymbench.plugins.Plugins.__init__", _swallowed_interrupt)
+    assert main(["plugins"]) == 130
+    assert capsys.readouterr().err.strip() == "gymbench: interrupted"
+    assert sys.unraisablehook is before  # pytest's own hook is back
 
 
 CONSOLE_SCRIPT = """import pathlib, sys
