@@ -360,26 +360,30 @@ def metrics_url(base_url: str) -> str:
 
 @dataclass(frozen=True)
 class Reading:
-    """Requests waiting in the server's queue (how much of the latency is queueing) and its cumulative
-    generated tokens, whose increase over a window is the server's own measure of its throughput
-    (:mod:`gymbench.tune.rates` prefers it to the client's estimate when both agree)."""
+    """Requests waiting in the server's queue (how much of the latency is queueing), requests it is
+    running (at a slot-bound server, how many of its slots are busy: a share of its full-slot
+    throughput read within one window, so the machine's drift between windows cannot move it) and
+    its cumulative generated tokens, whose increase over a window is the server's own measure of its
+    throughput (:mod:`gymbench.tune.rates` prefers it to the client's estimate when both agree)."""
 
     waiting: float | None
     generation_tokens: float | None
+    running: float | None = None
 
 
 def parse(text: str, engine: EngineMetrics) -> Reading | None:
-    """The waiting requests and generated tokens by ``engine``'s names; None when neither can be read.
+    """The waiting and running requests and generated tokens by ``engine``'s names; None when none
+    can be read.
 
     An engine whose token counter advances only when a request finishes (llama.cpp, SGLang, TGI)
     gives no throughput here: over a poll window it counts whole requests, which the client already
     counts exactly, so its rate is read from the client and the record says so."""
     sums = sample_sums(text, engine.wanted())
-    waiting = engine.value(sums, "waiting")
+    waiting, running = engine.value(sums, "waiting"), engine.value(sums, "running")
     generated = None if engine.tokens_counted_at_finish else engine.value(sums, "generated_tokens")
-    if waiting is None and generated is None:
+    if waiting is None and generated is None and running is None:
         return None
-    return Reading(waiting, generated)
+    return Reading(waiting, generated, running)
 
 
 class Counters:

@@ -178,6 +178,8 @@ class Watch:
     waiting: list[float] = field(default_factory=list)
     tokens: list[tuple[float, float]] = field(default_factory=list)
     """(time, the server's cumulative generated tokens)."""
+    running: list[tuple[float, float]] = field(default_factory=list)
+    """(time, requests the server was running), at the polls."""
     cpu_s: float = 0.0
 
 
@@ -202,6 +204,8 @@ async def watch(seen: Watch, clock: Callable[[], float], counters: Counters | No
                         seen.waiting.append(reading.waiting)
                     if reading.generation_tokens is not None:
                         seen.tokens.append((clock(), reading.generation_tokens))
+                    if reading.running is not None:
+                        seen.running.append((clock(), reading.running))
             before = loop.time()
             await asyncio.sleep(LAG_TICK_S)
             seen.lags.append(max(0.0, loop.time() - before - LAG_TICK_S))

@@ -77,6 +77,9 @@ class Level:
     """Requests at the server on average (Little's law, :attr:`~gymbench.tune.probe.ProbeResult.in_server`); the
     rest of the parallelism was the clients turning around between an answer and their next
     request. None: no request latency timed."""
+    running: float | None = None
+    """Requests the server said it was running on average (its own gauge, read inside the level's
+    windows; :attr:`~gymbench.tune.probe.ProbeResult.server_running`). None: no such gauge."""
 
 
 @dataclass(frozen=True)
@@ -137,10 +140,9 @@ class KneeSearch:
             errors = (old.error_rate * old.measurements + level.error_rate) / (old.measurements + 1)
             limited = old.rate_limited or level.rate_limited
             queue = max((q for q in (old.queue, level.queue) if q is not None), default=None)
-            both = [n for n in (old.in_server, level.in_server) if n is not None]
-            in_server = sum(both) / len(both) if both else None
             level = Level(level.parallelism, merged, errors, limited, old.precise or level.precise,
-                          old.measurements + 1, readings, queue, in_server)  # fmt: skip
+                          old.measurements + 1, readings, queue, _mean_of(old.in_server, level.in_server),
+                          _mean_of(old.running, level.running))  # fmt: skip
         self.levels[level.parallelism] = level
 
     def allow_drift(self, first: dict[int, Rate], second: dict[int, Rate]) -> float:
@@ -592,9 +594,10 @@ class KneeSearch:
             return advice
         at = self.levels[slots]
         above = self._full_above(slots, curve)
-        if at.in_server is None or not above:
+        seen = [n for n in (at.in_server, at.running) if n is not None]
+        if not seen or not above:
             return advice
-        extra = max(1, math.ceil(slots - at.in_server - 1e-9))
+        extra = max(1, math.ceil(slots - min(seen) - 1e-9))
         target = min(slots + extra, max(curve))
         expected = _expected_at(curve, target)
         if target == alone.parallelism:
@@ -615,9 +618,16 @@ class KneeSearch:
             )
         cover = "1 waiting covers" if extra == 1 else f"{extra} waiting cover"
         why += (
-            f"at exactly {slots} a slot idles between an answer and its client's next request (the clients had "
-            f"{at.in_server:.1f} of {slots} at the server on average), and {cover} that"
+            f"at exactly {slots} a slot idles between an answer and its client's next request "
+            f"({_busy_at(at, slots)}), and {cover} that"
         )
+        chosen = self.levels.get(target)
+        if chosen is not None and chosen.running is not None:
+            why += (
+                f"; at {target} the gauge had {chosen.running / slots:.1%} of the slots busy, so {target} gives at "
+                f"least that share of what {slots} full slots give (a step with fewer sequences is no slower), "
+                "read within one window, which the machine's drift between windows cannot move"
+            )
         return Recommendation(target, expected, expected / knee.plateau, why)
 
     def result(self) -> SearchResult:
@@ -631,6 +641,22 @@ class KneeSearch:
         if best != ps[-1] and "degraded" not in reason and ratio(curve[ps[-1]], curve[best])[2] < 1:
             reason += f"; throughput peaks near {best} and falls beyond it"
         return SearchResult(curve, knee, advice, reason, self.ceiling)
+
+
+def _busy_at(level: Level, slots: int) -> str:
+    """How full the slots were at ``level``, as the clients (Little's law) and the server's gauge read it."""
+    said = []
+    if level.in_server is not None:
+        said.append(f"the clients had {level.in_server:.1f} of {slots} at the server on average")
+    if level.running is not None:
+        said.append(f"the server's gauge had {level.running:.2f} of {slots} slots busy")
+    return "; ".join(said)
+
+
+def _mean_of(*readings: float | None) -> float | None:
+    """The mean of the readings there are (a level measured twice); None without any."""
+    present = [n for n in readings if n is not None]
+    return sum(present) / len(present) if present else None
 
 
 def _expected_at(curve: dict[int, Rate], parallelism: int) -> float:

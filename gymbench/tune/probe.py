@@ -62,6 +62,10 @@ class ProbeResult:
     """Request latency per unit of work (Σ latency ÷ Σ work over the rollouts measured): with the
     work rate, how many requests were at the server on average (:attr:`in_server`). Per unit of
     work, since a level's few dozen rollouts of random lengths move a mean latency by 10-15%."""
+    server_running: float | None = None
+    """Requests the server said it was running, the mean of its gauge's polls inside the measured
+    window (None: no such gauge). At a slot-bound server, its busy slots: the same window's own
+    reading of how full the server was, which no drift between windows can move."""
     batch_rates: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     rate_limit_refusals: int = 0
@@ -102,6 +106,7 @@ class ProbeResult:
             not self.work_rate.under_measured,
             queue=self.server_waiting_max,
             in_server=self.in_server,
+            running=self.server_running,
         )
 
     def row(self) -> JSONObject:
@@ -115,6 +120,7 @@ class ProbeResult:
             "latency_p50_s": self.latency_p50_s,
             "latency_p99_s": self.latency_p99_s,
             "error_rate": self.error_rate,
+            "server_running": self.server_running,
             "rollouts": self.rollouts,
             "under_measured": rate.under_measured,
         }
@@ -343,6 +349,7 @@ class Prober:
             loop_lag_p99_s=float(np.percentile(run.seen.lags, 99)) if run.seen.lags else 0.0,
             elapsed_s=stats.elapsed_s,
             server_waiting_max=max(run.seen.waiting) if run.seen.waiting else None,
+            server_running=_in_window(run.seen.running, meter),
             batch_rates=[r / self.per_rollout for r in meter.batch_rates()],
             notes=notes,
             rate_limit_refusals=run.rate_limit_refusals,
@@ -366,6 +373,16 @@ def _per_work(latencies: list[tuple[float, float]]) -> float | None:
     """Σ request latency ÷ Σ work of the rollouts measured (None without either)."""
     work = sum(done for _, done in latencies)
     return sum(latency for latency, _ in latencies) / work if work > 0 else None
+
+
+def _in_window(polls: list[tuple[float, float]], meter: Meter) -> float | None:
+    """The mean of the polls taken while the window was measured (not the warm-up before it, nor
+    the drain after it, when the loop no longer dispatches); None without any."""
+    if meter.window_start is None or not meter.window:
+        return None
+    start, end = meter.window_start.end, meter.window[-1].end
+    inside = [value for at, value in polls if start <= at <= end]
+    return sum(inside) / len(inside) if inside else None
 
 
 def _percentile(values: np.ndarray | None, q: float) -> float | None:

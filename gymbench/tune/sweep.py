@@ -275,6 +275,8 @@ def level_line(probe: ProbeResult, budget: TimeBudget | None = None) -> str:
         parts.append(f"p50 {duration(probe.latency_p50_s)}")
     if probe.server_waiting_max is not None:
         parts.append(f"server queue up to {probe.server_waiting_max:.0f} waiting")
+    if probe.server_running is not None:
+        parts.append(f"running {probe.server_running:.2f} on average")
     if probe.error_rate:
         parts.append(f"errors {probe.error_rate:.1%}")
     parts.append(f"{probe.elapsed_s:.1f} s")

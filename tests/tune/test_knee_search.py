@@ -433,6 +433,45 @@ def test_a_slot_bound_server_is_recommended_the_slot_count_plus_its_clients_turn
     assert finder(2.4).result().recommendation.parallelism == 6  # 1.6 clients turning around: two more
 
 
+def test_the_servers_busy_slot_gauge_sizes_the_turnaround_where_it_sees_more_idle_than_the_clients() -> None:
+    """llama.cpp with 4 slots under a busy loop: the clients counted 4.0 of 4 at the server while
+    its ``requests_processing`` gauge read 3.75-3.83 at 4 and 3.96-3.99 at 5 (docs/tuning.md). The
+    lower of the two readings sizes the requests added; the gauge at the level advised is said as
+    the share of full-slot throughput it gives at least, a reading no drift between windows moves."""
+    measured = {2: (44.6, 0), 3: (46.1, 0), 4: (62.6, 0), 5: (63.0, 1), 6: (63.9, 2), 8: (63.2, 4)}
+
+    def advised(running_at_4: float | None, running_at_5: float | None = 3.98) -> Recommendation:
+        found = KneeSearch(SearchSettings(start=2), 4)
+        for parallelism, (value, queue) in measured.items():
+            at = {4: running_at_4, 5: running_at_5}.get(parallelism)
+            in_server = 4.0 if parallelism == 4 else None
+            found.record(Level(parallelism, Rate(value, value * 0.1), queue=queue, in_server=in_server, running=at))
+        return found.result().recommendation
+
+    told = advised(3.8)
+    assert told.parallelism == 5
+    assert told.why == (
+        "recommended 5, the server's 4 slots and 1 waiting, not 4 where the curve alone puts it: at exactly 4 a "
+        "slot idles between an answer and its client's next request (the clients had 4.0 of 4 at the server on "
+        "average; the server's gauge had 3.80 of 4 slots busy), and 1 waiting covers that; at 5 the gauge had "
+        "99.5% of the slots busy, so 5 gives at least that share of what 4 full slots give (a step with fewer "
+        "sequences is no slower), read within one window, which the machine's drift between windows cannot move"
+    )
+    assert advised(2.9).parallelism == 6  # the gauge saw 1.1 slots idle, the clients none: two more
+    assert "slots busy" not in advised(3.8, running_at_5=None).why.split("covers that")[1]
+    assert advised(None, None).why.endswith(
+        "(the clients had 4.0 of 4 at the server on average), and 1 waiting covers that"
+    )
+
+
+def test_a_level_measured_twice_keeps_the_mean_of_its_gauge_readings() -> None:
+    found = KneeSearch(SearchSettings(start=2), 4)
+    found.record(Level(4, Rate(60.0, 6.0), running=3.7))
+    found.record(Level(4, Rate(62.0, 6.0)))
+    found.record(Level(4, Rate(61.0, 6.0), running=3.9))
+    assert found.levels[4].running == pytest.approx(3.8)
+
+
 def test_the_turnaround_is_added_to_the_slot_count_the_search_advised_and_stays_within_the_levels() -> None:
     """64 slots, the slot count advised because every level above it was full (run 3 of ten,
     above): 59.3 of 64 at the server leaves 4.7 turning around, so 69, read between 64 and 128;

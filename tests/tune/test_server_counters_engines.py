@@ -13,24 +13,26 @@ BUILTINS = Plugins(get_plugin_manager(load_entry_points=False)).engine_metrics()
 
 
 @pytest.mark.parametrize(
-    ("text", "engine", "waiting", "generated"),
+    ("text", "engine", "waiting", "generated", "running"),
     [
-        ("vllm_v1", "vllm", 5.0, 20224.0),
-        ("vllm_v0", "vllm", 4.0, 20480.0),
-        ("sglang", "sglang", 9.0, None),
-        ("llamacpp", "llamacpp", 6.0, None),
-        ("tgi", "tgi", 5.0, None),
+        ("vllm_v1", "vllm", 5.0, 20224.0, 13.0),
+        ("vllm_v0", "vllm", 4.0, 20480.0, 12.0),
+        ("sglang", "sglang", 9.0, None, 28.0),
+        ("llamacpp", "llamacpp", 6.0, None, 4.0),
+        ("tgi", "tgi", 5.0, None, 16.0),
     ],
 )
-def test_the_probe_reads_the_recognised_engines_queue_and_tokens(
-    text: str, engine: str, waiting: float, generated: float | None
+def test_the_probe_reads_the_recognised_engines_queue_tokens_and_running(
+    text: str, engine: str, waiting: float, generated: float | None, running: float
 ) -> None:
+    """The running gauge too: at a slot-bound server, how many slots are busy (tune's turnaround rule)."""
     with serving_metrics(recorded(text)) as server:
         found = find_server_counters(server.base_url, BUILTINS)
         assert found.counters is not None
         reading = found.counters.read()
     assert found.record["engine"] == engine and found.record["url"] == server.metrics_url
     assert reading is not None and reading.waiting == waiting and reading.generation_tokens == generated
+    assert reading.running == running
 
 
 def test_counters_that_move_only_when_a_request_finishes_are_not_read_as_throughput() -> None:

@@ -393,14 +393,27 @@ def test_a_slot_bound_simulator_is_recommended_one_past_its_slots_with_littles_l
     so the advice is the slot count plus the clients turning around there. In simulated time a
     client turns around in no time, so the probe at 4 reads all 4 at the server (Little's law from
     its work rate and latency per unit of work, which a wrong latency or rate would move) and the advice is
-    the least it adds, one."""
+    the least it adds, one.
+
+    The server's own gauge sees what the clients cannot: a request that arrives during a step waits
+    for the next one to be admitted, so at exactly 4 each rollout (24 tokens on average) leaves its
+    slot idle about a step, about 4 x 24/25 busy; with one waiting, all 4 always are; at 2, about 2."""
     result = tune(SLOTS4, start=2, slots=4)
     at_slots = next(probe for probe in result.probes if probe.parallelism == 4)
     assert at_slots.in_server == pytest.approx(4.0, rel=0.02)
+    for probe in result.probes:
+        assert probe.server_running is not None
+        if probe.parallelism == 4:
+            assert 3.6 <= probe.server_running <= 3.99
+        elif probe.parallelism > 4:
+            assert probe.server_running == pytest.approx(4.0, abs=0.02)
+        else:
+            assert 0.9 * probe.parallelism <= probe.server_running < probe.parallelism
     assert max(result.curve) > 4 and result.search.knee.parallelism <= 5
     assert result.recommended == 5
     why = result.search.recommendation.why
     assert why == "" or (
-        why.startswith("recommended 5, the server's 4 slots and 1 waiting") and "(the clients had 4.0 of 4" in why
+        why.startswith("recommended 5, the server's 4 slots and 1 waiting")
+        and "(the clients had 4.0 of 4 at the server on average; the server's gauge had 3." in why
     )
     assert f"why: {why}" in summary_text(result) if why else "why:" not in summary_text(result)
