@@ -14,15 +14,24 @@ Every even-numbered run (2, 4, ...) has one busy-looping process beside it (``GY
 interval, whether the truth's knee is inside it, the recommendation, the share of the true plateau
 it delivers (the truth interpolated there), the recommendation against the truth's smallest
 parallelism giving 95% of its plateau, and the tune's wall time. One JSON object at the end.
+
+The truth's windows also read llama.cpp's ``requests_processing`` gauge (every 0.1 s inside each
+window): the share of the slots busy at a parallelism is a lower bound on its share of what full
+slots give (a step with fewer sequences is no slower), read within one window, so the machine's
+drift between windows, which moves the truth's throughput points by 5-20%, cannot move it. Per run
+the busy share at the recommendation (``gauge_delivers``) and the tune's own gauge readings.
 """
 
 # ruff: noqa: E501
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
+import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,11 +39,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, "benches")
-from test_real_engine import MAX_TOKENS, common, interpolated, measure_windows, rate_of, tasks_file
+from test_real_engine import MAX_TOKENS, PLUGINS, common, distinct_tasks, interpolated, rate_of, tasks_file
 
+from gymbench.calibrate.loadgen import closed_loop, load_backend, load_settings, session_of, settle_server
+from gymbench.calibrate.measure import IGNORE_EOS
 from gymbench.engine.build import cache_root, find_server
 from gymbench.engine.model import cached_model
 from gymbench.engine.server import start_llama_server
+from gymbench.engine_metrics import ScrapeFailed, fetch_metrics_text, sample_sums
 from gymbench.settings import build_settings
 from gymbench.testing import make_plugins
 from gymbench.tune.command import tune_run
@@ -55,8 +67,58 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
+BUSY: dict[int, list[float]] = {}
+"""Per parallelism, the mean of the busy-slot gauge inside each truth window."""
+
+
+async def gauged_window(server, p: int, window_s: float):
+    """The truth's window (``test_real_engine.light_window``) with the busy-slot gauge polled in it."""
+    settings = load_settings(server.base_url, server.model, extra_body=dict(IGNORE_EOS), max_retries=0)
+    polls: list[tuple[float, float]] = []
+
+    async def poll() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                text = await asyncio.to_thread(fetch_metrics_text, server.metrics_url)
+                value = sample_sums(text).get("llamacpp:requests_processing")
+                if value is not None:
+                    polls.append((loop.time(), value))
+            except ScrapeFailed:
+                pass
+            await asyncio.sleep(0.1)
+
+    async with load_backend(settings) as backend:
+        await settle_server(session_of(backend.client), server.metrics_url, PLUGINS.engine_metrics())
+        poller = asyncio.create_task(poll())
+        try:
+            result = await closed_loop(backend, distinct_tasks(), p, window_s, 2.0)
+        finally:
+            poller.cancel()
+    inside = [v for t, v in polls if result.started <= t <= result.started + result.window_s]
+    return result, (statistics.mean(inside) if inside else float("nan"))
+
+
 def measure_truth(server, points: list[int], seed: int) -> dict[int, list]:
-    return measure_windows(server, points, WINDOW_S / PASSES, range(seed, seed + PASSES))
+    """``test_real_engine.measure_windows``'s shuffled passes, through :func:`gauged_window`."""
+    windows: dict[int, list] = {p: [] for p in points}
+    for turn in range(seed, seed + PASSES):
+        order = list(points)
+        random.Random(turn).shuffle(order)
+        for p in order:
+            result, busy = asyncio.run(gauged_window(server, p, WINDOW_S / PASSES))
+            windows[p].append(result)
+            BUSY.setdefault(p, []).append(busy)
+    return windows
+
+
+def gauged_probes(result) -> dict[int, float]:
+    """The tune's own busy-slot readings, per parallelism (the mean where a level was probed twice)."""
+    seen: dict[int, list[float]] = {}
+    for probe in result.probes:
+        if probe.server_running is not None:
+            seen.setdefault(probe.parallelism, []).append(probe.server_running)
+    return {p: round(statistics.mean(v), 3) for p, v in sorted(seen.items())}
 
 
 def hog() -> subprocess.Popen:
@@ -73,7 +135,7 @@ with server, tempfile.TemporaryDirectory() as tmp:
     say(f"-np {SLOTS}: truth before, {WINDOW_S:g} s per point in {PASSES} passes, load {os.getloadavg()[0]:.1f}")
     before = measure_truth(server, points, 0)
     for p in points:
-        say(f"  p={p:>3}: " + ", ".join(f"{w.requests_per_s:.1f}" for w in before[p]))
+        say(f"  p={p:>3}: " + ", ".join(f"{w.requests_per_s:.1f}" for w in before[p]) + f"; busy {BUSY[p]}")
     for run in range(RUNS):
         busy = hog() if run % 2 and HOGS else None
         load_before = os.getloadavg()[0]
@@ -90,7 +152,7 @@ with server, tempfile.TemporaryDirectory() as tmp:
                      "knee": knee.parallelism, "knee_low": knee.low, "knee_high": knee.high, "plateau": knee.plateau,
                      "recommended": result.recommended, "wall_s": wall, "stop": result.stop_reason,
                      "why": result.search.recommendation.why, "capacity": result.capacity,
-                     "between": knee.between,
+                     "between": knee.between, "gauge": gauged_probes(result),
                      "drift": next((n for n in result.notes if "from one window to the next" in n), ""),
                      "levels": {p: [round(r.value, 2), round(r.half_width, 2)] for p, r in sorted(result.curve.items())}})  # fmt: skip
         say(f"run {run + 1}{' (hog)' if busy else ''}: knee {knee.parallelism:.1f} [{knee.low:.1f}, {knee.high:.1f}], "
@@ -101,7 +163,7 @@ with server, tempfile.TemporaryDirectory() as tmp:
     say(f"truth after, load {os.getloadavg()[0]:.1f}")
     after = measure_truth(server, points, 100)
     for p in points:
-        say(f"  p={p:>3}: " + ", ".join(f"{w.requests_per_s:.1f}" for w in after[p]))
+        say(f"  p={p:>3}: " + ", ".join(f"{w.requests_per_s:.1f}" for w in after[p]) + f"; busy {BUSY[p]}")
 
 rates = {p: rate_of(before[p] + after[p]) for p in points}
 found = find_knee(rates)
@@ -111,22 +173,32 @@ smallest_95 = next(p for p in range(1, max(points) + 1) if interpolated(curve, p
 truth = {"knee": found.parallelism, "low": found.low, "high": found.high, "plateau": plateau, "smallest_95": smallest_95,
          "curve": {p: [round(r.value, 2), round(r.half_width, 2)] for p, r in rates.items()},
          "before": {p: [round(w.requests_per_s, 2) for w in before[p]] for p in points},
-         "after": {p: [round(w.requests_per_s, 2) for w in after[p]] for p in points}}  # fmt: skip
+         "after": {p: [round(w.requests_per_s, 2) for w in after[p]] for p in points},
+         "busy": {p: [round(b, 3) for b in BUSY[p]] for p in points}}  # fmt: skip
+busy_share = {p: statistics.mean(BUSY[p]) / SLOTS for p in points}
+gauge_knee = next((p for p in range(1, max(points) + 1) if interpolated(busy_share, p) >= 0.95), None)
+truth["busy_share"] = busy_share
+truth["gauge_knee"] = gauge_knee
+say("truth's busy share of the slots: " + ", ".join(f"{p}: {v:.1%}" for p, v in busy_share.items())
+    + f"; smallest parallelism with 95% busy (a bound on the knee no drift moves): {gauge_knee}")  # fmt: skip
 say(f"truth (pooled): knee {found.parallelism:.1f} [{found.low:.1f}, {found.high:.1f}], plateau {plateau:.2f}, "
     f"smallest giving 95% of it {smallest_95}")  # fmt: skip
 say(
-    "| run | hog | load | knee [printed interval] | truth's knee inside | recommended | delivers | ≤ 1.5× smallest-95 | wall |"
+    "| run | hog | load | knee [printed interval] | truth's knee inside | recommended | delivers | slots busy there | ≤ 1.5× smallest-95 | wall |"
 )
-say("|---|---|---|---|---|---|---|---|---|")
+say("|---|---|---|---|---|---|---|---|---|---|")
 for r in runs:
     r["inside"] = r["knee_low"] <= found.parallelism <= r["knee_high"]
     r["delivers"] = interpolated(curve, r["recommended"]) / plateau
     r["within_1_5"] = r["recommended"] <= 1.5 * smallest_95
+    r["gauge_delivers"] = interpolated(busy_share, r["recommended"])
     say(f"| {r['run']} | {'yes' if r['hog'] else ''} | {r['load'][0]}-{r['load'][1]} | {r['knee']:.1f} [{r['knee_low']:.1f}, "
         f"{r['knee_high']:.1f}] | {'yes' if r['inside'] else 'no'} | {r['recommended']} | {r['delivers']:.1%} | "
+        f"{r['gauge_delivers']:.1%} | "
         f"{'yes' if r['within_1_5'] else 'no'} | {r['wall_s']:.0f} s |")  # fmt: skip
 summary = {"inside": sum(r["inside"] for r in runs), "delivers_95": sum(r["delivers"] >= 0.95 for r in runs),
-           "within_1_5": sum(r["within_1_5"] for r in runs), "under_5_min": sum(r["wall_s"] <= 300 for r in runs),
+           "within_1_5": sum(r["within_1_5"] for r in runs),
+           "gauge_delivers_95": sum(r["gauge_delivers"] >= 0.95 for r in runs), "under_5_min": sum(r["wall_s"] <= 300 for r in runs),
            "runs": len(runs)}  # fmt: skip
 say(json.dumps(summary))
 OUT.write_text(json.dumps({"slots": SLOTS, "truth": truth, "runs": runs, "summary": summary}, indent=1, default=str))
