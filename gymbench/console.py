@@ -55,13 +55,19 @@ def ctrl_c_never_swallowed() -> Iterator[None]:
     SIGINT to the main thread again a moment later, from a timer thread: sent from the hook itself
     it would be taken at the hook's next bytecode, where it is just as unraisable; a real signal
     (not ``_thread.interrupt_main``) also wakes a main thread blocked in a system call. Every other
-    unraisable exception goes to the hook that was there before, and that hook is put back on the
-    way out (``main`` also runs inside pytest, which has its own)."""
+    unraisable exception goes to the hook that was there before, and so does an interrupt swallowed
+    in another thread (a signal is only ever handled in the main thread, so ``main`` run from another
+    would get it nowhere useful); that hook is put back on the way out (``main`` also runs inside
+    pytest, which has its own)."""
     previous = sys.unraisablehook
 
     def hook(unraisable: sys.UnraisableHookArgs) -> None:
         try:
-            if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            if (
+                unraisable.exc_type is not None
+                and issubclass(unraisable.exc_type, KeyboardInterrupt)
+                and threading.current_thread() is threading.main_thread()  # where Python runs signal handlers
+            ):
                 _send_sigint_again()
             else:
                 previous(unraisable)
