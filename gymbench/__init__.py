@@ -5,10 +5,10 @@ The public API is what this module re-exports; everything else is internal.
 
 from __future__ import annotations
 
-from gymbench import console as _console
+from gymbench import start_guard as _start_guard
 
-if _console.started_as_the_command():  # before any other import: see gymbench.console
-    _console.guard_start_up()
+if _start_guard.started_as_the_command():  # before any other import: see gymbench.start_guard
+    _start_guard.guard_start_up()
 
 from gymbench.engine_metrics import EngineMetrics
 from gymbench.errors import GymbenchError, PluginError, ResultsFileError, UnknownComponentError

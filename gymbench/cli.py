@@ -75,7 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     starting, the run) ends in one line and exit status 130, never a traceback: the handler is
     outside everything else, its own handlers included."""
     try:
-        from gymbench.console import ctrl_c_never_swallowed, end_start_up_guard
+        from gymbench.console import ctrl_c_never_swallowed
+        from gymbench.start_guard import end_start_up_guard
 
         with ctrl_c_never_swallowed():
             end_start_up_guard()
