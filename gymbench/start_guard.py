@@ -7,15 +7,16 @@ package's ``__init__`` calls :func:`guard_start_up` first thing, only when the p
 SIGINT has Python's default handler (a job started with SIGINT ignored keeps it ignored);
 :func:`~gymbench.cli.main` hands SIGINT back to Python as soon as its own handler is in place.
 
-A module of its own that imports nothing Python has not already loaded at start-up: until the
+A module of its own that imports nothing Python has not already loaded at start-up (``_signal``,
+the C module under ``signal``, whose Python part would import and build its enums first): until the
 guard is in place a Ctrl-C is a traceback, and CI caught one landing in a regular expression that
 :mod:`gymbench.console` compiles at import, when the guard lived there.
 """
 
 from __future__ import annotations
 
+import _signal as signal
 import os
-import signal
 import sys
 
 
