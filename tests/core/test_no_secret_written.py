@@ -255,7 +255,7 @@ UNFILTERED_WRITES_ALLOWED = {
     "gymbench/engine/server.py": "llama-server's own log: the engine's output, not gymbench's",
     "gymbench/engine/nemo_gym_venv.py": "the venv build's log: pip's and venv's output, run without the secrets",
     "gymbench/engine/nemo_gym_stack.py": "ng_run's own log: NeMo Gym's output, children started without secrets",
-    "gymbench/console.py": "a fixed line on stderr (Ctrl-C before the filter is installed): no data in it",
+    "gymbench/start_guard.py": "a fixed line on stderr (Ctrl-C before the filter is installed): no data in it",
     "gymbench/report/browser.py": "chromium's own log in a private scratch folder, and the screenshot's PNG "
     "pixels (an image, no text to redact); the child runs with a restricted environment",
     "gymbench/train/data_parallel.py": "torchrun's log and the pickled model factory, in a private scratch "
